@@ -1,0 +1,83 @@
+// The engine's binary dataset (.ebin): a read-only, memory-mapped CSR file with O(1) access
+// to any sample. Layout in docs/data-format.md; conversion from/to JSON Lines in jsonl.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace enhanced {
+
+inline constexpr char kDatasetMagic[8] = {'E', 'N', 'H', 'D', 'A', 'T', 'A', '\0'};
+inline constexpr uint32_t kDatasetVersion = 1;
+
+// Fixed 128-byte little-endian header at offset 0. Section offsets are absolute byte offsets,
+// each 8-byte aligned. Positions are numbered p = sample * seq_len + t.
+struct DatasetHeader {
+  char magic[8];                      // kDatasetMagic
+  uint32_t version;                   // kDatasetVersion
+  uint32_t seq_len;                   // T
+  uint64_t num_samples;               // N
+  uint32_t num_labels;                // largest label + 1 (0 when N == 0)
+  int32_t max_token_id;               // largest id in any field, -1 when there is none
+  uint64_t num_identifier_ids;        // total ids in field 0
+  uint64_t num_auxiliary_ids;         // total ids in field 1
+  uint64_t labels_offset;             // int32[N]
+  uint64_t cur_word_offset;           // int32[N*T]                (field 2)
+  uint64_t identifier_offsets_offset; // uint64[N*T+1], into identifier ids, [0] = 0
+  uint64_t identifier_ids_offset;     // int32[num_identifier_ids] (field 0)
+  uint64_t auxiliary_offsets_offset;  // uint64[N*T+1], into auxiliary ids, [0] = 0
+  uint64_t auxiliary_ids_offset;      // int32[num_auxiliary_ids]  (field 1)
+  uint64_t file_size;                 // total bytes, checked against the real size
+  uint8_t reserved[128 - 8 - 4 * 4 - 8 * 10];
+};
+static_assert(sizeof(DatasetHeader) == 128);
+
+// A mapped dataset. Opening validates the header, the section bounds, the offsets (monotone,
+// in range) and every id and label (non-negative), so readers can trust it afterwards.
+class Dataset {
+ public:
+  static Dataset open(const std::string& path);
+  Dataset() = default;
+  Dataset(Dataset&& other) noexcept;
+  Dataset& operator=(Dataset&& other) noexcept;
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
+  ~Dataset();
+
+  const std::string& path() const { return path_; }
+  const DatasetHeader& header() const { return *header_; }
+  int64_t num_samples() const { return static_cast<int64_t>(header_->num_samples); }
+  int seq_len() const { return static_cast<int>(header_->seq_len); }
+  int num_labels() const { return static_cast<int>(header_->num_labels); }
+  int32_t max_token_id() const { return header_->max_token_id; }
+  uint64_t file_size() const { return header_->file_size; }
+
+  int32_t label(int64_t sample) const { return labels_[sample]; }
+  int32_t cur_word(int64_t sample, int t) const { return cur_word_[position(sample, t)]; }
+  std::span<const int32_t> identifier(int64_t sample, int t) const;
+  std::span<const int32_t> auxiliary(int64_t sample, int t) const;
+  // Total identifier ids of one sample (sizes batch buffers).
+  uint64_t identifier_count(int64_t sample) const;
+
+  // Ids >= vocab_size and labels >= num_labels are errors once the model is known: throws an
+  // Error naming the file, the sample, the position and the field.
+  void check_fits_model(int64_t vocab_size, int num_labels) const;
+
+ private:
+  int64_t position(int64_t sample, int t) const { return sample * header_->seq_len + t; }
+
+  std::string path_;
+  void* mapping_ = nullptr;
+  size_t mapping_size_ = 0;
+  const DatasetHeader* header_ = nullptr;
+  const int32_t* labels_ = nullptr;
+  const int32_t* cur_word_ = nullptr;
+  const uint64_t* identifier_offsets_ = nullptr;
+  const int32_t* identifier_ids_ = nullptr;
+  const uint64_t* auxiliary_offsets_ = nullptr;
+  const int32_t* auxiliary_ids_ = nullptr;
+};
+
+}  // namespace enhanced

@@ -1,0 +1,25 @@
+// JSON Lines interchange <-> .ebin. One sample a line:
+//   {"label": 3, "tokens": [[[7, 12], [], [45]], ...]}   (T positions of exactly 3 lists)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace enhanced {
+
+struct ConvertStats {
+  int64_t samples = 0;
+  int seq_len = 0;
+  uint64_t bytes_written = 0;
+};
+
+// Streams a JSONL file into a .ebin without holding the input in memory. Every sample must have
+// `seq_len` positions. Writes to a temporary file beside `out_path` and renames it at the end,
+// so a failed conversion leaves no output. Throws Error naming file, line and position.
+ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::string& out_path,
+                                   int seq_len, bool show_progress = false);
+
+// Writes a .ebin back to JSONL (field 1 included): the round trip is exact.
+ConvertStats convert_ebin_to_jsonl(const std::string& ebin_path, const std::string& out_path);
+
+}  // namespace enhanced

@@ -1,0 +1,35 @@
+// Bidirectional single-layer LSTM (SPEC forward step 2), gates i, f, g, o, zero initial state.
+// Structure after haste: one GEMM projects all B*T inputs for both directions at once, then
+// each step does one small recurrent GEMM and one fused pointwise pass. The two directions
+// are independent and run on separate threads when threads >= 2.
+//
+// Weights of both directions are stacked (forward first): weight_ih (2, 4H, D),
+// weight_hh (2, 4H, H), bias_ih (2, 4H), bias_hh (2, 4H), i.e. the SPEC's named tensors
+// lstm.weight_ih_l0 / _reverse etc. laid side by side in the parameter buffer.
+#pragma once
+
+#include <cstddef>
+
+namespace enhanced {
+
+// Floats of scratch bilstm_backward needs.
+size_t bilstm_backward_scratch_size(int batch, int seq_len, int hidden);
+
+// y (B, T, 2H) = [h_fwd(t), h_rev(t)].
+// Saved for backward: gates (B, T, 8H) activated gates [fwd i f g o | rev i f g o];
+// cell (B, T, 2H) cell states [c_fwd(t), c_rev(t)].
+template <class Real>
+void bilstm_forward(Real* y, Real* gates, Real* cell, const Real* x, const Real* weight_ih, const Real* weight_hh,
+                    const Real* bias_ih, const Real* bias_hh, int batch, int seq_len, int input, int hidden,
+                    int threads);
+
+// dx (B, T, D) =; dweight_ih, dweight_hh, dbias_ih, dbias_hh +=.
+// `gates` holds the forward's activations on entry and their pre-activation gradients on exit
+// (consumed: run forward again before another backward). scratch: bilstm_backward_scratch_size.
+template <class Real>
+void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh, Real* gates,
+                     Real* scratch, const Real* cell, const Real* y, const Real* dy, const Real* x,
+                     const Real* weight_ih, const Real* weight_hh, int batch, int seq_len, int input, int hidden,
+                     int threads);
+
+}  // namespace enhanced

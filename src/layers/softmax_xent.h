@@ -1,0 +1,19 @@
+// Softmax cross-entropy against integer labels, mean over the batch (SPEC forward step 5).
+// Loss and its gradient in one pass, stable through the max-shifted log-sum-exp.
+#pragma once
+
+#include <cstdint>
+
+namespace enhanced {
+
+// Returns the mean loss. dlogits (B, L) = (softmax - onehot) / B when not null;
+// sample_losses (B) when not null.
+template <class Real>
+double softmax_cross_entropy(Real* dlogits, Real* sample_losses, const Real* logits, const int32_t* labels,
+                             int batch, int num_labels);
+
+// probabilities (B, L) = softmax(logits).
+template <class Real>
+void softmax_forward(Real* probabilities, const Real* logits, int batch, int num_labels);
+
+}  // namespace enhanced
