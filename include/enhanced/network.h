@@ -1,0 +1,45 @@
+// The whole model on the CPU: forward (with the loss and its gradient fused) and backward, as
+// the layers' calls in order and in reverse. Activations are caller-owned and sized once.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "enhanced/batch.h"
+#include "enhanced/model.h"
+
+namespace enhanced {
+
+template <class Real>
+struct Activations {
+  int capacity = 0;            // largest batch the buffers hold
+  std::vector<Real> x;         // (B, T, D) blended embeddings
+  std::vector<Real> gates;     // (B, T, 8H) LSTM gates; overwritten by their gradients in backward
+  std::vector<Real> cell;      // (B, T, 2H)
+  std::vector<Real> y;         // (B, T, 2H) BiLSTM output
+  std::vector<Real> pooled;    // (B, F)
+  std::vector<int32_t> argmax; // (B, F)
+  std::vector<Real> logits;    // (B, L)
+  std::vector<Real> dlogits;   // (B, L)
+  std::vector<Real> sample_losses;  // (B)
+  std::vector<Real> dpooled;   // (B, F)
+  std::vector<Real> dy;        // (B, T, 2H)
+  std::vector<Real> dx;        // (B, T, D)
+  std::vector<Real> lstm_scratch;
+
+  void reserve(const ModelConfig& config, int batch);
+};
+
+// Runs the model on `batch`; returns the mean loss. With `with_gradient`, also leaves
+// d loss / d logits in activations.dlogits for backward.
+template <class Real>
+double model_forward(Activations<Real>& activations, const ParameterBuffer<Real>& params, const Batch& batch,
+                     int threads, bool with_gradient);
+
+// grads += d loss / d params (the embedding rows named in the batch only). Requires the
+// matching model_forward(..., with_gradient = true) just before.
+template <class Real>
+void model_backward(ParameterBuffer<Real>& grads, Activations<Real>& activations, const ParameterBuffer<Real>& params,
+                    const Batch& batch, int threads);
+
+}  // namespace enhanced

@@ -1,0 +1,89 @@
+#include "layers/embedding_blend.h"
+
+#include <algorithm>
+
+namespace enhanced {
+
+template <class Real>
+void embedding_blend_forward(Real* x, const int32_t* identifier_offsets, const int32_t* identifier_ids,
+                             const int32_t* cur_word_ids, const Real* embedding, int positions, int dim,
+                             BlendMode mode) {
+  for (int p = 0; p < positions; ++p) {
+    Real* out = x + static_cast<size_t>(p) * dim;
+    const Real* cur = embedding + static_cast<size_t>(cur_word_ids[p]) * dim;
+    const int begin = identifier_offsets[p], end = identifier_offsets[p + 1];
+    const int count = end - begin;
+    if (count == 0) {
+      std::copy(cur, cur + dim, out);
+      continue;
+    }
+    std::fill(out, out + dim, Real(0));
+    for (int j = begin; j < end; ++j) {
+      const Real* row = embedding + static_cast<size_t>(identifier_ids[j]) * dim;
+      for (int d = 0; d < dim; ++d) out[d] += row[d];
+    }
+    if (mode == BlendMode::mean) {
+      const Real scale = Real(0.5) / Real(count);
+      for (int d = 0; d < dim; ++d) out[d] = scale * out[d] + Real(0.5) * cur[d];
+    } else {
+      // tf.reduce_mean without an axis: one scalar over all count * dim numbers.
+      Real total = 0;
+      for (int d = 0; d < dim; ++d) total += out[d];
+      const Real half_mean = Real(0.5) * total / (Real(count) * Real(dim));
+      for (int d = 0; d < dim; ++d) out[d] = half_mean + Real(0.5) * cur[d];
+    }
+  }
+}
+
+template <class Real>
+void embedding_blend_backward(Real* dembedding, const Real* dx, const int32_t* identifier_offsets,
+                              const int32_t* identifier_ids, const int32_t* cur_word_ids, int positions, int dim,
+                              BlendMode mode) {
+  for (int p = 0; p < positions; ++p) {
+    const Real* grad = dx + static_cast<size_t>(p) * dim;
+    Real* dcur = dembedding + static_cast<size_t>(cur_word_ids[p]) * dim;
+    const int begin = identifier_offsets[p], end = identifier_offsets[p + 1];
+    const int count = end - begin;
+    if (count == 0) {
+      for (int d = 0; d < dim; ++d) dcur[d] += grad[d];
+      continue;
+    }
+    for (int d = 0; d < dim; ++d) dcur[d] += Real(0.5) * grad[d];
+    if (mode == BlendMode::mean) {
+      const Real scale = Real(0.5) / Real(count);
+      for (int j = begin; j < end; ++j) {
+        Real* drow = dembedding + static_cast<size_t>(identifier_ids[j]) * dim;
+        for (int d = 0; d < dim; ++d) drow[d] += scale * grad[d];
+      }
+    } else {
+      // Every one of the count * dim numbers gets the same share of sum_d grad[d].
+      Real total = 0;
+      for (int d = 0; d < dim; ++d) total += grad[d];
+      const Real share = Real(0.5) * total / (Real(count) * Real(dim));
+      for (int j = begin; j < end; ++j) {
+        Real* drow = dembedding + static_cast<size_t>(identifier_ids[j]) * dim;
+        for (int d = 0; d < dim; ++d) drow[d] += share;
+      }
+    }
+  }
+}
+
+void embedding_touched_rows(std::vector<int32_t>& rows, const int32_t* identifier_ids, int64_t num_identifier_ids,
+                            const int32_t* cur_word_ids, int positions) {
+  rows.clear();
+  rows.insert(rows.end(), identifier_ids, identifier_ids + num_identifier_ids);
+  rows.insert(rows.end(), cur_word_ids, cur_word_ids + positions);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+}
+
+template void embedding_blend_forward<float>(float*, const int32_t*, const int32_t*, const int32_t*, const float*,
+                                             int, int, BlendMode);
+template void embedding_blend_forward<double>(double*, const int32_t*, const int32_t*, const int32_t*,
+                                              const double*, int, int, BlendMode);
+template void embedding_blend_backward<float>(float*, const float*, const int32_t*, const int32_t*, const int32_t*,
+                                              int, int, BlendMode);
+template void embedding_blend_backward<double>(double*, const double*, const int32_t*, const int32_t*,
+                                               const int32_t*, int, int, BlendMode);
+
+}  // namespace enhanced

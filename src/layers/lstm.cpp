@@ -1,0 +1,172 @@
+#include "layers/lstm.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <omp.h>
+
+#include "layers/blas.h"
+
+namespace enhanced {
+namespace {
+
+template <class Real>
+Real sigmoid(Real v) {
+  return Real(1) / (Real(1) + std::exp(-v));
+}
+
+// Runs body(direction) for both directions: on two threads when allowed, with OpenBLAS held to
+// one thread inside so the two per-step GEMM streams do not fight over its pool.
+template <class Body>
+void for_each_direction(int threads, Body body) {
+  if (threads >= 2) {
+    const int blas_threads = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+    for (int direction = 0; direction < 2; ++direction) body(direction);
+    openblas_set_num_threads(blas_threads);
+  } else {
+    for (int direction = 0; direction < 2; ++direction) body(direction);
+  }
+}
+
+// Time index of step s in a direction, forward 0..T-1, reverse T-1..0.
+inline int step_time(int direction, int step, int seq_len) { return direction == 0 ? step : seq_len - 1 - step; }
+
+}  // namespace
+
+size_t bilstm_backward_scratch_size(int batch, int seq_len, int hidden) {
+  // Per direction: recurrent dh (B, H) and carried dc (B, H); then h_{t-1} of both (B, T, 2H).
+  return 4 * static_cast<size_t>(batch) * hidden + static_cast<size_t>(batch) * seq_len * 2 * hidden;
+}
+
+template <class Real>
+void bilstm_forward(Real* y, Real* gates, Real* cell, const Real* x, const Real* weight_ih, const Real* weight_hh,
+                    const Real* bias_ih, const Real* bias_hh, int batch, int seq_len, int input, int hidden,
+                    int threads) {
+  const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
+  const int positions = batch * seq_len;
+  // Input projections of every position, both directions: (P, 8H) = x (P, D) W_ih^T + b_ih + b_hh.
+  gemm(false, true, positions, G8, input, Real(1), x, input, weight_ih, input, Real(0), gates, G8);
+  for (int p = 0; p < positions; ++p) {
+    Real* row = gates + static_cast<size_t>(p) * G8;
+    for (int j = 0; j < G8; ++j) row[j] += bias_ih[j] + bias_hh[j];
+  }
+  const size_t gates_time_stride = static_cast<size_t>(seq_len) * G8;  // rows of one time step are B apart
+  for_each_direction(threads, [&](int direction) {
+    const Real* w_hh = weight_hh + static_cast<size_t>(direction) * G4 * H;
+    for (int step = 0; step < seq_len; ++step) {
+      const int t = step_time(direction, step, seq_len);
+      const int t_prev = direction == 0 ? t - 1 : t + 1;
+      if (step > 0) {
+        // gates[:, t, dir] += h[:, t_prev, dir] W_hh^T: rows strided by T in the (B, T, .) layout.
+        gemm(false, true, batch, G4, H, Real(1), y + static_cast<size_t>(t_prev) * C + direction * H, seq_len * C,
+             w_hh, H, Real(1), gates + static_cast<size_t>(t) * G8 + direction * G4,
+             static_cast<int>(gates_time_stride));
+      }
+      for (int b = 0; b < batch; ++b) {
+        const size_t p = static_cast<size_t>(b) * seq_len + t;
+        Real* g = gates + p * G8 + direction * G4;
+        Real* c = cell + p * C + direction * H;
+        Real* h = y + p * C + direction * H;
+        const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
+        for (int k = 0; k < H; ++k) {
+          const Real i = sigmoid(g[k]), f = sigmoid(g[H + k]), gg = std::tanh(g[2 * H + k]), o = sigmoid(g[3 * H + k]);
+          const Real c_new = (c_prev ? f * c_prev[k] : Real(0)) + i * gg;
+          g[k] = i;
+          g[H + k] = f;
+          g[2 * H + k] = gg;
+          g[3 * H + k] = o;
+          c[k] = c_new;
+          h[k] = o * std::tanh(c_new);
+        }
+      }
+    }
+  });
+}
+
+template <class Real>
+void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh, Real* gates,
+                     Real* scratch, const Real* cell, const Real* y, const Real* dy, const Real* x,
+                     const Real* weight_ih, const Real* weight_hh, int batch, int seq_len, int input, int hidden,
+                     int threads) {
+  const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
+  const int positions = batch * seq_len;
+  const size_t state = static_cast<size_t>(batch) * H;
+  Real* h_prev_all = scratch + 4 * state;  // (B, T, 2H): h_{t-1} as each direction saw it
+  for_each_direction(threads, [&](int direction) {
+    Real* dh_recurrent = scratch + (2 * direction) * state;  // (B, H)
+    Real* dc_carry = scratch + (2 * direction + 1) * state;  // (B, H)
+    std::memset(dh_recurrent, 0, state * sizeof(Real));
+    std::memset(dc_carry, 0, state * sizeof(Real));
+    const Real* w_hh = weight_hh + static_cast<size_t>(direction) * G4 * H;
+    for (int step = seq_len - 1; step >= 0; --step) {
+      const int t = step_time(direction, step, seq_len);
+      const int t_prev = direction == 0 ? t - 1 : t + 1;
+      for (int b = 0; b < batch; ++b) {
+        const size_t p = static_cast<size_t>(b) * seq_len + t;
+        Real* g = gates + p * G8 + direction * G4;
+        const Real* c = cell + p * C + direction * H;
+        const Real* dh_out = dy + p * C + direction * H;
+        const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
+        Real* dh_rec = dh_recurrent + static_cast<size_t>(b) * H;
+        Real* dc = dc_carry + static_cast<size_t>(b) * H;
+        for (int k = 0; k < H; ++k) {
+          const Real i = g[k], f = g[H + k], gg = g[2 * H + k], o = g[3 * H + k];
+          const Real dh = dh_out[k] + dh_rec[k];
+          const Real tanh_c = std::tanh(c[k]);
+          const Real dc_total = dc[k] + dh * o * (Real(1) - tanh_c * tanh_c);
+          const Real di = dc_total * gg, df = dc_total * (c_prev ? c_prev[k] : Real(0));
+          const Real dg = dc_total * i, d_o = dh * tanh_c;
+          dc[k] = dc_total * f;
+          g[k] = di * i * (Real(1) - i);
+          g[H + k] = df * f * (Real(1) - f);
+          g[2 * H + k] = dg * (Real(1) - gg * gg);
+          g[3 * H + k] = d_o * o * (Real(1) - o);
+        }
+      }
+      if (step > 0) {
+        // dh for the previous step: dgates[:, t, dir] (B, 4H) W_hh (4H, H).
+        gemm(false, false, batch, H, G4, Real(1), gates + static_cast<size_t>(t) * G8 + direction * G4, seq_len * G8,
+             w_hh, H, Real(0), dh_recurrent, H);
+      }
+    }
+    // dW_hh += dgates^T (4H, P) h_prev (P, H), with h_prev zero at each sequence's first step.
+    for (int b = 0; b < batch; ++b) {
+      for (int t = 0; t < seq_len; ++t) {
+        const int t_prev = direction == 0 ? t - 1 : t + 1;
+        Real* dst = h_prev_all + (static_cast<size_t>(b) * seq_len + t) * C + direction * H;
+        if (t_prev < 0 || t_prev >= seq_len) {
+          std::memset(dst, 0, H * sizeof(Real));
+        } else {
+          std::memcpy(dst, y + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H, H * sizeof(Real));
+        }
+      }
+    }
+    gemm(true, false, G4, H, positions, Real(1), gates + direction * G4, G8, h_prev_all + direction * H, C, Real(1),
+         dweight_hh + static_cast<size_t>(direction) * G4 * H, H);
+  });
+  // Both directions at once: dW_ih (8H, D) += dgates^T x; dx = dgates W_ih; db += column sums.
+  gemm(true, false, G8, input, positions, Real(1), gates, G8, x, input, Real(1), dweight_ih, input);
+  gemm(false, false, positions, input, G8, Real(1), gates, G8, weight_ih, input, Real(0), dx, input);
+  for (int p = 0; p < positions; ++p) {
+    const Real* row = gates + static_cast<size_t>(p) * G8;
+    for (int j = 0; j < G8; ++j) {
+      dbias_ih[j] += row[j];
+      dbias_hh[j] += row[j];
+    }
+  }
+}
+
+template void bilstm_forward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
+                                    const float*, int, int, int, int, int);
+template void bilstm_forward<double>(double*, double*, double*, const double*, const double*, const double*,
+                                     const double*, const double*, int, int, int, int, int);
+template void bilstm_backward<float>(float*, float*, float*, float*, float*, float*, float*, const float*,
+                                     const float*, const float*, const float*, const float*, const float*, int, int,
+                                     int, int, int);
+template void bilstm_backward<double>(double*, double*, double*, double*, double*, double*, double*, const double*,
+                                      const double*, const double*, const double*, const double*, const double*, int,
+                                      int, int, int, int);
+
+}  // namespace enhanced

@@ -1,0 +1,49 @@
+#include "layers/softmax_xent.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+namespace enhanced {
+
+template <class Real>
+double softmax_cross_entropy(Real* dlogits, Real* sample_losses, const Real* logits, const int32_t* labels,
+                             int batch, int num_labels) {
+  double total = 0;
+  for (int b = 0; b < batch; ++b) {
+    const Real* row = logits + static_cast<size_t>(b) * num_labels;
+    const Real shift = *std::max_element(row, row + num_labels);
+    Real sum = 0;
+    for (int l = 0; l < num_labels; ++l) sum += std::exp(row[l] - shift);
+    const Real log_sum = std::log(sum);
+    const Real loss = log_sum - (row[labels[b]] - shift);
+    if (sample_losses) sample_losses[b] = loss;
+    total += static_cast<double>(loss);
+    if (dlogits) {
+      Real* grad = dlogits + static_cast<size_t>(b) * num_labels;
+      const Real inverse_batch = Real(1) / Real(batch);
+      for (int l = 0; l < num_labels; ++l) grad[l] = std::exp(row[l] - shift - log_sum) * inverse_batch;
+      grad[labels[b]] -= inverse_batch;
+    }
+  }
+  return total / batch;
+}
+
+template <class Real>
+void softmax_forward(Real* probabilities, const Real* logits, int batch, int num_labels) {
+  for (int b = 0; b < batch; ++b) {
+    const Real* row = logits + static_cast<size_t>(b) * num_labels;
+    Real* out = probabilities + static_cast<size_t>(b) * num_labels;
+    const Real shift = *std::max_element(row, row + num_labels);
+    Real sum = 0;
+    for (int l = 0; l < num_labels; ++l) sum += (out[l] = std::exp(row[l] - shift));
+    for (int l = 0; l < num_labels; ++l) out[l] /= sum;
+  }
+}
+
+template double softmax_cross_entropy<float>(float*, float*, const float*, const int32_t*, int, int);
+template double softmax_cross_entropy<double>(double*, double*, const double*, const int32_t*, int, int);
+template void softmax_forward<float>(float*, const float*, int, int);
+template void softmax_forward<double>(double*, const double*, int, int);
+
+}  // namespace enhanced

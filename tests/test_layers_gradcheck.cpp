@@ -1,0 +1,195 @@
+// Every layer's backward against central finite differences in double precision.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "gradcheck.h"
+#include "layers/dense.h"
+#include "layers/embedding_blend.h"
+#include "layers/lstm.h"
+#include "layers/maxpool.h"
+#include "layers/softmax_xent.h"
+
+namespace enhanced {
+namespace {
+
+using testing::check_tensor;
+using testing::random_batch;
+using testing::random_vector;
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  return std::inner_product(a.begin(), a.end(), b.begin(), 0.0);
+}
+
+class BlendGradient : public ::testing::TestWithParam<BlendMode> {};
+
+TEST_P(BlendGradient, MatchesFiniteDifferences) {
+  Random random(11);
+  const int B = 3, T = 4, V = 13, D = 5;
+  const Batch batch = random_batch(B, T, V, 2, random);
+  const int P = B * T;
+  std::vector<double> table = random_vector(static_cast<size_t>(V) * D, random);
+  const std::vector<double> projection = random_vector(static_cast<size_t>(P) * D, random);
+  std::vector<double> x(static_cast<size_t>(P) * D);
+  auto loss = [&] {
+    embedding_blend_forward(x.data(), batch.identifier_offsets.data(), batch.identifier_ids.data(),
+                            batch.cur_word_ids.data(), table.data(), P, D, GetParam());
+    return dot(x, projection);
+  };
+  std::vector<double> dtable(table.size(), 0.0);
+  embedding_blend_backward(dtable.data(), projection.data(), batch.identifier_offsets.data(),
+                           batch.identifier_ids.data(), batch.cur_word_ids.data(), P, D, GetParam());
+  check_tensor(loss, table.data(), dtable.data(), table.size(), "dE", random);
+  // Rows not named in the batch get exactly zero.
+  std::vector<int32_t> rows;
+  embedding_touched_rows(rows, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
+                         batch.cur_word_ids.data(), P);
+  for (int v = 0; v < V; ++v) {
+    if (std::binary_search(rows.begin(), rows.end(), v)) continue;
+    for (int d = 0; d < D; ++d) EXPECT_EQ(dtable[static_cast<size_t>(v) * D + d], 0.0) << "row " << v;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, BlendGradient, ::testing::Values(BlendMode::mean, BlendMode::scalar_mean));
+
+TEST(Blend, EmptyIdentifierCopiesCurWordAndMeanModesDiffer) {
+  const int D = 2;
+  const std::vector<double> table = {1, 2, 3, 5, 10, 20};  // rows 0, 1, 2
+  const std::vector<int32_t> offsets = {0, 0, 2}, ids = {1, 2}, cur = {0, 0};
+  std::vector<double> x(4);
+  embedding_blend_forward(x.data(), offsets.data(), ids.data(), cur.data(), table.data(), 2, D, BlendMode::mean);
+  EXPECT_EQ(x, (std::vector<double>{1, 2, 0.5 * 6.5 + 0.5, 0.5 * 12.5 + 1}));
+  embedding_blend_forward(x.data(), offsets.data(), ids.data(), cur.data(), table.data(), 2, D,
+                          BlendMode::scalar_mean);
+  EXPECT_EQ(x, (std::vector<double>{1, 2, 0.5 * 9.5 + 0.5, 0.5 * 9.5 + 1}));
+}
+
+struct LstmShape {
+  int batch, seq_len, input, hidden, threads;
+};
+
+class LstmGradient : public ::testing::TestWithParam<LstmShape> {};
+
+TEST_P(LstmGradient, MatchesFiniteDifferences) {
+  const auto [B, T, D, H, threads] = GetParam();
+  Random random(static_cast<uint64_t>(B * 1000 + T * 100 + H));
+  const size_t P = static_cast<size_t>(B) * T;
+  std::vector<double> x = random_vector(P * D, random);
+  std::vector<double> w_ih = random_vector(8 * static_cast<size_t>(H) * D, random, 0.5);
+  std::vector<double> w_hh = random_vector(8 * static_cast<size_t>(H) * H, random, 0.5);
+  std::vector<double> b_ih = random_vector(8 * static_cast<size_t>(H), random, 0.5);
+  std::vector<double> b_hh = random_vector(8 * static_cast<size_t>(H), random, 0.5);
+  const std::vector<double> projection = random_vector(P * 2 * H, random);
+  std::vector<double> y(P * 2 * H), gates(P * 8 * H), cell(P * 2 * H);
+  auto loss = [&] {
+    bilstm_forward(y.data(), gates.data(), cell.data(), x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(),
+                   B, T, D, H, threads);
+    return dot(y, projection);
+  };
+  loss();
+  std::vector<double> dx(x.size()), dw_ih(w_ih.size(), 0.0), dw_hh(w_hh.size(), 0.0), db_ih(b_ih.size(), 0.0),
+      db_hh(b_hh.size(), 0.0), scratch(bilstm_backward_scratch_size(B, T, H));
+  bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), gates.data(), scratch.data(),
+                  cell.data(), y.data(), projection.data(), x.data(), w_ih.data(), w_hh.data(), B, T, D, H, threads);
+  check_tensor(loss, x.data(), dx.data(), x.size(), "dx", random);
+  check_tensor(loss, w_ih.data(), dw_ih.data(), w_ih.size(), "dW_ih", random);
+  check_tensor(loss, w_hh.data(), dw_hh.data(), w_hh.size(), "dW_hh", random);
+  check_tensor(loss, b_ih.data(), db_ih.data(), b_ih.size(), "db_ih", random);
+  check_tensor(loss, b_hh.data(), db_hh.data(), b_hh.size(), "db_hh", random);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LstmGradient,
+                         ::testing::Values(LstmShape{2, 5, 3, 4, 1}, LstmShape{2, 5, 3, 4, 2},
+                                           LstmShape{1, 1, 2, 3, 1}, LstmShape{3, 4, 2, 1, 2},
+                                           LstmShape{1, 7, 4, 5, 2}));
+
+TEST(Lstm, ThreadedEqualsSerialBitForBit) {
+  const int B = 4, T = 9, D = 6, H = 8;
+  Random random(5);
+  const size_t P = static_cast<size_t>(B) * T;
+  const std::vector<float> x(P * D, 0.25f);
+  std::vector<float> w_ih(8 * H * D), w_hh(8 * H * H), b(8 * H);
+  for (float& v : w_ih) v = static_cast<float>(random.uniform(-0.3, 0.3));
+  for (float& v : w_hh) v = static_cast<float>(random.uniform(-0.3, 0.3));
+  for (float& v : b) v = static_cast<float>(random.uniform(-0.3, 0.3));
+  std::vector<float> y1(P * 2 * H), y2(P * 2 * H), gates(P * 8 * H), cell(P * 2 * H);
+  bilstm_forward(y1.data(), gates.data(), cell.data(), x.data(), w_ih.data(), w_hh.data(), b.data(), b.data(), B, T,
+                 D, H, 1);
+  bilstm_forward(y2.data(), gates.data(), cell.data(), x.data(), w_ih.data(), w_hh.data(), b.data(), b.data(), B, T,
+                 D, H, 2);
+  EXPECT_EQ(y1, y2);
+}
+
+class PoolGradient : public ::testing::TestWithParam<PoolMode> {};
+
+TEST_P(PoolGradient, MatchesFiniteDifferences) {
+  Random random(3);
+  const int B = 2, T = 5, C = 6;
+  const PoolMode mode = GetParam();
+  const size_t F = static_cast<size_t>(B) * (mode == PoolMode::feature ? T : C);
+  std::vector<double> y = random_vector(static_cast<size_t>(B) * T * C, random);
+  const std::vector<double> projection = random_vector(F, random);
+  std::vector<double> pooled(F);
+  std::vector<int32_t> argmax(F);
+  auto loss = [&] {
+    maxpool_forward(pooled.data(), argmax.data(), y.data(), B, T, C, mode);
+    return dot(pooled, projection);
+  };
+  loss();
+  std::vector<double> dy(y.size(), 7.0);  // overwritten, not accumulated
+  maxpool_backward(dy.data(), argmax.data(), projection.data(), B, T, C, mode);
+  check_tensor(loss, y.data(), dy.data(), y.size(), "dy", random);
+}
+
+TEST_P(PoolGradient, TiesSendTheGradientToTheFirstMaximum) {
+  const PoolMode mode = GetParam();
+  const int B = 1, T = 3, C = 2;
+  // Every element equal: feature pooling picks k = 0 at each t, time pooling t = 0 for each k.
+  const std::vector<double> y(6, 1.5);
+  const size_t F = mode == PoolMode::feature ? T : C;
+  std::vector<double> pooled(F), dpooled(F, 1.0), dy(6);
+  std::vector<int32_t> argmax(F);
+  maxpool_forward(pooled.data(), argmax.data(), y.data(), B, T, C, mode);
+  maxpool_backward(dy.data(), argmax.data(), dpooled.data(), B, T, C, mode);
+  const std::vector<double> expected =
+      mode == PoolMode::feature ? std::vector<double>{1, 0, 1, 0, 1, 0} : std::vector<double>{1, 1, 0, 0, 0, 0};
+  EXPECT_EQ(dy, expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, PoolGradient, ::testing::Values(PoolMode::feature, PoolMode::time));
+
+TEST(Dense, MatchesFiniteDifferences) {
+  Random random(4);
+  const int B = 3, F = 7, L = 4;
+  std::vector<double> in = random_vector(B * F, random), w = random_vector(L * F, random), b = random_vector(L, random);
+  const std::vector<double> projection = random_vector(B * L, random);
+  std::vector<double> out(B * L);
+  auto loss = [&] {
+    dense_forward(out.data(), in.data(), w.data(), b.data(), B, F, L);
+    return dot(out, projection);
+  };
+  std::vector<double> din(in.size()), dw(w.size(), 0.0), db(b.size(), 0.0);
+  dense_backward(din.data(), dw.data(), db.data(), projection.data(), in.data(), w.data(), B, F, L);
+  check_tensor(loss, in.data(), din.data(), in.size(), "din", random);
+  check_tensor(loss, w.data(), dw.data(), w.size(), "dW", random);
+  check_tensor(loss, b.data(), db.data(), b.size(), "db", random);
+}
+
+TEST(SoftmaxCrossEntropy, MatchesFiniteDifferencesAndIsStable) {
+  Random random(6);
+  const int B = 4, L = 5;
+  std::vector<double> logits = random_vector(B * L, random, 3.0);
+  const std::vector<int32_t> labels = {0, 4, 2, 2};
+  auto loss = [&] { return softmax_cross_entropy<double>(nullptr, nullptr, logits.data(), labels.data(), B, L); };
+  std::vector<double> dlogits(logits.size());
+  softmax_cross_entropy(dlogits.data(), static_cast<double*>(nullptr), logits.data(), labels.data(), B, L);
+  check_tensor(loss, logits.data(), dlogits.data(), logits.size(), "dlogits", random);
+  // Huge logits stay finite: loss of a confident right answer ~ 0, of a wrong one ~ the gap.
+  const std::vector<float> big = {1000.0f, -1000.0f};
+  const std::vector<int32_t> right = {0}, wrong = {1};
+  EXPECT_NEAR(softmax_cross_entropy<float>(nullptr, nullptr, big.data(), right.data(), 1, 2), 0.0, 1e-6);
+  EXPECT_NEAR(softmax_cross_entropy<float>(nullptr, nullptr, big.data(), wrong.data(), 1, 2), 2000.0, 1e-3);
+}
+
+}  // namespace
+}  // namespace enhanced
