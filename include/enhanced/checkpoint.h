@@ -1,0 +1,29 @@
+// Model checkpoints: safetensors with the SPEC's tensor names (torch load_state_dict takes them
+// as they are) and the hyper-parameters in __metadata__, so a checkpoint alone rebuilds the model.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "enhanced/model.h"
+#include "enhanced/safetensors.h"
+
+namespace enhanced {
+
+void save_checkpoint(const std::string& path, const ParameterBuffer<float>& params,
+                     const std::map<std::string, std::string>& extra_metadata = {});
+ModelConfig checkpoint_config(const SafetensorsReader& file);
+// Loads and checks names, shapes and that every value is finite.
+ParameterBuffer<float> load_checkpoint(const std::string& path);
+
+// Pretrained embedding table: raw little-endian float32 (rows of `raw_dim` floats), NumPy .npy
+// (float32/float64, 2-D, C order) or word2vec binary. Non-finite values are errors naming the
+// file, row and column.
+struct EmbeddingTable {
+  int64_t rows = 0;
+  int dim = 0;
+  std::vector<float> values;  // (rows, dim)
+};
+EmbeddingTable load_embedding_table(const std::string& path, int raw_dim);
+
+}  // namespace enhanced

@@ -1,0 +1,187 @@
+#include "enhanced/checkpoint.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "enhanced/common.h"
+
+namespace enhanced {
+namespace {
+
+int64_t parse_integer(const SafetensorsReader& file, const std::string& key) {
+  const std::string text = file.metadata_value(key);
+  try {
+    size_t used = 0;
+    const long long value = std::stoll(text, &used);
+    if (used == text.size()) return value;
+  } catch (const std::exception&) {
+  }
+  fail(file.path(), ": metadata '", key, "' is not an integer: '", text, "'");
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const ParameterBuffer<float>& params,
+                     const std::map<std::string, std::string>& extra_metadata) {
+  const ModelConfig& c = params.config;
+  SafetensorsWriter writer;
+  for (const TensorSlot& slot : parameter_layout(c)) writer.add(slot.name, params.data.data() + slot.offset, slot.shape);
+  writer.set_metadata("format", "enhanced-checkpoint");
+  writer.set_metadata("format_version", "1");
+  writer.set_metadata("vocab_size", std::to_string(c.vocab_size));
+  writer.set_metadata("embedding_dim", std::to_string(c.embedding_dim));
+  writer.set_metadata("hidden", std::to_string(c.hidden));
+  writer.set_metadata("seq_len", std::to_string(c.seq_len));
+  writer.set_metadata("num_labels", std::to_string(c.num_labels));
+  writer.set_metadata("blend", to_string(c.blend));
+  writer.set_metadata("pool", to_string(c.pool));
+  for (const auto& [key, value] : extra_metadata) writer.set_metadata(key, value);
+  writer.write(path);
+}
+
+ModelConfig checkpoint_config(const SafetensorsReader& file) {
+  ModelConfig c;
+  c.vocab_size = parse_integer(file, "vocab_size");
+  c.embedding_dim = static_cast<int>(parse_integer(file, "embedding_dim"));
+  c.hidden = static_cast<int>(parse_integer(file, "hidden"));
+  c.seq_len = static_cast<int>(parse_integer(file, "seq_len"));
+  c.num_labels = static_cast<int>(parse_integer(file, "num_labels"));
+  try {
+    c.blend = parse_blend_mode(file.metadata_value("blend"));
+    c.pool = parse_pool_mode(file.metadata_value("pool"));
+    c.validate();
+  } catch (const Error& e) {
+    fail(file.path(), ": ", e.what());
+  }
+  return c;
+}
+
+ParameterBuffer<float> load_checkpoint(const std::string& path) {
+  const SafetensorsReader file(path);
+  ParameterBuffer<float> params(checkpoint_config(file));
+  for (const TensorSlot& slot : parameter_layout(params.config)) {
+    const std::vector<float> values = file.floats(slot.name, slot.shape);
+    for (size_t i = 0; i < values.size(); ++i)
+      if (!std::isfinite(values[i])) fail(path, ": tensor '", slot.name, "' element ", i, " is ", values[i]);
+    std::memcpy(params.data.data() + slot.offset, values.data(), values.size() * sizeof(float));
+  }
+  return params;
+}
+
+namespace {
+
+std::vector<char> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) fail(path, ": cannot open (", std::strerror(errno), ")");
+  std::vector<char> bytes(static_cast<size_t>(in.tellg()));
+  in.seekg(0);
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!in) fail(path, ": read error");
+  return bytes;
+}
+
+void check_finite(const std::string& path, const EmbeddingTable& table) {
+  for (size_t i = 0; i < table.values.size(); ++i)
+    if (!std::isfinite(table.values[i]))
+      fail(path, ": row ", i / table.dim, " (token id), column ", i % table.dim, " is ", table.values[i]);
+}
+
+// NumPy .npy, version 1-3: magic, version, header length, a Python dict literal header.
+EmbeddingTable parse_npy(const std::string& path, const std::vector<char>& bytes) {
+  if (bytes.size() < 10) fail(path, ": truncated .npy header");
+  const int major = static_cast<unsigned char>(bytes[6]);
+  size_t header_length = 0, header_start = 0;
+  if (major == 1) {
+    header_length = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+    header_start = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) fail(path, ": truncated .npy header");
+    uint32_t length = 0;
+    std::memcpy(&length, bytes.data() + 8, 4);
+    header_length = length;
+    header_start = 12;
+  } else {
+    fail(path, ": unsupported .npy version ", major);
+  }
+  if (header_start + header_length > bytes.size()) fail(path, ": truncated .npy header");
+  const std::string header(bytes.data() + header_start, header_length);
+  auto field = [&](const std::string& key) {
+    const size_t at = header.find("'" + key + "'");
+    if (at == std::string::npos) fail(path, ": .npy header has no '", key, "': ", header);
+    return header.substr(header.find(':', at) + 1);
+  };
+  const std::string descr = field("descr");
+  int width = 0;
+  if (descr.find("'<f4'") != std::string::npos) width = 4;
+  else if (descr.find("'<f8'") != std::string::npos) width = 8;
+  else fail(path, ": .npy dtype must be little-endian float32 or float64, header says ", header);
+  if (field("fortran_order").find("False") == std::string::npos) fail(path, ": .npy must be C order (fortran_order False)");
+  const std::string shape = field("shape");
+  long long rows = 0, dim = 0;
+  if (std::sscanf(shape.c_str(), " (%lld, %lld)", &rows, &dim) != 2 || rows <= 0 || dim <= 0)
+    fail(path, ": .npy must hold a 2-D array, shape is ", shape.substr(0, shape.find(')') + 1));
+  const size_t data_start = header_start + header_length;
+  const size_t expected = static_cast<size_t>(rows) * static_cast<size_t>(dim) * static_cast<size_t>(width);
+  if (bytes.size() - data_start != expected)
+    fail(path, ": .npy data is ", bytes.size() - data_start, " bytes, shape (", rows, ", ", dim, ") needs ", expected);
+  EmbeddingTable table{rows, static_cast<int>(dim), std::vector<float>(static_cast<size_t>(rows) * dim)};
+  for (size_t i = 0; i < table.values.size(); ++i) {
+    if (width == 4) {
+      std::memcpy(&table.values[i], bytes.data() + data_start + 4 * i, 4);
+    } else {
+      double value;
+      std::memcpy(&value, bytes.data() + data_start + 8 * i, 8);
+      table.values[i] = static_cast<float>(value);
+    }
+  }
+  return table;
+}
+
+// word2vec binary: "V D\n", then per row a word, a space and D float32 (a newline may follow).
+bool parse_word2vec(const std::string& path, const std::vector<char>& bytes, EmbeddingTable& table) {
+  const size_t scan = std::min<size_t>(bytes.size(), 64);
+  const void* found = std::memchr(bytes.data(), '\n', scan);
+  if (!found) return false;
+  const size_t header_end = static_cast<size_t>(static_cast<const char*>(found) - bytes.data());
+  const std::string first(bytes.data(), header_end);
+  long long rows = 0, dim = 0;
+  char extra = 0;
+  if (std::sscanf(first.c_str(), "%lld %lld %c", &rows, &dim, &extra) != 2 || rows <= 0 || dim <= 0) return false;
+  table = EmbeddingTable{rows, static_cast<int>(dim), std::vector<float>(static_cast<size_t>(rows) * dim)};
+  size_t at = header_end + 1;
+  for (long long row = 0; row < rows; ++row) {
+    while (at < bytes.size() && (bytes[at] == '\n')) ++at;
+    while (at < bytes.size() && bytes[at] != ' ') ++at;  // the word
+    ++at;
+    if (at + 4 * static_cast<size_t>(dim) > bytes.size())
+      fail(path, ": word2vec file truncated at row ", row, " of ", rows);
+    std::memcpy(&table.values[static_cast<size_t>(row) * dim], bytes.data() + at, 4 * static_cast<size_t>(dim));
+    at += 4 * static_cast<size_t>(dim);
+  }
+  return true;
+}
+
+}  // namespace
+
+EmbeddingTable load_embedding_table(const std::string& path, int raw_dim) {
+  const std::vector<char> bytes = read_all(path);
+  EmbeddingTable table;
+  if (bytes.size() >= 6 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0) {
+    table = parse_npy(path, bytes);
+  } else if (!parse_word2vec(path, bytes, table)) {
+    if (raw_dim <= 0) fail(path, ": raw float32 embeddings need the embedding dim (--embedding-dim)");
+    const size_t row_bytes = 4 * static_cast<size_t>(raw_dim);
+    if (bytes.empty() || bytes.size() % row_bytes != 0)
+      fail(path, ": raw float32 file of ", bytes.size(), " bytes is not a whole number of rows of D = ", raw_dim,
+           " floats (", row_bytes, " bytes)");
+    table = EmbeddingTable{static_cast<int64_t>(bytes.size() / row_bytes), raw_dim, std::vector<float>(bytes.size() / 4)};
+    std::memcpy(table.values.data(), bytes.data(), bytes.size());
+  }
+  check_finite(path, table);
+  return table;
+}
+
+}  // namespace enhanced
