@@ -60,6 +60,7 @@ double Optimizer::step(ParameterBuffer<float>& params, const ParameterBuffer<flo
     for (size_t i = begin; i < end; ++i) sum_squares += static_cast<double>(grads.data[i]) * grads.data[i];
   });
   const double norm = std::sqrt(sum_squares);
+  if (!std::isfinite(norm)) fail("non-finite gradient (norm ", norm, ") at step ", steps_ + 1, "; weights left unchanged");
   float scale = 1.0f;
   if (config_.clip_norm > 0 && norm > config_.clip_norm)
     scale = static_cast<float>(config_.clip_norm / (norm + 1e-6));  // torch.nn.utils.clip_grad_norm_

@@ -1,0 +1,97 @@
+// enhanced-eval: loss, accuracy, macro-F1, per-label table and confusion matrix of a checkpoint
+// on a held-out .ebin set; optionally every prediction as CSV.
+#include <omp.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "enhanced/app.h"
+#include "enhanced/checkpoint.h"
+#include "enhanced/device.h"
+#include "enhanced/evaluate.h"
+#include "enhanced/safetensors.h"
+#include "layers/blas.h"
+
+namespace {
+
+using namespace enhanced;
+
+void print_report(const EvalResult& r, const std::string& data, const std::string& checkpoint) {
+  std::printf("checkpoint  %s\ndata        %s\nsamples     %lld\nloss        %.6f\naccuracy    %.4f\nmacro-F1    %.4f\n\n",
+              checkpoint.c_str(), data.c_str(), static_cast<long long>(r.samples), r.loss, r.accuracy(), r.macro_f1());
+  std::printf("%6s %9s %9s %9s %9s\n", "label", "support", "precision", "recall", "F1");
+  for (int l = 0; l < r.num_labels; ++l) {
+    int64_t support = 0;
+    for (int p = 0; p < r.num_labels; ++p) support += r.confusion[static_cast<size_t>(l) * r.num_labels + p];
+    std::printf("%6d %9lld %9.4f %9.4f %9.4f\n", l, static_cast<long long>(support), r.precision(l), r.recall(l), r.f1(l));
+  }
+  if (r.num_labels > 20) {
+    std::printf("\n(confusion matrix omitted for %d labels; use --json)\n", r.num_labels);
+    return;
+  }
+  std::printf("\nconfusion (rows: true label, columns: predicted)\n%6s", "");
+  for (int p = 0; p < r.num_labels; ++p) std::printf(" %6d", p);
+  std::printf("\n");
+  for (int t = 0; t < r.num_labels; ++t) {
+    std::printf("%6d", t);
+    for (int p = 0; p < r.num_labels; ++p)
+      std::printf(" %6lld", static_cast<long long>(r.confusion[static_cast<size_t>(t) * r.num_labels + p]));
+    std::printf("\n");
+  }
+}
+
+nlohmann::json report_json(const EvalResult& r) {
+  nlohmann::json labels = nlohmann::json::array();
+  for (int l = 0; l < r.num_labels; ++l)
+    labels.push_back({{"label", l}, {"precision", r.precision(l)}, {"recall", r.recall(l)}, {"f1", r.f1(l)}});
+  nlohmann::json confusion = nlohmann::json::array();
+  for (int t = 0; t < r.num_labels; ++t)
+    confusion.push_back(std::vector<int64_t>(r.confusion.begin() + static_cast<std::ptrdiff_t>(t) * r.num_labels,
+                                             r.confusion.begin() + static_cast<std::ptrdiff_t>(t + 1) * r.num_labels));
+  return {{"samples", r.samples}, {"loss", r.loss}, {"accuracy", r.accuracy()}, {"macro_f1", r.macro_f1()},
+          {"labels", labels}, {"confusion", confusion}};
+}
+
+void write_predictions(const std::string& path, const EvalResult& r) {
+  std::string text = "sample,label,predicted,probability\n";
+  char line[96];
+  for (const Prediction& p : r.predictions) {
+    std::snprintf(line, sizeof line, "%lld,%d,%d,%.6f\n", static_cast<long long>(p.sample), p.label, p.predicted,
+                  static_cast<double>(p.probability));
+    text += line;
+  }
+  write_file_atomically(path, {{text.data(), text.size()}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Evaluate a checkpoint on a held-out .ebin set"};
+  std::string data, checkpoint, predictions, device = "auto";
+  int batch_size = 64, threads = 0;
+  bool json = false;
+  app.add_option("--data", data, "Held-out set (.ebin)")->required();
+  app.add_option("--checkpoint", checkpoint, "Checkpoint (.safetensors from enhanced-train)")->required();
+  app.add_option("--predictions", predictions, "Write sample,label,predicted,probability rows to this CSV");
+  app.add_flag("--json", json, "Print one JSON object instead of tables");
+  app.add_option("--batch-size", batch_size, "Samples per batch")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "CPU threads (default: every core)");
+  app.add_option("--device", device, "auto, cpu or cuda")->capture_default_str();
+  return run_app(app, argc, argv, [&] {
+    const int thread_count = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    openblas_set_num_threads(thread_count);
+    omp_set_num_threads(thread_count);
+    resolve_device(device, !json);
+    const ParameterBuffer<float> params = load_checkpoint(checkpoint);
+    const Dataset dataset = Dataset::open(data);
+    if (dataset.seq_len() != params.config.seq_len)
+      fail(data, ": T = ", dataset.seq_len(), " but ", checkpoint, " was trained with T = ", params.config.seq_len);
+    dataset.check_fits_model(params.config.vocab_size, params.config.num_labels);
+    const EvalResult result = evaluate(params, dataset, batch_size, thread_count, !predictions.empty());
+    if (!predictions.empty()) write_predictions(predictions, result);
+    if (json) std::printf("%s\n", report_json(result).dump(2).c_str());
+    else print_report(result, data, checkpoint);
+    return 0;
+  });
+}

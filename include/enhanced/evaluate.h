@@ -1,0 +1,39 @@
+// Evaluation of a model over a whole dataset: loss, accuracy, per-label precision/recall/F1,
+// the confusion matrix and, on request, every prediction.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "enhanced/dataset.h"
+#include "enhanced/model.h"
+
+namespace enhanced {
+
+struct Prediction {
+  int64_t sample = 0;
+  int32_t label = 0;
+  int32_t predicted = 0;
+  float probability = 0;  // of the predicted label
+};
+
+struct EvalResult {
+  int num_labels = 0;
+  int64_t samples = 0;
+  double loss = 0;                  // mean over samples
+  std::vector<int64_t> confusion;   // (L, L): [true][predicted]
+  std::vector<Prediction> predictions;
+
+  int64_t correct() const;
+  double accuracy() const;
+  double precision(int label) const;
+  double recall(int label) const;
+  double f1(int label) const;
+  double macro_f1() const;  // over labels present in the data or predicted
+};
+
+EvalResult evaluate(const ParameterBuffer<float>& params, const Dataset& dataset, int batch_size, int threads,
+                    bool keep_predictions);
+
+}  // namespace enhanced

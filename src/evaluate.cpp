@@ -1,0 +1,81 @@
+#include "enhanced/evaluate.h"
+
+#include <algorithm>
+
+#include "enhanced/loader.h"
+#include "enhanced/network.h"
+#include "layers/softmax_xent.h"
+
+namespace enhanced {
+
+int64_t EvalResult::correct() const {
+  int64_t total = 0;
+  for (int l = 0; l < num_labels; ++l) total += confusion[static_cast<size_t>(l) * num_labels + l];
+  return total;
+}
+
+double EvalResult::accuracy() const { return samples ? static_cast<double>(correct()) / static_cast<double>(samples) : 0.0; }
+
+double EvalResult::precision(int label) const {
+  int64_t predicted = 0;
+  for (int t = 0; t < num_labels; ++t) predicted += confusion[static_cast<size_t>(t) * num_labels + label];
+  return predicted ? static_cast<double>(confusion[static_cast<size_t>(label) * num_labels + label]) / static_cast<double>(predicted) : 0.0;
+}
+
+double EvalResult::recall(int label) const {
+  int64_t actual = 0;
+  for (int p = 0; p < num_labels; ++p) actual += confusion[static_cast<size_t>(label) * num_labels + p];
+  return actual ? static_cast<double>(confusion[static_cast<size_t>(label) * num_labels + label]) / static_cast<double>(actual) : 0.0;
+}
+
+double EvalResult::f1(int label) const {
+  const double p = precision(label), r = recall(label);
+  return p + r > 0 ? 2 * p * r / (p + r) : 0.0;
+}
+
+double EvalResult::macro_f1() const {
+  double total = 0;
+  int counted = 0;
+  for (int l = 0; l < num_labels; ++l) {
+    int64_t seen = 0;
+    for (int o = 0; o < num_labels; ++o)
+      seen += confusion[static_cast<size_t>(l) * num_labels + o] + confusion[static_cast<size_t>(o) * num_labels + l];
+    if (seen == 0) continue;
+    total += f1(l);
+    ++counted;
+  }
+  return counted ? total / counted : 0.0;
+}
+
+EvalResult evaluate(const ParameterBuffer<float>& params, const Dataset& dataset, int batch_size, int threads,
+                    bool keep_predictions) {
+  const ModelConfig& c = params.config;
+  EvalResult result;
+  result.num_labels = c.num_labels;
+  result.confusion.assign(static_cast<size_t>(c.num_labels) * c.num_labels, 0);
+  LoaderOptions options;
+  options.batch_size = batch_size;
+  options.shuffle = false;
+  BatchLoader loader(dataset, options);
+  loader.start_epoch(0);
+  Activations<float> activations;
+  activations.reserve(c, batch_size);
+  std::vector<float> probabilities(static_cast<size_t>(batch_size) * c.num_labels);
+  double loss_sum = 0;
+  while (const Batch* batch = loader.next()) {
+    loss_sum += model_forward(activations, params, *batch, threads, false) * batch->size;
+    softmax_forward(probabilities.data(), activations.logits.data(), batch->size, c.num_labels);
+    for (int b = 0; b < batch->size; ++b) {
+      const float* row = probabilities.data() + static_cast<size_t>(b) * c.num_labels;
+      const int predicted = static_cast<int>(std::max_element(row, row + c.num_labels) - row);
+      ++result.confusion[static_cast<size_t>(batch->labels[b]) * c.num_labels + predicted];
+      if (keep_predictions)
+        result.predictions.push_back({batch->sample_indices[b], batch->labels[b], predicted, row[predicted]});
+    }
+    result.samples += batch->size;
+  }
+  result.loss = result.samples ? loss_sum / static_cast<double>(result.samples) : 0.0;
+  return result;
+}
+
+}  // namespace enhanced

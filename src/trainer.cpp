@@ -1,0 +1,368 @@
+#include "enhanced/trainer.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "enhanced/checkpoint.h"
+#include "enhanced/common.h"
+#include "enhanced/device.h"
+#include "enhanced/evaluate.h"
+#include "enhanced/loader.h"
+#include "enhanced/network.h"
+#include "layers/blas.h"
+#include "layers/embedding_blend.h"
+
+namespace enhanced {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Where the run stands; saved with every checkpoint so --resume continues bit for bit.
+struct RunState {
+  int64_t epoch = 0;
+  int64_t batch_in_epoch = 0;
+  int64_t step = 0;
+  double best_valid_loss = std::numeric_limits<double>::infinity();
+};
+
+std::string exact_text(double value) {  // hexadecimal float: round-trips exactly
+  char text[64];
+  std::snprintf(text, sizeof text, "%a", value);
+  return text;
+}
+
+nlohmann::json options_json(const TrainOptions& o) {
+  return {{"data", o.data_path}, {"valid", o.valid_path}, {"pretrained", o.pretrained_path},
+          {"init_from", o.init_from}, {"epochs", o.epochs}, {"steps", o.steps}, {"batch_size", o.batch_size},
+          {"hidden", o.hidden}, {"embedding_dim", o.embedding_dim}, {"vocab_size", o.vocab_size},
+          {"num_labels", o.num_labels}, {"blend", o.blend}, {"pool", o.pool},
+          {"optimizer", to_string(o.optimizer.kind)}, {"lr", exact_text(o.optimizer.learning_rate)},
+          {"momentum", exact_text(o.optimizer.momentum)}, {"beta1", exact_text(o.optimizer.beta1)},
+          {"beta2", exact_text(o.optimizer.beta2)}, {"epsilon", exact_text(o.optimizer.epsilon)},
+          {"lazy_embedding", o.optimizer.lazy_embedding}, {"clip_norm", exact_text(o.optimizer.clip_norm)},
+          {"seed", o.seed}, {"shuffle", o.shuffle}, {"drop_last", o.drop_last}, {"threads", o.threads},
+          {"log_every", o.log_every}, {"checkpoint_every", o.checkpoint_every}};
+}
+
+float exact_float(const nlohmann::json& j, const char* key) {
+  return static_cast<float>(std::strtod(j.at(key).get<std::string>().c_str(), nullptr));
+}
+
+// The saved run's options; the caller's epochs/steps, when given, extend it.
+TrainOptions resumed_options(const TrainOptions& caller, const SafetensorsReader& state_file) {
+  TrainOptions o = caller;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(state_file.metadata_value("run_options"));
+    o.data_path = j.at("data");
+    o.valid_path = j.at("valid");
+    o.pretrained_path = "";  // the table is in the checkpoint already
+    o.init_from = "";
+    o.epochs = caller.epochs ? caller.epochs : j.at("epochs").get<int64_t>();
+    o.steps = caller.steps ? caller.steps : j.at("steps").get<int64_t>();
+    o.batch_size = j.at("batch_size");
+    o.optimizer.kind = parse_optimizer_kind(j.at("optimizer"));
+    o.optimizer.learning_rate = exact_float(j, "lr");
+    o.optimizer.momentum = exact_float(j, "momentum");
+    o.optimizer.beta1 = exact_float(j, "beta1");
+    o.optimizer.beta2 = exact_float(j, "beta2");
+    o.optimizer.epsilon = exact_float(j, "epsilon");
+    o.optimizer.lazy_embedding = j.at("lazy_embedding");
+    o.optimizer.clip_norm = exact_float(j, "clip_norm");
+    o.seed = j.at("seed");
+    o.shuffle = j.at("shuffle");
+    o.drop_last = j.at("drop_last");
+    o.threads = caller.threads ? caller.threads : j.at("threads").get<int>();
+    o.log_every = j.at("log_every");
+    o.checkpoint_every = j.at("checkpoint_every");
+  } catch (const nlohmann::json::exception& e) {
+    fail(state_file.path(), ": run_options metadata is malformed (", e.what(), ")");
+  }
+  return o;
+}
+
+std::string duration_text(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto total = static_cast<long long>(seconds + 0.5);
+  char text[32];
+  if (total >= 3600) std::snprintf(text, sizeof text, "%lldh%02lldm", total / 3600, total / 60 % 60);
+  else if (total >= 60) std::snprintf(text, sizeof text, "%lldm%02llds", total / 60, total % 60);
+  else std::snprintf(text, sizeof text, "%llds", total);
+  return text;
+}
+
+void check_writable_dir(const fs::path& dir) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) fail(dir.string(), ": cannot create the output directory (", error.message(), ")");
+  const fs::path probe = dir / (".write-test." + std::to_string(::getpid()));
+  std::ofstream out(probe);
+  if (!out) fail(dir.string(), ": output directory is not writable");
+  out.close();
+  fs::remove(probe, error);
+}
+
+// Sets up the model: from a checkpoint, or from the data (and a pretrained table).
+ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, const Dataset* valid) {
+  if (!o.init_from.empty()) {
+    ParameterBuffer<float> params = load_checkpoint(o.init_from);
+    if (params.config.seq_len != train.seq_len())
+      fail(o.init_from, ": checkpoint has T = ", params.config.seq_len, ", ", train.path(), " has T = ", train.seq_len());
+    return params;
+  }
+  EmbeddingTable table;
+  if (!o.pretrained_path.empty()) {
+    table = load_embedding_table(o.pretrained_path, o.embedding_dim ? o.embedding_dim : 32);
+    if (o.embedding_dim && table.dim != o.embedding_dim)
+      fail(o.pretrained_path, ": embedding dim is ", table.dim, ", --embedding-dim says ", o.embedding_dim);
+    if (o.vocab_size && table.rows != o.vocab_size)
+      fail(o.pretrained_path, ": has ", table.rows, " rows, --vocab-size says ", o.vocab_size);
+  }
+  ModelConfig c;
+  c.embedding_dim = table.dim ? table.dim : (o.embedding_dim ? o.embedding_dim : 32);
+  const int64_t data_vocab = std::max<int64_t>(train.max_token_id(), valid ? valid->max_token_id() : -1) + 1;
+  c.vocab_size = o.vocab_size ? o.vocab_size : (table.rows ? table.rows : data_vocab);
+  c.hidden = o.hidden;
+  c.seq_len = train.seq_len();
+  c.num_labels = o.num_labels ? o.num_labels : std::max(train.num_labels(), valid ? valid->num_labels() : 0);
+  c.blend = parse_blend_mode(o.blend);
+  c.pool = parse_pool_mode(o.pool);
+  c.validate();
+  ParameterBuffer<float> params(c);
+  initialize_parameters(params, o.seed);
+  if (table.rows) std::copy(table.values.begin(), table.values.end(), params.embedding);
+  return params;
+}
+
+class TrainingRun {
+ public:
+  TrainingRun(TrainOptions options, ParameterBuffer<float> params, const Dataset& train, const Dataset* valid)
+      : o_(std::move(options)), params_(std::move(params)), grads_(params_.config), train_(train), valid_(valid),
+        optimizer_(o_.optimizer, params_.config), dir_(o_.out_dir) {}
+
+  void resume() {
+    const SafetensorsReader state((dir_ / "optimizer.safetensors").string());
+    params_ = load_checkpoint((dir_ / "last.safetensors").string());
+    grads_ = ParameterBuffer<float>(params_.config);
+    optimizer_ = Optimizer(o_.optimizer, params_.config);
+    optimizer_.load_state(state);
+    state_.epoch = std::stoll(state.metadata_value("epoch"));
+    state_.batch_in_epoch = std::stoll(state.metadata_value("batch_in_epoch"));
+    state_.step = std::stoll(state.metadata_value("step"));
+    state_.best_valid_loss = std::strtod(state.metadata_value("best_valid_loss").c_str(), nullptr);
+    const SafetensorsReader last((dir_ / "last.safetensors").string());
+    if (last.metadata_value("step") != std::to_string(state_.step))
+      fail(dir_.string(), ": last.safetensors (step ", last.metadata_value("step"), ") and optimizer.safetensors (step ",
+           state_.step, ") are from different steps");
+    std::fprintf(stderr, "resuming %s at step %lld (epoch %lld, batch %lld)\n", dir_.c_str(),
+                 static_cast<long long>(state_.step), static_cast<long long>(state_.epoch + 1),
+                 static_cast<long long>(state_.batch_in_epoch));
+  }
+
+  int run(bool append_metrics) {
+    const ModelConfig& c = params_.config;
+    metrics_.open(dir_ / "metrics.jsonl", append_metrics ? std::ios::app : std::ios::trunc);
+    if (!metrics_) fail((dir_ / "metrics.jsonl").string(), ": cannot write");
+    LoaderOptions loader_options{o_.batch_size, o_.shuffle, o_.seed, o_.drop_last, true};
+    BatchLoader loader(train_, loader_options);
+    const int64_t batches = loader.batches_per_epoch();
+    if (batches == 0) fail(train_.path(), ": no complete batch of ", o_.batch_size, " (drop-last is on)");
+    const int64_t total_steps = o_.steps > 0 ? o_.steps : o_.epochs * batches;
+    Activations<float> activations;
+    activations.reserve(c, o_.batch_size);
+    std::vector<int32_t> rows;
+    const int64_t first_step = state_.step;
+    const auto start = Clock::now();
+    std::fprintf(stderr, "model: V=%lld D=%d H=%d T=%d L=%d blend=%s pool=%s, %zu parameters; %lld steps of %d\n",
+                 static_cast<long long>(c.vocab_size), c.embedding_dim, c.hidden, c.seq_len, c.num_labels,
+                 to_string(c.blend), to_string(c.pool), params_.size(), static_cast<long long>(total_steps),
+                 o_.batch_size);
+    while (state_.step < total_steps) {
+      loader.start_epoch(state_.epoch, state_.batch_in_epoch);
+      bool epoch_done = true;
+      while (const Batch* batch = loader.next()) {
+        embedding_touched_rows(rows, batch->identifier_ids.data(), static_cast<int64_t>(batch->identifier_ids.size()),
+                               batch->cur_word_ids.data(), batch->positions());
+        const double loss = model_forward(activations, params_, *batch, threads_, true);
+        if (!std::isfinite(loss)) return stop_non_finite(loss);
+        model_backward(grads_, activations, params_, *batch, threads_);
+        optimizer_.step(params_, grads_, rows);
+        zero_gradients(grads_, rows);
+        count_batch(activations, *batch, loss);
+        ++state_.step;
+        ++state_.batch_in_epoch;
+        if (state_.step % o_.log_every == 0 || state_.step == total_steps) log_interval(batches, total_steps, first_step, start);
+        if (o_.checkpoint_every > 0 && state_.step % o_.checkpoint_every == 0) save();
+        if (state_.step == total_steps) {
+          epoch_done = state_.batch_in_epoch == batches;
+          break;
+        }
+      }
+      if (epoch_done) end_epoch();
+    }
+    save();
+    if (o_.progress) std::fprintf(stderr, "\n");
+    std::fprintf(stderr, "done: %lld steps in %s; checkpoints in %s\n", static_cast<long long>(state_.step),
+                 duration_text(seconds_since(start)).c_str(), dir_.c_str());
+    return 0;
+  }
+
+  void set_threads(int threads) { threads_ = threads; }
+
+ private:
+  static double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
+  void count_batch(const Activations<float>& activations, const Batch& batch, double loss) {
+    const int L = params_.config.num_labels;
+    int64_t correct = 0;
+    for (int b = 0; b < batch.size; ++b) {
+      const float* row = activations.logits.data() + static_cast<size_t>(b) * L;
+      correct += (std::max_element(row, row + L) - row) == batch.labels[b];
+    }
+    interval_correct_ += correct;
+    epoch_correct_ += correct;
+    interval_loss_ += loss * batch.size;
+    epoch_loss_ += loss * batch.size;
+    interval_samples_ += batch.size;
+    epoch_samples_ += batch.size;
+  }
+
+  void log_interval(int64_t batches, int64_t total_steps, int64_t first_step, Clock::time_point start) {
+    const double elapsed = seconds_since(start);
+    const double rate = static_cast<double>(state_.step - first_step) * o_.batch_size / elapsed;
+    const double eta = elapsed / static_cast<double>(state_.step - first_step) * static_cast<double>(total_steps - state_.step);
+    const double loss = interval_loss_ / static_cast<double>(interval_samples_);
+    const double accuracy = static_cast<double>(interval_correct_) / static_cast<double>(interval_samples_);
+    metrics_ << nlohmann::json{{"kind", "train"}, {"step", state_.step}, {"epoch", state_.epoch + 1},
+                               {"loss", loss}, {"accuracy", accuracy}, {"lr", o_.optimizer.learning_rate},
+                               {"samples_per_s", rate}, {"seconds", elapsed}}.dump()
+             << '\n' << std::flush;
+    if (o_.progress) {
+      const bool tty = ::isatty(2);
+      std::fprintf(stderr, "%sepoch %lld/%lld  step %lld/%lld  loss %.4f  acc %.3f  %.0f samples/s  ETA %s%s",
+                   tty ? "\r" : "", static_cast<long long>(state_.epoch + 1),
+                   static_cast<long long>((total_steps + batches - 1) / batches), static_cast<long long>(state_.step),
+                   static_cast<long long>(total_steps), loss, accuracy, rate, duration_text(eta).c_str(),
+                   tty ? "   " : "\n");
+    }
+    interval_loss_ = 0;
+    interval_correct_ = 0;
+    interval_samples_ = 0;
+  }
+
+  void end_epoch() {
+    const double samples = static_cast<double>(std::max<int64_t>(epoch_samples_, 1));
+    nlohmann::json line{{"kind", "epoch"}, {"step", state_.step}, {"epoch", state_.epoch + 1},
+                        {"loss", epoch_loss_ / samples}, {"accuracy", static_cast<double>(epoch_correct_) / samples},
+                        {"lr", o_.optimizer.learning_rate}};
+    epoch_correct_ = 0;
+    epoch_loss_ = 0;
+    epoch_samples_ = 0;
+    ++state_.epoch;
+    state_.batch_in_epoch = 0;
+    if (valid_) {
+      const EvalResult result = evaluate(params_, *valid_, o_.batch_size, threads_, false);
+      line["valid_loss"] = result.loss;
+      line["valid_accuracy"] = result.accuracy();
+      if (o_.progress) std::fprintf(stderr, "%sepoch %lld: valid loss %.4f  acc %.3f\n", ::isatty(2) ? "\n" : "",
+                                    static_cast<long long>(state_.epoch), result.loss, result.accuracy());
+      if (result.loss < state_.best_valid_loss) {
+        state_.best_valid_loss = result.loss;
+        save_checkpoint((dir_ / "best.safetensors").string(), params_, checkpoint_metadata());
+      }
+    }
+    metrics_ << line.dump() << '\n' << std::flush;
+    save();
+  }
+
+  std::map<std::string, std::string> checkpoint_metadata() const {
+    return {{"step", std::to_string(state_.step)}, {"epoch", std::to_string(state_.epoch)}};
+  }
+
+  // optimizer.safetensors first: a crash between the two writes leaves a mismatch that resume
+  // detects by step, never a silently inconsistent pair.
+  void save() {
+    SafetensorsWriter writer;
+    optimizer_.save_state(writer);
+    writer.set_metadata("run_options", options_json(o_).dump());
+    writer.set_metadata("epoch", std::to_string(state_.epoch));
+    writer.set_metadata("batch_in_epoch", std::to_string(state_.batch_in_epoch));
+    writer.set_metadata("step", std::to_string(state_.step));
+    writer.set_metadata("best_valid_loss", exact_text(state_.best_valid_loss));
+    writer.write((dir_ / "optimizer.safetensors").string());
+    save_checkpoint((dir_ / "last.safetensors").string(), params_, checkpoint_metadata());
+  }
+
+  int stop_non_finite(double loss) {
+    const fs::path last = dir_ / "last.safetensors";
+    std::fprintf(stderr, "\nerror: non-finite loss (%g) at step %lld (epoch %lld, batch %lld); training stopped. %s\n",
+                 loss, static_cast<long long>(state_.step + 1), static_cast<long long>(state_.epoch + 1),
+                 static_cast<long long>(state_.batch_in_epoch),
+                 fs::exists(last) ? ("The last good checkpoint is " + last.string()).c_str()
+                                  : "No checkpoint had been written yet.");
+    return 3;
+  }
+
+  TrainOptions o_;
+  ParameterBuffer<float> params_, grads_;
+  const Dataset& train_;
+  const Dataset* valid_;
+  Optimizer optimizer_;
+  fs::path dir_;
+  RunState state_;
+  int threads_ = 1;
+  std::ofstream metrics_;
+  double interval_loss_ = 0, epoch_loss_ = 0;
+  int64_t interval_correct_ = 0, interval_samples_ = 0, epoch_correct_ = 0, epoch_samples_ = 0;
+};
+
+}  // namespace
+
+int run_training(TrainOptions options) {
+  if (options.out_dir.empty()) fail("--out is required");
+  std::unique_ptr<SafetensorsReader> saved_state;
+  if (options.resume) {
+    saved_state = std::make_unique<SafetensorsReader>((fs::path(options.out_dir) / "optimizer.safetensors").string());
+    options = resumed_options(options, *saved_state);
+  }
+  if (options.epochs == 0) options.epochs = 1;
+  if (options.batch_size <= 0) fail("--batch-size must be positive, got ", options.batch_size);
+  if (options.log_every <= 0) fail("--log-every must be positive, got ", options.log_every);
+  const int threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  openblas_set_num_threads(threads);
+  omp_set_num_threads(threads);
+  resolve_device(options.device);
+  check_writable_dir(options.out_dir);
+
+  const Dataset train = Dataset::open(options.data_path);
+  Dataset valid;
+  if (!options.valid_path.empty()) {
+    valid = Dataset::open(options.valid_path);
+    if (valid.seq_len() != train.seq_len())
+      fail(options.valid_path, ": T = ", valid.seq_len(), " but ", options.data_path, " has T = ", train.seq_len());
+  }
+  const Dataset* valid_ptr = options.valid_path.empty() ? nullptr : &valid;
+  ParameterBuffer<float> params = options.resume ? load_checkpoint((fs::path(options.out_dir) / "last.safetensors").string())
+                                                 : build_model(options, train, valid_ptr);
+  train.check_fits_model(params.config.vocab_size, params.config.num_labels);
+  if (valid_ptr) valid.check_fits_model(params.config.vocab_size, params.config.num_labels);
+
+  TrainingRun run(options, std::move(params), train, valid_ptr);
+  run.set_threads(threads);
+  if (options.resume) run.resume();
+  return run.run(options.resume);
+}
+
+}  // namespace enhanced
