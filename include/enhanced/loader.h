@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -61,6 +62,10 @@ class BatchLoader {
   bool ready_ = false;
   int64_t request_batch_ = -1;
   int request_buffer_ = 1;
+  std::exception_ptr worker_error_;  // an exception from fill_batch, rethrown by next()
+  bool started_ = false;             // start_epoch has been called
+  void fill(int buffer, int64_t batch_index);
+  void post_request(int64_t batch_index, int buffer);  // caller holds mutex_
 };
 
 }  // namespace enhanced

@@ -1,0 +1,124 @@
+// enhanced-data: convert JSONL <-> .ebin, inspect a .ebin, write the demo data set.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "enhanced/common.h"
+#include "enhanced/dataset.h"
+#include "enhanced/demo.h"
+#include "enhanced/jsonl.h"
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void inspect(const std::string& path) {
+  enhanced::Dataset ds = enhanced::Dataset::open(path);
+  const auto& h = ds.header();
+  std::printf("file:               %s\n", path.c_str());
+  std::printf("file size:          %llu bytes\n", static_cast<unsigned long long>(ds.file_size()));
+  std::printf("format version:     %u\n", h.version);
+  std::printf("samples:            %lld\n", static_cast<long long>(ds.num_samples()));
+  std::printf("positions (T):      %d\n", ds.seq_len());
+  std::printf("labels:             %d\n", ds.num_labels());
+  std::printf("largest id:         %d\n", ds.max_token_id());
+  std::printf("identifier ids:     %llu\n", static_cast<unsigned long long>(h.num_identifier_ids));
+  std::printf("auxiliary ids:      %llu\n", static_cast<unsigned long long>(h.num_auxiliary_ids));
+  std::vector<int64_t> label_count(static_cast<size_t>(std::max(ds.num_labels(), 0)));
+  std::map<size_t, int64_t> length_count;
+  for (int64_t s = 0; s < ds.num_samples(); ++s) {
+    ++label_count[static_cast<size_t>(ds.label(s))];
+    for (int t = 0; t < ds.seq_len(); ++t) ++length_count[ds.identifier(s, t).size()];
+  }
+  const double n = static_cast<double>(std::max<int64_t>(ds.num_samples(), 1));
+  std::printf("label histogram:\n");
+  for (size_t l = 0; l < label_count.size(); ++l)
+    std::printf("  %6zu: %10lld  (%5.1f%%)\n", l, static_cast<long long>(label_count[l]),
+                100.0 * static_cast<double>(label_count[l]) / n);
+  const double positions = n * ds.seq_len();
+  std::printf("identifier length histogram (positions):\n");
+  for (const auto& [len, count] : length_count)
+    std::printf("  %6zu: %10lld  (%5.1f%%)%s\n", len, static_cast<long long>(count),
+                100.0 * static_cast<double>(count) / positions, len == 0 ? "  empty" : "");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    CLI::App app{"enhanced-data: convert, inspect and generate datasets for the enhanced engine"};
+    app.set_version_flag("--version", std::string(enhanced::version_string()));
+    app.require_subcommand(1);
+
+    std::string conv_in, conv_out;
+    int seq_len = 400;
+    bool to_jsonl = false, progress = false;
+    auto* convert = app.add_subcommand("convert", "Convert JSONL -> .ebin or .ebin -> JSONL (by extension)");
+    convert->add_option("IN", conv_in, "Input file (.jsonl or .ebin)")->required();
+    convert->add_option("OUT", conv_out, "Output file")->required();
+    convert->add_option("--seq-len,-T", seq_len, "Positions per sample (T) of the JSONL input")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    convert->add_flag("--to-jsonl", to_jsonl, "Write JSONL from a .ebin input whatever the extensions");
+    convert->add_flag("--progress", progress, "Show progress (lines/s) on stderr");
+
+    std::string inspect_path;
+    auto* insp = app.add_subcommand("inspect", "Print a summary of a .ebin file");
+    insp->add_option("FILE", inspect_path, ".ebin file")->required();
+
+    std::string demo_dir;
+    enhanced::DemoOptions demo_opts;
+    auto* demo = app.add_subcommand("demo", "Write the demo data set (train/valid/test .jsonl and .ebin, emb.bin)");
+    demo->add_option("DIR", demo_dir, "Output directory")->required();
+    demo->add_option("--train", demo_opts.train_samples, "Training samples")->capture_default_str();
+    demo->add_option("--valid", demo_opts.valid_samples, "Validation samples")->capture_default_str();
+    demo->add_option("--test", demo_opts.test_samples, "Test samples")->capture_default_str();
+    demo->add_option("--seq-len,-T", demo_opts.seq_len, "Positions per sample")->capture_default_str();
+    demo->add_option("--labels", demo_opts.num_labels, "Number of labels (segments)")->capture_default_str();
+    demo->add_option("--vocab", demo_opts.vocab_size, "Vocabulary size V")->capture_default_str();
+    demo->add_option("--dim", demo_opts.embedding_dim, "Embedding dimension D of emb.bin")->capture_default_str();
+    demo->add_option("--seed", demo_opts.seed, "Random seed")->capture_default_str();
+
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    }
+
+    if (*convert) {
+      bool ebin_in = ends_with(conv_in, ".ebin");
+      bool jsonl_in = ends_with(conv_in, ".jsonl");
+      if (to_jsonl || (ebin_in && !ends_with(conv_out, ".ebin"))) {
+        auto st = enhanced::convert_ebin_to_jsonl(conv_in, conv_out);
+        std::fprintf(stderr, "%s: %lld samples of %d positions, %llu bytes\n", conv_out.c_str(),
+                     static_cast<long long>(st.samples), st.seq_len, static_cast<unsigned long long>(st.bytes_written));
+      } else if (jsonl_in || ends_with(conv_out, ".ebin")) {
+        auto st = enhanced::convert_jsonl_to_ebin(conv_in, conv_out, seq_len, progress);
+        std::fprintf(stderr, "%s: %lld samples of %d positions, %llu bytes\n", conv_out.c_str(),
+                     static_cast<long long>(st.samples), st.seq_len, static_cast<unsigned long long>(st.bytes_written));
+      } else {
+        enhanced::fail(conv_in, ": cannot tell the direction from the extensions (.jsonl -> .ebin, .ebin -> .jsonl); "
+                                "use --to-jsonl for .ebin -> JSONL");
+      }
+    } else if (*insp) {
+      inspect(inspect_path);
+    } else if (*demo) {
+      demo_opts.show_progress = false;
+      auto f = enhanced::write_demo(demo_dir, demo_opts);
+      std::fprintf(stderr, "wrote %s, %s, %s (+ .ebin) and %s\n", f.train_jsonl.c_str(), f.valid_jsonl.c_str(),
+                   f.test_jsonl.c_str(), f.embeddings.c_str());
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    std::fprintf(stderr, "error: %s\n", msg.c_str());
+    return 1;
+  }
+}

@@ -1,0 +1,218 @@
+// Memory-mapped .ebin reader with full validation on open.
+#include "enhanced/dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "enhanced/common.h"
+
+namespace enhanced {
+
+namespace {
+
+const char* field_name(int field) {
+  switch (field) {
+    case 0: return "identifier";
+    case 1: return "auxiliary";
+    default: return "cur_word";
+  }
+}
+
+// Checks that [offset, offset + count * elem) lies inside the file and is 8-byte aligned.
+void check_section(const std::string& path, const char* name, uint64_t offset, uint64_t count,
+                   uint64_t elem, uint64_t file_size) {
+  if (offset % 8 != 0) fail(path, ": section ", name, " at offset ", offset, " is not 8-byte aligned");
+  if (offset < sizeof(DatasetHeader))
+    fail(path, ": section ", name, " at offset ", offset, " overlaps the header");
+  if (count > (std::numeric_limits<uint64_t>::max() - offset) / elem || offset + count * elem > file_size)
+    fail(path, ": section ", name, " (offset ", offset, ", ", count, " entries of ", elem,
+         " bytes) extends past the end of the file (", file_size, " bytes)");
+}
+
+}  // namespace
+
+Dataset Dataset::open(const std::string& path) {
+  Dataset ds;
+  ds.path_ = path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    fail(path, ": cannot stat: ", std::strerror(err));
+  }
+  const uint64_t real_size = static_cast<uint64_t>(st.st_size);
+  if (real_size == 0) {
+    ::close(fd);
+    fail(path, ": empty file (not an .ebin dataset)");
+  }
+  if (real_size < sizeof(DatasetHeader)) {
+    ::close(fd);
+    fail(path, ": truncated: ", real_size, " bytes, smaller than the ", sizeof(DatasetHeader),
+         "-byte header");
+  }
+  void* map = ::mmap(nullptr, real_size, PROT_READ, MAP_SHARED, fd, 0);
+  int map_err = errno;
+  ::close(fd);
+  if (map == MAP_FAILED) fail(path, ": cannot mmap: ", std::strerror(map_err));
+  ds.mapping_ = map;
+  ds.mapping_size_ = real_size;
+  // From here on `ds` owns the mapping; its destructor unmaps on any throw.
+
+  const auto* base = static_cast<const unsigned char*>(map);
+  const auto* h = reinterpret_cast<const DatasetHeader*>(base);
+  ds.header_ = h;
+  if (std::memcmp(h->magic, kDatasetMagic, sizeof(kDatasetMagic)) != 0)
+    fail(path, ": bad magic: not an .ebin dataset");
+  if (h->version != kDatasetVersion)
+    fail(path, ": unsupported version ", h->version, " (this build reads version ", kDatasetVersion, ")");
+  if (h->file_size != real_size) {
+    if (h->file_size > real_size)
+      fail(path, ": truncated: header says ", h->file_size, " bytes, file has ", real_size);
+    fail(path, ": size mismatch: header says ", h->file_size, " bytes, file has ", real_size);
+  }
+  if (h->seq_len == 0) fail(path, ": seq_len (T) is 0");
+  const uint64_t n = h->num_samples;
+  const uint64_t T = h->seq_len;
+  if (n > real_size / 4 || n * T > real_size / 4)
+    fail(path, ": header claims ", n, " samples of ", T, " positions, more than the file can hold");
+  const uint64_t np = n * T;
+
+  check_section(path, "labels", h->labels_offset, n, 4, real_size);
+  check_section(path, "cur_word", h->cur_word_offset, np, 4, real_size);
+  check_section(path, "identifier_offsets", h->identifier_offsets_offset, np + 1, 8, real_size);
+  check_section(path, "identifier_ids", h->identifier_ids_offset, h->num_identifier_ids, 4, real_size);
+  check_section(path, "auxiliary_offsets", h->auxiliary_offsets_offset, np + 1, 8, real_size);
+  check_section(path, "auxiliary_ids", h->auxiliary_ids_offset, h->num_auxiliary_ids, 4, real_size);
+
+  ds.labels_ = reinterpret_cast<const int32_t*>(base + h->labels_offset);
+  ds.cur_word_ = reinterpret_cast<const int32_t*>(base + h->cur_word_offset);
+  ds.identifier_offsets_ = reinterpret_cast<const uint64_t*>(base + h->identifier_offsets_offset);
+  ds.identifier_ids_ = reinterpret_cast<const int32_t*>(base + h->identifier_ids_offset);
+  ds.auxiliary_offsets_ = reinterpret_cast<const uint64_t*>(base + h->auxiliary_offsets_offset);
+  ds.auxiliary_ids_ = reinterpret_cast<const int32_t*>(base + h->auxiliary_ids_offset);
+
+  // Offsets: start at 0, monotone, end at the id counts.
+  auto check_offsets = [&](const uint64_t* off, uint64_t total, const char* name, int field) {
+    if (off[0] != 0) fail(path, ": ", name, "[0] is ", off[0], ", must be 0");
+    for (uint64_t p = 0; p < np; ++p) {
+      if (off[p + 1] < off[p] || off[p + 1] > total)
+        fail(path, ": sample ", p / T, ": position ", p % T, ": field ", field, " (", field_name(field),
+             ") offsets out of range: ", off[p], " .. ", off[p + 1], " (", total, " ids in all)");
+    }
+    if (off[np] != total)
+      fail(path, ": ", name, " end at ", off[np], " but the header says ", total, " ids");
+  };
+  check_offsets(ds.identifier_offsets_, h->num_identifier_ids, "identifier_offsets", 0);
+  check_offsets(ds.auxiliary_offsets_, h->num_auxiliary_ids, "auxiliary_offsets", 1);
+
+  // Ids non-negative and <= max_token_id; labels in range.
+  int32_t max_id = -1;
+  auto check_ids = [&](const int32_t* ids, const uint64_t* off, int field) {
+    for (uint64_t p = 0; p < np; ++p) {
+      for (uint64_t k = off[p]; k < off[p + 1]; ++k) {
+        if (ids[k] < 0)
+          fail(path, ": sample ", p / T, ": position ", p % T, ": field ", field, " (", field_name(field),
+               ") has negative id ", ids[k]);
+        if (ids[k] > max_id) max_id = ids[k];
+      }
+    }
+  };
+  check_ids(ds.identifier_ids_, ds.identifier_offsets_, 0);
+  check_ids(ds.auxiliary_ids_, ds.auxiliary_offsets_, 1);
+  for (uint64_t p = 0; p < np; ++p) {
+    if (ds.cur_word_[p] < 0)
+      fail(path, ": sample ", p / T, ": position ", p % T, ": field 2 (cur_word) has negative id ",
+           ds.cur_word_[p]);
+    if (ds.cur_word_[p] > max_id) max_id = ds.cur_word_[p];
+  }
+  if (max_id != h->max_token_id)
+    fail(path, ": header says the largest id is ", h->max_token_id, " but the data holds ", max_id);
+  int32_t max_label = -1;
+  for (uint64_t s = 0; s < n; ++s) {
+    if (ds.labels_[s] < 0) fail(path, ": sample ", s, ": negative label ", ds.labels_[s]);
+    if (static_cast<uint32_t>(ds.labels_[s]) >= h->num_labels)
+      fail(path, ": sample ", s, ": label ", ds.labels_[s], " >= num_labels ", h->num_labels,
+           " in the header");
+    if (ds.labels_[s] > max_label) max_label = ds.labels_[s];
+  }
+  if (static_cast<int64_t>(h->num_labels) != static_cast<int64_t>(max_label) + 1)
+    fail(path, ": header says ", h->num_labels, " labels but the largest label is ", max_label);
+  return ds;
+}
+
+Dataset::Dataset(Dataset&& other) noexcept { *this = std::move(other); }
+
+Dataset& Dataset::operator=(Dataset&& other) noexcept {
+  if (this != &other) {
+    if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
+    path_ = std::move(other.path_);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    mapping_size_ = std::exchange(other.mapping_size_, 0);
+    header_ = std::exchange(other.header_, nullptr);
+    labels_ = std::exchange(other.labels_, nullptr);
+    cur_word_ = std::exchange(other.cur_word_, nullptr);
+    identifier_offsets_ = std::exchange(other.identifier_offsets_, nullptr);
+    identifier_ids_ = std::exchange(other.identifier_ids_, nullptr);
+    auxiliary_offsets_ = std::exchange(other.auxiliary_offsets_, nullptr);
+    auxiliary_ids_ = std::exchange(other.auxiliary_ids_, nullptr);
+  }
+  return *this;
+}
+
+Dataset::~Dataset() {
+  if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
+}
+
+std::span<const int32_t> Dataset::identifier(int64_t sample, int t) const {
+  const int64_t p = position(sample, t);
+  const uint64_t b = identifier_offsets_[p], e = identifier_offsets_[p + 1];
+  return {identifier_ids_ + b, static_cast<size_t>(e - b)};
+}
+
+std::span<const int32_t> Dataset::auxiliary(int64_t sample, int t) const {
+  const int64_t p = position(sample, t);
+  const uint64_t b = auxiliary_offsets_[p], e = auxiliary_offsets_[p + 1];
+  return {auxiliary_ids_ + b, static_cast<size_t>(e - b)};
+}
+
+uint64_t Dataset::identifier_count(int64_t sample) const {
+  const int64_t p0 = position(sample, 0);
+  return identifier_offsets_[p0 + header_->seq_len] - identifier_offsets_[p0];
+}
+
+void Dataset::check_fits_model(int64_t vocab_size, int num_labels) const {
+  if (header_ == nullptr) fail("check_fits_model on an unopened dataset");
+  const int T = seq_len();
+  const int64_t n = num_samples();
+  if (max_token_id() < vocab_size) {
+    // Fast path for ids; labels are checked below. Field 1 (auxiliary) is never looked up by
+    // the model, so its ids are not held against the vocabulary.
+  } else {
+    for (int64_t s = 0; s < n; ++s) {
+      for (int t = 0; t < T; ++t) {
+        for (int32_t id : identifier(s, t))
+          if (id >= vocab_size)
+            fail(path_, ": sample ", s, ": position ", t, ": field 0 (identifier) id ", id,
+                 " does not fit the vocabulary of ", vocab_size);
+        if (cur_word(s, t) >= vocab_size)
+          fail(path_, ": sample ", s, ": position ", t, ": field 2 (cur_word) id ", cur_word(s, t),
+               " does not fit the vocabulary of ", vocab_size);
+      }
+    }
+  }
+  for (int64_t s = 0; s < n; ++s)
+    if (label(s) >= num_labels)
+      fail(path_, ": sample ", s, ": label ", label(s), " does not fit the model's ", num_labels,
+           " labels");
+}
+
+}  // namespace enhanced
