@@ -66,11 +66,19 @@ TrainOptions resumed_options(const TrainOptions& caller, const SafetensorsReader
     const nlohmann::json j = nlohmann::json::parse(state_file.metadata_value("run_options"));
     o.data_path = j.at("data");
     o.valid_path = j.at("valid");
-    o.pretrained_path = "";  // the table is in the checkpoint already
-    o.init_from = "";
-    o.epochs = caller.epochs ? caller.epochs : j.at("epochs").get<int64_t>();
-    o.steps = caller.steps ? caller.steps : j.at("steps").get<int64_t>();
+    o.pretrained_path = j.at("pretrained");  // recorded only: the model comes from last.safetensors
+    o.init_from = j.at("init_from");
+    if (caller.epochs == 0 && caller.steps == 0) {  // else the caller sets a new length
+      o.epochs = j.at("epochs").get<int64_t>();
+      o.steps = j.at("steps").get<int64_t>();
+    }
     o.batch_size = j.at("batch_size");
+    o.hidden = j.at("hidden");
+    o.embedding_dim = j.at("embedding_dim");
+    o.vocab_size = j.at("vocab_size");
+    o.num_labels = j.at("num_labels");
+    o.blend = j.at("blend");
+    o.pool = j.at("pool");
     o.optimizer.kind = parse_optimizer_kind(j.at("optimizer"));
     o.optimizer.learning_rate = exact_float(j, "lr");
     o.optimizer.momentum = exact_float(j, "momentum");
@@ -294,6 +302,11 @@ class TrainingRun {
   // optimizer.safetensors first: a crash between the two writes leaves a mismatch that resume
   // detects by step, never a silently inconsistent pair.
   void save() {
+    // Never replace a good checkpoint with a diverged one.
+    for (const float value : params_.data)
+      if (!std::isfinite(value))
+        fail("weights became non-finite by step ", state_.step, "; training stopped without saving. The last good "
+             "checkpoint is ", (dir_ / "last.safetensors").string());
     SafetensorsWriter writer;
     optimizer_.save_state(writer);
     writer.set_metadata("run_options", options_json(o_).dump());

@@ -1,0 +1,189 @@
+// enhanced-train and enhanced-eval end to end on a tiny demo set: determinism, exact resume,
+// divergence handling, and one clear line for each bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app_runner.h"
+#include "enhanced/checkpoint.h"
+#include "enhanced/demo.h"
+
+namespace enhanced {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_app;
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+class TrainCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::path(ENHANCED_TEST_TMP) / "train_cli";
+    fs::remove_all(root_);
+    DemoOptions options;
+    options.train_samples = 80;
+    options.valid_samples = 24;
+    options.test_samples = 24;
+    options.seq_len = 16;
+    options.vocab_size = 128;
+    options.embedding_dim = 8;
+    files_ = write_demo((root_ / "data").string(), options);
+  }
+
+  static std::string base_flags() {
+    return "--data " + files_.train_ebin + " --valid " + files_.valid_ebin + " --pretrained " + files_.embeddings +
+           " --embedding-dim 8 --hidden 6 --batch-size 16 --threads 2 --quiet ";
+  }
+  static fs::path dir(const std::string& name) { return root_ / name; }
+
+  static fs::path root_;
+  static DemoFiles files_;
+};
+
+fs::path TrainCli::root_;
+DemoFiles TrainCli::files_;
+
+TEST_F(TrainCli, SameCommandTwiceGivesBitIdenticalCheckpoints) {
+  for (const char* run : {"det-a", "det-b"}) {
+    const auto result = run_app("enhanced-train", base_flags() + "--epochs 2 --out " + dir(run).string());
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+  }
+  for (const char* file : {"last.safetensors", "best.safetensors", "optimizer.safetensors"}) {
+    const std::string a = read_bytes(dir("det-a") / file), b = read_bytes(dir("det-b") / file);
+    ASSERT_FALSE(a.empty()) << file;
+    EXPECT_TRUE(a == b) << file << " differs between two identical runs";
+  }
+  // One metrics line per log interval and per epoch, with the fields a plot needs.
+  std::ifstream metrics(dir("det-a") / "metrics.jsonl");
+  int epochs = 0, lines = 0;
+  for (std::string line; std::getline(metrics, line); ++lines) {
+    const auto json = nlohmann::json::parse(line);
+    for (const char* key : {"step", "epoch", "loss", "accuracy", "lr"}) EXPECT_TRUE(json.contains(key)) << line;
+    if (json["kind"] == "epoch") {
+      ++epochs;
+      EXPECT_TRUE(json.contains("valid_loss")) << line;
+    } else {
+      EXPECT_TRUE(json.contains("samples_per_s") && json.contains("seconds")) << line;
+    }
+  }
+  EXPECT_EQ(epochs, 2);
+  EXPECT_GT(lines, 2);
+}
+
+TEST_F(TrainCli, ResumeEqualsTheUninterruptedRunBitForBit) {
+  const std::string flags = base_flags() + "--optimizer sgd --lr 0.05 --momentum 0.9 ";
+  ASSERT_EQ(run_app("enhanced-train", flags + "--epochs 3 --out " + dir("full").string()).exit_code, 0);
+  // Stopped at an epoch boundary, and in the middle of an epoch (5 batches an epoch).
+  ASSERT_EQ(run_app("enhanced-train", flags + "--epochs 1 --out " + dir("cut-epoch").string()).exit_code, 0);
+  ASSERT_EQ(run_app("enhanced-train", flags + "--steps 7 --out " + dir("cut-middle").string()).exit_code, 0);
+  for (const char* run : {"cut-epoch", "cut-middle"}) {
+    const auto result = run_app("enhanced-train", "--resume --epochs 3 --quiet --out " + dir(run).string());
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_TRUE(read_bytes(dir("full") / "last.safetensors") == read_bytes(dir(run) / "last.safetensors")) << run;
+    EXPECT_TRUE(read_bytes(dir("full") / "optimizer.safetensors") == read_bytes(dir(run) / "optimizer.safetensors")) << run;
+  }
+}
+
+TEST_F(TrainCli, DivergenceStopsAndLeavesTheLastGoodCheckpointLoadable) {
+  const auto result = run_app("enhanced-train", base_flags() + "--optimizer sgd --lr 1e38 --epochs 5 --checkpoint-every 1 "
+                                                "--out " + dir("diverge").string());
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("non-finite"), std::string::npos) << result.output;
+  ASSERT_TRUE(fs::exists(dir("diverge") / "last.safetensors")) << result.output;
+  EXPECT_NO_THROW(load_checkpoint((dir("diverge") / "last.safetensors").string()));
+  const auto eval = run_app("enhanced-eval", "--data " + files_.test_ebin + " --checkpoint " +
+                                                 (dir("diverge") / "last.safetensors").string());
+  EXPECT_EQ(eval.exit_code, 0) << eval.output;
+}
+
+TEST_F(TrainCli, EvalReportsJsonAndWritesEveryPrediction) {
+  ASSERT_EQ(run_app("enhanced-train", base_flags() + "--epochs 1 --out " + dir("eval").string()).exit_code, 0);
+  const std::string checkpoint = (dir("eval") / "last.safetensors").string();
+  const fs::path predictions = dir("eval") / "predictions.csv";
+  const auto result = run_app("enhanced-eval", "--json --data " + files_.test_ebin + " --checkpoint " + checkpoint +
+                                                   " --predictions " + predictions.string() + " 2>/dev/null");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto json = nlohmann::json::parse(result.output);
+  EXPECT_EQ(json["samples"], 24);
+  EXPECT_EQ(json["confusion"].size(), 4u);
+  const double accuracy = json["accuracy"];
+  EXPECT_GE(accuracy, 0.0);
+  EXPECT_LE(accuracy, 1.0);
+  std::ifstream csv(predictions);
+  int rows = 0;
+  for (std::string line; std::getline(csv, line);) ++rows;
+  EXPECT_EQ(rows, 25);  // header + one row a sample
+}
+
+struct BadInput {
+  const char* name;
+  std::string arguments;      // appended to the training flags or given alone
+  std::vector<std::string> message_parts;
+};
+
+TEST_F(TrainCli, BadInputsGiveOneClearLineAndANonZeroExit) {
+  const fs::path bad = dir("bad");
+  fs::create_directories(bad);
+  // An embedding table with a NaN at row 3, column 2.
+  std::vector<float> table(128 * 8, 0.1f);
+  table[3 * 8 + 2] = std::numeric_limits<float>::quiet_NaN();
+  std::ofstream(bad / "nan.bin", std::ios::binary).write(reinterpret_cast<const char*>(table.data()), 128 * 8 * 4);
+  ASSERT_EQ(run_app("enhanced-train", base_flags() + "--steps 1 --out " + (bad / "ok").string()).exit_code, 0);
+  std::ofstream(bad / "not-a-dir") << "x";
+  const std::string data = "--data " + files_.train_ebin + " --hidden 4 --quiet --steps 1 ";
+  const std::vector<BadInput> cases = {
+      {"id >= V", data + "--vocab-size 50 --out " + (bad / "a").string(), {files_.train_ebin, "sample", "position"}},
+      {"label >= L", data + "--num-labels 2 --out " + (bad / "b").string(), {files_.train_ebin, "sample", "label"}},
+      {"NaN in embeddings", data + "--pretrained " + (bad / "nan.bin").string() + " --embedding-dim 8 --out " + (bad / "c").string(),
+       {"nan.bin", "row 3", "column 2"}},
+      {"embedding V mismatch", data + "--pretrained " + files_.embeddings + " --embedding-dim 8 --vocab-size 100 --out " + (bad / "d").string(),
+       {"emb.bin", "128", "100"}},
+      {"embedding D mismatch", data + "--pretrained " + files_.embeddings + " --embedding-dim 7 --out " + (bad / "e").string(),
+       {"emb.bin", "7"}},
+      {"unwritable --out", data + "--out " + (bad / "not-a-dir" / "run").string(), {"not-a-dir"}},
+      {"missing data", "--data " + (bad / "missing.ebin").string() + " --out " + (bad / "f").string(), {"missing.ebin"}},
+      {"checkpoint is not safetensors", data + "--init-from " + files_.train_ebin + " --out " + (bad / "g").string(),
+       {files_.train_ebin}},
+  };
+  for (const BadInput& c : cases) {
+    const auto result = run_app("enhanced-train", c.arguments);
+    EXPECT_NE(result.exit_code, 0) << c.name << ": " << result.output;
+    const size_t error_at = result.output.find("error: ");
+    ASSERT_NE(error_at, std::string::npos) << c.name << ": " << result.output;
+    const std::string line = result.output.substr(error_at, result.output.find('\n', error_at) - error_at);
+    for (const std::string& part : c.message_parts) EXPECT_NE(line.find(part), std::string::npos) << c.name << ": " << line;
+  }
+  // A checkpoint whose T does not match the data, at evaluation.
+  DemoOptions other;
+  other.train_samples = other.valid_samples = other.test_samples = 4;
+  other.seq_len = 12;
+  other.vocab_size = 128;
+  const DemoFiles short_files = write_demo((bad / "short").string(), other);
+  const auto result = run_app("enhanced-eval", "--data " + short_files.test_ebin + " --checkpoint " +
+                                                   (bad / "ok" / "last.safetensors").string());
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("T = 12"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("T = 16"), std::string::npos) << result.output;
+}
+
+TEST(DeviceFlag, CudaWithoutAUsableGpuIsOneClearError) {
+  const auto result = run_app("enhanced-train", "--data x.ebin --out /tmp/enhanced-device-test --device cuda");
+  if (result.output.find("no usable GPU") == std::string::npos && result.exit_code == 0)
+    GTEST_SKIP() << "a usable GPU is present: " << result.output;
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("error: --device cuda"), std::string::npos) << result.output;
+}
+
+}  // namespace
+}  // namespace enhanced
