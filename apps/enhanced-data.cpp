@@ -87,8 +87,15 @@ int main(int argc, char** argv) {
 
     try {
       app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
+    } catch (const CLI::CallForHelp& e) {
       return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+      return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+      std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+      return 1;
     }
 
     if (*convert) {

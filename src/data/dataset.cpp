@@ -82,7 +82,7 @@ Dataset Dataset::open(const std::string& path) {
   if (h->seq_len == 0) fail(path, ": seq_len (T) is 0");
   const uint64_t n = h->num_samples;
   const uint64_t T = h->seq_len;
-  if (n > real_size / 4 || n * T > real_size / 4)
+  if (n > real_size / 4 || (n != 0 && T > real_size / 4 / n))
     fail(path, ": header claims ", n, " samples of ", T, " positions, more than the file can hold");
   const uint64_t np = n * T;
 

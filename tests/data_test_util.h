@@ -1,0 +1,130 @@
+// Helpers shared by the data-layer tests: scratch directories, random ragged samples in the
+// compact JSONL form, and running the enhanced-data app.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace enhanced::test_util {
+
+// A fresh, empty directory unique to the running test.
+inline std::string scratch_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  for (char& c : name)
+    if (c == '/') c = '_';
+  std::filesystem::path dir = std::filesystem::path(ENHANCED_TEST_TMP) / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+inline void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct RaggedSample {
+  int label = 0;
+  std::vector<std::vector<int32_t>> identifier, auxiliary;
+  std::vector<int32_t> cur;
+};
+
+inline std::vector<RaggedSample> random_samples(int n, int T, uint32_t seed, int max_id = 5000,
+                                                int num_labels = 7) {
+  std::mt19937 rng(seed);
+  std::vector<RaggedSample> out(static_cast<size_t>(n));
+  for (auto& s : out) {
+    s.label = static_cast<int>(rng() % static_cast<uint32_t>(num_labels));
+    s.identifier.resize(static_cast<size_t>(T));
+    s.auxiliary.resize(static_cast<size_t>(T));
+    s.cur.resize(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t) {
+      int ni = static_cast<int>(rng() % 6), na = static_cast<int>(rng() % 3);
+      for (int k = 0; k < ni; ++k) s.identifier[t].push_back(static_cast<int32_t>(rng() % (max_id + 1)));
+      for (int k = 0; k < na; ++k) s.auxiliary[t].push_back(static_cast<int32_t>(rng() % (max_id + 1)));
+      s.cur[t] = static_cast<int32_t>(rng() % (max_id + 1));
+    }
+  }
+  return out;
+}
+
+inline std::string list_json(const std::vector<int32_t>& ids) {
+  std::string s = "[";
+  for (size_t k = 0; k < ids.size(); ++k) {
+    if (k) s.push_back(',');
+    s.append(std::to_string(ids[k]));
+  }
+  s.push_back(']');
+  return s;
+}
+
+// The compact form the converter writes back.
+inline std::string sample_json(const RaggedSample& s) {
+  std::string line = "{\"label\":";
+  line.append(std::to_string(s.label));
+  line.append(",\"tokens\":[");
+  for (size_t t = 0; t < s.cur.size(); ++t) {
+    if (t) line.push_back(',');
+    line.push_back('[');
+    line.append(list_json(s.identifier[t]));
+    line.push_back(',');
+    line.append(list_json(s.auxiliary[t]));
+    line.append(",[");
+    line.append(std::to_string(s.cur[t]));
+    line.append("]]");
+  }
+  line.append("]}");
+  return line;
+}
+
+inline std::string samples_jsonl(const std::vector<RaggedSample>& samples) {
+  std::string text;
+  for (const auto& s : samples) text += sample_json(s) + "\n";
+  return text;
+}
+
+struct AppResult {
+  int status = -1;  // exit status
+  std::string out, err;
+};
+
+// Runs enhanced-data with `args` (already shell-quoted as needed), capturing stdout and stderr.
+inline AppResult run_data_app(const std::string& args, const std::string& dir) {
+  const std::string out = dir + "/app.stdout", err = dir + "/app.stderr";
+  const std::string cmd = std::string("'") + ENHANCED_APP_DIR + "/enhanced-data' " + args + " >'" + out + "' 2>'" + err + "'";
+  int raw = std::system(cmd.c_str());
+  AppResult r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  r.out = read_text(out);
+  r.err = read_text(err);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
+}
+
+// Names of the files in `dir`.
+inline std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace enhanced::test_util

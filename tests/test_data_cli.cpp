@@ -1,0 +1,272 @@
+// The enhanced-data app: conversions, inspect, and one test per kind of bad input, checking the
+// exit status, the one-line message (file, line, position, field) and that no output is left.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+
+#include "data_test_util.h"
+#include "enhanced/common.h"
+#include "enhanced/dataset.h"
+#include "enhanced/jsonl.h"
+
+namespace enhanced {
+namespace {
+
+using namespace enhanced::test_util;
+
+// T = 4 positions.
+const std::string kGood = R"({"label":1,"tokens":[[[1,2],[],[3]],[[],[4],[5]],[[6],[],[7]],[[8,9,10],[],[11]]]})";
+
+void expect_one_line_error(const AppResult& r, const std::string& needle) {
+  EXPECT_EQ(r.status, 1) << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
+}
+
+// Converts `lines` (joined with '\n' plus a final '\n') and expects the error `needle`, with no
+// output or temporary file left beside the input.
+void expect_convert_error(const std::vector<std::string>& lines, const std::string& needle, bool final_newline = true) {
+  const std::string dir = scratch_dir();
+  std::string text;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    text += lines[i];
+    if (i + 1 < lines.size() || final_newline) text += "\n";
+  }
+  write_text(dir + "/in.jsonl", text);
+  AppResult r = run_data_app("convert '" + dir + "/in.jsonl' '" + dir + "/out.ebin' --seq-len 4", dir);
+  expect_one_line_error(r, needle);
+  EXPECT_EQ(list_dir(dir), std::vector<std::string>{"in.jsonl"}) << "output left behind";
+}
+
+TEST(DataCli, HelpAndVersion) {
+  const std::string dir = scratch_dir();
+  AppResult help = run_data_app("--help", dir);
+  EXPECT_EQ(help.status, 0);
+  for (const char* sub : {"convert", "inspect", "demo"}) EXPECT_NE(help.out.find(sub), std::string::npos) << help.out;
+  AppResult version = run_data_app("--version", dir);
+  EXPECT_EQ(version.status, 0);
+  EXPECT_NE(version.out.find(version_string()), std::string::npos) << version.out;
+  expect_one_line_error(run_data_app("", dir), "subcommand");
+  expect_one_line_error(run_data_app("convert a.jsonl", dir), "OUT is required");
+  expect_one_line_error(run_data_app("convert a.jsonl b.ebin --seq-len 0", dir), "--seq-len");
+}
+
+TEST(DataCli, ConvertBothWaysAndInspect) {
+  const std::string dir = scratch_dir();
+  auto samples = random_samples(30, 4, 123, 700, 5);
+  samples[0].identifier.assign(4, {});  // some empty identifiers for the histogram
+  const std::string text = samples_jsonl(samples);
+  write_text(dir + "/a.jsonl", text);
+  AppResult r = run_data_app("convert '" + dir + "/a.jsonl' '" + dir + "/a.ebin' --seq-len 4", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run_data_app("convert '" + dir + "/a.ebin' '" + dir + "/b.jsonl'", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(read_text(dir + "/b.jsonl"), text);
+  r = run_data_app("convert --to-jsonl '" + dir + "/a.ebin' '" + dir + "/c.txt'", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(read_text(dir + "/c.txt"), text);
+
+  r = run_data_app("inspect '" + dir + "/a.ebin'", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  Dataset ds = Dataset::open(dir + "/a.ebin");
+  for (std::string needle : {std::string("samples:            30"), std::string("positions (T):      4"),
+                             cat("labels:             ", ds.num_labels()), cat("largest id:         ", ds.max_token_id()),
+                             cat("file size:          ", ds.file_size(), " bytes"), std::string("label histogram"),
+                             std::string("identifier length histogram"), std::string("empty")})
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
+
+  // Without a trailing newline the last line still counts.
+  std::string no_final = text.substr(0, text.size() - 1);
+  write_text(dir + "/d.jsonl", no_final);
+  r = run_data_app("convert '" + dir + "/d.jsonl' '" + dir + "/d.ebin' -T 4", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(read_text(dir + "/d.ebin"), read_text(dir + "/a.ebin"));
+  // Windows line ends are accepted.
+  std::string crlf;
+  for (char c : text) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  write_text(dir + "/e.jsonl", crlf);
+  r = run_data_app("convert '" + dir + "/e.jsonl' '" + dir + "/e.ebin' -T 4", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(read_text(dir + "/e.ebin"), read_text(dir + "/a.ebin"));
+}
+
+TEST(DataCli, ConvertDefaultSeqLenIs400) {
+  const std::string dir = scratch_dir();
+  write_text(dir + "/a.jsonl", samples_jsonl(random_samples(2, 400, 1)));
+  AppResult r = run_data_app("convert '" + dir + "/a.jsonl' '" + dir + "/a.ebin'", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(Dataset::open(dir + "/a.ebin").seq_len(), 400);
+}
+
+TEST(DataCli, MissingInput) {
+  const std::string dir = scratch_dir();
+  AppResult r = run_data_app("convert '" + dir + "/nope.jsonl' '" + dir + "/out.ebin'", dir);
+  expect_one_line_error(r, "nope.jsonl: cannot open");
+  EXPECT_TRUE(list_dir(dir).empty());
+}
+
+// ---- bad JSONL: one test per kind ----------------------------------------------------------
+
+TEST(DataCliJsonl, MalformedJson) {
+  expect_convert_error({kGood, kGood, R"({"label":1,"tokens":[[[1],[],[2]] [[1],[],[2]]]})"},
+                       "in.jsonl: line 3: column 35: malformed JSON: ");
+}
+
+TEST(DataCliJsonl, MissingLabel) {
+  expect_convert_error({kGood, R"({"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],[2]],[[1],[],[2]]]})"},
+                       "in.jsonl: line 2: missing \"label\"");
+}
+
+TEST(DataCliJsonl, NonIntegerLabel) {
+  expect_convert_error({kGood, R"({"label":1.5,"tokens":[]})"},
+                       "in.jsonl: line 2: \"label\" holds a non-integer number, expected an integer");
+  expect_convert_error({R"({"label":"2","tokens":[]})"}, "in.jsonl: line 1: \"label\" holds string");
+}
+
+TEST(DataCliJsonl, NegativeLabel) {
+  expect_convert_error({kGood, kGood, kGood, R"({"label":-2,"tokens":[]})"}, "in.jsonl: line 4: negative label -2");
+}
+
+TEST(DataCliJsonl, LabelTooLarge) {
+  expect_convert_error({R"({"label":4294967296,"tokens":[]})"}, "in.jsonl: line 1: label 4294967296 does not fit int32");
+}
+
+TEST(DataCliJsonl, NotAnObject) {
+  expect_convert_error({kGood, "[1,2]"}, "in.jsonl: line 2: expected a JSON object, got array");
+}
+
+TEST(DataCliJsonl, TokensNotAList) {
+  expect_convert_error({kGood, R"({"label":1,"tokens":{"a":1}})"},
+                       "in.jsonl: line 2: \"tokens\" holds object, expected a list of positions");
+  expect_convert_error({R"({"label":1})"}, "in.jsonl: line 1: missing \"tokens\"");
+}
+
+TEST(DataCliJsonl, WrongNumberOfPositions) {
+  expect_convert_error({kGood, R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],[2]]]})"},
+                       "in.jsonl: line 2: expected 4 positions, got 3");
+}
+
+TEST(DataCliJsonl, PositionWithoutThreeLists) {
+  expect_convert_error({R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[2]],[[1],[],[2]]]})"},
+                       "in.jsonl: line 1: position 2: expected exactly 3 lists, got 2 elements");
+  expect_convert_error({R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],[2]],[[1],[],[2],[]]]})"},
+                       "in.jsonl: line 1: position 3: expected exactly 3 lists, got 4 elements");
+  expect_convert_error({R"({"label":1,"tokens":[7,[[1],[],[2]],[[1],[],[2]],[[1],[],[2]]]})"},
+                       "in.jsonl: line 1: position 0: expected exactly 3 lists, got number");
+  expect_convert_error({R"({"label":1,"tokens":[[[1],[],[2]],[[1],5,[2]],[[1],[],[2]],[[1],[],[2]]]})"},
+                       "in.jsonl: line 1: position 1: field 1 (auxiliary) holds number, expected a list");
+}
+
+TEST(DataCliJsonl, CurWordMustHoldExactlyOneId) {
+  expect_convert_error({kGood, R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2,3]],[[1],[],[2]],[[1],[],[2]]]})"},
+                       "in.jsonl: line 2: position 1: field 2 (cur_word) must hold exactly one id, got 2");
+  expect_convert_error({R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],[2]],[[1],[],[]]]})"},
+                       "in.jsonl: line 1: position 3: field 2 (cur_word) must hold exactly one id, got 0");
+}
+
+TEST(DataCliJsonl, NegativeId) {
+  expect_convert_error({kGood, kGood, R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],[2]],[[1,-5],[],[2]]]})"},
+                       "in.jsonl: line 3: position 3: field 0 (identifier) has negative id -5");
+  expect_convert_error({R"({"label":1,"tokens":[[[1],[],[-1]],[[1],[],[2]],[[1],[],[2]],[[1],[],[2]]]})"},
+                       "in.jsonl: line 1: position 0: field 2 (cur_word) has negative id -1");
+}
+
+TEST(DataCliJsonl, IdDoesNotFitInt32) {
+  expect_convert_error({R"({"label":1,"tokens":[[[1],[],[2]],[[1],[2147483648],[2]],[[1],[],[2]],[[1],[],[2]]]})"},
+                       "in.jsonl: line 1: position 1: field 1 (auxiliary) id 2147483648 does not fit int32");
+  // The largest int32 is fine.
+  const std::string dir = scratch_dir();
+  write_text(dir + "/in.jsonl", R"({"label":0,"tokens":[[[2147483647],[],[2]]]})" "\n");
+  AppResult r = run_data_app("convert '" + dir + "/in.jsonl' '" + dir + "/out.ebin' -T 1", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(Dataset::open(dir + "/out.ebin").max_token_id(), 2147483647);
+}
+
+TEST(DataCliJsonl, NonIntegerId) {
+  expect_convert_error({R"({"label":1,"tokens":[[[1],[],[2]],[[1.0],[],[2]],[[1],[],[2]],[[1],[],[2]]]})"},
+                       "in.jsonl: line 1: position 1: field 0 (identifier) holds a non-integer number, expected an integer id");
+  expect_convert_error({R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],["w"]],[[1],[],[2]]]})"},
+                       "in.jsonl: line 1: position 2: field 2 (cur_word) holds string, expected an integer id");
+}
+
+TEST(DataCliJsonl, BlankLine) {
+  expect_convert_error({kGood, kGood, "", kGood}, "in.jsonl: line 3: blank line");
+  expect_convert_error({kGood, "   ", kGood}, "in.jsonl: line 2: blank line");
+  // One trailing empty line (the final newline) is fine, a second one is a blank line.
+  expect_convert_error({kGood, kGood, ""}, "in.jsonl: line 3: blank line");
+}
+
+TEST(DataCliJsonl, EmptyFile) {
+  expect_convert_error({}, "in.jsonl: no samples", false);
+}
+
+// ---- bad .ebin through the app -------------------------------------------------------------
+
+class DataCliEbin : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = scratch_dir();
+    write_text(dir_ + "/in.jsonl", samples_jsonl(random_samples(3, 4, 17)));
+    convert_jsonl_to_ebin(dir_ + "/in.jsonl", dir_ + "/d.ebin", 4);
+    std::filesystem::remove(dir_ + "/in.jsonl");
+    bytes_ = read_text(dir_ + "/d.ebin");
+    std::memcpy(&header_, bytes_.data(), sizeof(header_));
+  }
+  template <class T>
+  void set(size_t offset, T value) {
+    std::memcpy(bytes_.data() + offset, &value, sizeof(T));
+  }
+  // inspect and convert both fail with `needle`; the conversion leaves nothing behind.
+  void expect_error(const std::string& needle) {
+    write_text(dir_ + "/d.ebin", bytes_);
+    expect_one_line_error(run_data_app("inspect '" + dir_ + "/d.ebin'", dir_), needle);
+    expect_one_line_error(run_data_app("convert '" + dir_ + "/d.ebin' '" + dir_ + "/out.jsonl'", dir_), needle);
+    EXPECT_EQ(list_dir(dir_), std::vector<std::string>{"d.ebin"});
+  }
+  std::string dir_, bytes_;
+  DatasetHeader header_{};
+};
+
+TEST_F(DataCliEbin, WrongMagic) {
+  bytes_[3] = 'Z';
+  expect_error("d.ebin: bad magic");
+}
+
+TEST_F(DataCliEbin, WrongVersion) {
+  set<uint32_t>(offsetof(DatasetHeader, version), 2);
+  expect_error("d.ebin: unsupported version 2");
+}
+
+TEST_F(DataCliEbin, Truncated) {
+  const size_t full = bytes_.size();
+  bytes_.resize(full / 2);
+  expect_error(cat("d.ebin: truncated: header says ", full, " bytes, file has ", full / 2));
+}
+
+TEST_F(DataCliEbin, SizeMismatch) {
+  set<uint64_t>(offsetof(DatasetHeader, file_size), header_.file_size - 8);
+  expect_error(cat("d.ebin: size mismatch: header says ", header_.file_size - 8, " bytes, file has ", header_.file_size));
+}
+
+TEST_F(DataCliEbin, OffsetsOutOfRange) {
+  // Position p = 6 (sample 1, t = 2): its start offset runs backwards.
+  set<uint64_t>(header_.auxiliary_offsets_offset + 8 * 7, uint64_t{1} << 40);
+  expect_error("d.ebin: sample 1: position 2: field 1 (auxiliary) offsets out of range");
+}
+
+TEST_F(DataCliEbin, SectionOutOfRange) {
+  set<uint64_t>(offsetof(DatasetHeader, cur_word_offset), header_.file_size - 8);
+  expect_error("d.ebin: section cur_word");
+}
+
+TEST_F(DataCliEbin, EmptyFile) {
+  bytes_.clear();
+  expect_error("d.ebin: empty file");
+}
+
+}  // namespace
+}  // namespace enhanced

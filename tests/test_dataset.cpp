@@ -1,0 +1,292 @@
+// .ebin reader and JSONL <-> .ebin conversion through the library API.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+
+#include "data_test_util.h"
+#include "enhanced/common.h"
+#include "enhanced/dataset.h"
+#include "enhanced/demo.h"
+#include "enhanced/jsonl.h"
+#include "enhanced/loader.h"
+
+namespace enhanced {
+namespace {
+
+using namespace enhanced::test_util;
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+// Writes `samples` as JSONL and converts them, returning the .ebin path.
+std::string make_ebin(const std::string& dir, const std::vector<RaggedSample>& samples, int T) {
+  write_text(dir + "/in.jsonl", samples_jsonl(samples));
+  convert_jsonl_to_ebin(dir + "/in.jsonl", dir + "/data.ebin", T);
+  return dir + "/data.ebin";
+}
+
+TEST(Dataset, RoundTripJsonlEbinJsonlIsByteExact) {
+  const std::string dir = scratch_dir();
+  for (int T : {1, 3, 17}) {
+    auto samples = random_samples(53, T, static_cast<uint32_t>(T) * 7u + 1u);
+    const std::string text = samples_jsonl(samples);
+    write_text(dir + "/in.jsonl", text);
+    ConvertStats st = convert_jsonl_to_ebin(dir + "/in.jsonl", dir + "/data.ebin", T);
+    EXPECT_EQ(st.samples, 53);
+    EXPECT_EQ(st.seq_len, T);
+    EXPECT_EQ(st.bytes_written, std::filesystem::file_size(dir + "/data.ebin"));
+    ConvertStats back = convert_ebin_to_jsonl(dir + "/data.ebin", dir + "/out.jsonl");
+    EXPECT_EQ(back.samples, 53);
+    EXPECT_EQ(read_text(dir + "/out.jsonl"), text) << "T = " << T;
+  }
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"data.ebin", "in.jsonl", "out.jsonl"}));
+}
+
+TEST(Dataset, FieldsMatchTheInput) {
+  const std::string dir = scratch_dir();
+  const int T = 11;
+  auto samples = random_samples(40, T, 99);
+  Dataset ds = Dataset::open(make_ebin(dir, samples, T));
+  ASSERT_EQ(ds.num_samples(), 40);
+  ASSERT_EQ(ds.seq_len(), T);
+  int max_label = 0;
+  int32_t max_id = -1;
+  uint64_t total_ident = 0;
+  for (int64_t s = 0; s < 40; ++s) {
+    const auto& in = samples[static_cast<size_t>(s)];
+    EXPECT_EQ(ds.label(s), in.label);
+    max_label = std::max(max_label, in.label);
+    uint64_t count = 0;
+    for (int t = 0; t < T; ++t) {
+      auto id = ds.identifier(s, t);
+      auto aux = ds.auxiliary(s, t);
+      EXPECT_EQ(std::vector<int32_t>(id.begin(), id.end()), in.identifier[t]);
+      EXPECT_EQ(std::vector<int32_t>(aux.begin(), aux.end()), in.auxiliary[t]);
+      EXPECT_EQ(ds.cur_word(s, t), in.cur[t]);
+      count += id.size();
+      for (int32_t x : in.identifier[t]) max_id = std::max(max_id, x);
+      for (int32_t x : in.auxiliary[t]) max_id = std::max(max_id, x);
+      max_id = std::max(max_id, in.cur[t]);
+    }
+    EXPECT_EQ(ds.identifier_count(s), count);
+    total_ident += count;
+  }
+  EXPECT_EQ(ds.num_labels(), max_label + 1);
+  EXPECT_EQ(ds.max_token_id(), max_id);
+  EXPECT_EQ(ds.header().num_identifier_ids, total_ident);
+  // Sections are 8-byte aligned.
+  for (uint64_t off : {ds.header().labels_offset, ds.header().cur_word_offset, ds.header().identifier_offsets_offset,
+                       ds.header().identifier_ids_offset, ds.header().auxiliary_offsets_offset,
+                       ds.header().auxiliary_ids_offset})
+    EXPECT_EQ(off % 8, 0u);
+}
+
+TEST(Dataset, BatchesEqualTheInput) {
+  const std::string dir = scratch_dir();
+  const int T = 9;
+  auto samples = random_samples(37, T, 5);
+  Dataset ds = Dataset::open(make_ebin(dir, samples, T));
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.shuffle = true;
+  opt.seed = 3;
+  BatchLoader loader(ds, opt);
+  loader.start_epoch(0);
+  std::vector<int> seen(37, 0);
+  while (const Batch* b = loader.next()) {
+    ASSERT_EQ(b->seq_len, T);
+    ASSERT_EQ(b->identifier_offsets.size(), static_cast<size_t>(b->positions() + 1));
+    ASSERT_EQ(b->cur_word_ids.size(), static_cast<size_t>(b->positions()));
+    ASSERT_EQ(b->identifier_offsets.back(), static_cast<int32_t>(b->identifier_ids.size()));
+    for (int r = 0; r < b->size; ++r) {
+      const auto& in = samples[static_cast<size_t>(b->sample_indices[r])];
+      ++seen[static_cast<size_t>(b->sample_indices[r])];
+      EXPECT_EQ(b->labels[r], in.label);
+      for (int t = 0; t < T; ++t) {
+        const int p = r * T + t;
+        std::vector<int32_t> ids(b->identifier_ids.begin() + b->identifier_offsets[p],
+                                 b->identifier_ids.begin() + b->identifier_offsets[p + 1]);
+        EXPECT_EQ(ids, in.identifier[t]);
+        EXPECT_EQ(b->cur_word_ids[p], in.cur[t]);
+      }
+    }
+  }
+  EXPECT_EQ(seen, std::vector<int>(37, 1));
+}
+
+TEST(Dataset, MoveKeepsTheMapping) {
+  const std::string dir = scratch_dir();
+  auto samples = random_samples(5, 4, 1);
+  Dataset a = Dataset::open(make_ebin(dir, samples, 4));
+  Dataset b(std::move(a));
+  EXPECT_EQ(b.num_samples(), 5);
+  Dataset c;
+  c = std::move(b);
+  EXPECT_EQ(c.label(4), samples[4].label);
+  c = Dataset::open(dir + "/data.ebin");  // replacing an open mapping unmaps the old one
+  EXPECT_EQ(c.cur_word(2, 3), samples[2].cur[3]);
+}
+
+TEST(Dataset, CheckFitsModelNamesSamplePositionAndField) {
+  const std::string dir = scratch_dir();
+  auto samples = random_samples(6, 5, 2, /*max_id=*/50, /*num_labels=*/3);
+  samples[4].cur[3] = 700;
+  samples[2].label = 2;
+  Dataset ds = Dataset::open(make_ebin(dir, samples, 5));
+  EXPECT_NO_THROW(ds.check_fits_model(701, 3));
+  std::string msg = error_of([&] { ds.check_fits_model(700, 3); });
+  EXPECT_NE(msg.find("data.ebin: sample 4: position 3: field 2 (cur_word) id 700"), std::string::npos) << msg;
+  msg = error_of([&] { ds.check_fits_model(701, 2); });
+  EXPECT_NE(msg.find(": label 2 does not fit the model's 2 labels"), std::string::npos) << msg;
+  samples[4].cur[3] = 1;
+  samples[1].identifier[2] = {3, 9000};
+  Dataset ds2 = Dataset::open(make_ebin(dir, samples, 5));
+  msg = error_of([&] { ds2.check_fits_model(100, 3); });
+  EXPECT_NE(msg.find("sample 1: position 2: field 0 (identifier) id 9000"), std::string::npos) << msg;
+}
+
+// ---- corrupted binaries -------------------------------------------------------------------
+
+struct Corrupt {
+  std::string dir, path, bytes;
+  explicit Corrupt(const std::string& d) : dir(d) {
+    auto samples = random_samples(4, 3, 8);
+    path = make_ebin(dir, samples, 3);
+    bytes = read_text(path);
+  }
+  template <class T>
+  void set(size_t offset, T value) {
+    std::memcpy(bytes.data() + offset, &value, sizeof(T));
+  }
+  DatasetHeader header() const {
+    DatasetHeader h;
+    std::memcpy(&h, bytes.data(), sizeof(h));
+    return h;
+  }
+  std::string open_error() {
+    write_text(path, bytes);
+    return error_of([&] { Dataset::open(path); });
+  }
+};
+
+#define EXPECT_CONTAINS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+
+TEST(DatasetErrors, WrongMagic) {
+  Corrupt c(scratch_dir());
+  c.bytes[0] = 'X';
+  EXPECT_CONTAINS(c.open_error(), "data.ebin: bad magic");
+}
+
+TEST(DatasetErrors, WrongVersion) {
+  Corrupt c(scratch_dir());
+  c.set<uint32_t>(offsetof(DatasetHeader, version), 7);
+  EXPECT_CONTAINS(c.open_error(), "data.ebin: unsupported version 7");
+}
+
+TEST(DatasetErrors, Truncated) {
+  Corrupt c(scratch_dir());
+  const size_t full = c.bytes.size();
+  c.bytes.resize(full - 8);
+  EXPECT_CONTAINS(c.open_error(), cat("data.ebin: truncated: header says ", full, " bytes, file has ", full - 8));
+  c.bytes.resize(100);
+  EXPECT_CONTAINS(c.open_error(), "data.ebin: truncated: 100 bytes, smaller than the 128-byte header");
+}
+
+TEST(DatasetErrors, SizeMismatch) {
+  Corrupt c(scratch_dir());
+  const size_t full = c.bytes.size();
+  c.bytes += std::string(8, '\0');
+  EXPECT_CONTAINS(c.open_error(), cat("data.ebin: size mismatch: header says ", full, " bytes, file has ", full + 8));
+}
+
+TEST(DatasetErrors, EmptyFile) {
+  Corrupt c(scratch_dir());
+  c.bytes.clear();
+  EXPECT_CONTAINS(c.open_error(), "data.ebin: empty file");
+}
+
+TEST(DatasetErrors, SectionOutsideTheFile) {
+  Corrupt c(scratch_dir());
+  c.set<uint64_t>(offsetof(DatasetHeader, identifier_ids_offset), c.header().file_size);
+  EXPECT_CONTAINS(c.open_error(), "data.ebin: section identifier_ids");
+}
+
+TEST(DatasetErrors, OffsetsOutOfRange) {
+  Corrupt c(scratch_dir());
+  const DatasetHeader h = c.header();
+  // Position p = 5 (sample 1, t = 2): make its end offset jump past the total.
+  c.set<uint64_t>(h.identifier_offsets_offset + 8 * 6, h.num_identifier_ids + 1);
+  EXPECT_CONTAINS(c.open_error(), "data.ebin: sample 1: position 2: field 0 (identifier) offsets out of range");
+}
+
+TEST(DatasetErrors, OffsetsNotStartingAtZero) {
+  Corrupt c(scratch_dir());
+  c.set<uint64_t>(c.header().auxiliary_offsets_offset, 1);
+  EXPECT_CONTAINS(c.open_error(), "data.ebin: auxiliary_offsets[0] is 1, must be 0");
+}
+
+TEST(DatasetErrors, NegativeIdAndBadLabel) {
+  Corrupt c(scratch_dir());
+  const DatasetHeader h = c.header();
+  c.set<int32_t>(h.cur_word_offset + 4 * 7, -3);  // sample 2, t = 1
+  EXPECT_CONTAINS(c.open_error(), "data.ebin: sample 2: position 1: field 2 (cur_word) has negative id -3");
+  Corrupt d(scratch_dir());
+  d.set<int32_t>(d.header().labels_offset + 4 * 3, static_cast<int32_t>(d.header().num_labels));
+  EXPECT_CONTAINS(d.open_error(), "data.ebin: sample 3: label");
+}
+
+TEST(DatasetErrors, MissingFile) {
+  const std::string dir = scratch_dir();
+  EXPECT_CONTAINS(error_of([&] { Dataset::open(dir + "/nope.ebin"); }), "nope.ebin: cannot open");
+}
+
+TEST(Demo, GeneratingTwiceGivesIdenticalFiles) {
+  const std::string dir = scratch_dir();
+  DemoOptions opt;
+  opt.train_samples = 300;
+  opt.valid_samples = 50;
+  opt.test_samples = 50;
+  DemoFiles a = write_demo(dir + "/a", opt);
+  DemoFiles b = write_demo(dir + "/b", opt);
+  for (auto [x, y] : {std::pair{a.train_jsonl, b.train_jsonl}, {a.valid_jsonl, b.valid_jsonl},
+                      {a.test_jsonl, b.test_jsonl}, {a.train_ebin, b.train_ebin}, {a.test_ebin, b.test_ebin},
+                      {a.embeddings, b.embeddings}}) {
+    EXPECT_EQ(read_text(x), read_text(y)) << x;
+  }
+  EXPECT_EQ(std::filesystem::file_size(a.embeddings), 2000u * 32u * 4u);
+  Dataset ds = Dataset::open(a.train_ebin);
+  EXPECT_EQ(ds.num_samples(), 300);
+  EXPECT_EQ(ds.seq_len(), 100);
+  EXPECT_EQ(ds.num_labels(), 4);
+  EXPECT_LT(ds.max_token_id(), 2000);
+  // Every sample has exactly one KEY-after-TRIGGER position, in the segment its label names.
+  for (int64_t s = 0; s < ds.num_samples(); ++s) {
+    int marked = -1, count = 0;
+    for (int t = 1; t < 100; ++t) {
+      bool trig = false, key = false;
+      for (int k = 0; k < kDemoTriggerCount; ++k) trig |= ds.cur_word(s, t - 1) == demo_trigger_id(k, 2000);
+      for (int32_t id : ds.identifier(s, t))
+        for (int k = 0; k < kDemoKeyCount; ++k) key |= id == demo_key_id(k, 2000);
+      if (trig && key) marked = t, ++count;
+    }
+    ASSERT_EQ(count, 1) << "sample " << s;
+    EXPECT_EQ(ds.label(s), marked * 4 / 100);
+  }
+  // The committed data/emb.bin is what the generator writes.
+  const std::string committed = std::string(ENHANCED_SOURCE_DIR) + "/data/emb.bin";
+  if (std::filesystem::exists(committed)) {
+    DemoFiles full = write_demo(dir + "/full");
+    EXPECT_EQ(read_text(full.embeddings), read_text(committed));
+  }
+}
+
+}  // namespace
+}  // namespace enhanced
