@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "app_runner.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/demo.h"
@@ -29,7 +31,8 @@ std::string read_bytes(const fs::path& path) {
 class TrainCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::path(ENHANCED_TEST_TMP) / "train_cli";
+    // CTest runs each test in its own process, possibly in parallel: one directory a process.
+    root_ = fs::path(ENHANCED_TEST_TMP) / ("train_cli." + std::to_string(::getpid()));
     fs::remove_all(root_);
     DemoOptions options;
     options.train_samples = 80;
@@ -40,6 +43,8 @@ class TrainCli : public ::testing::Test {
     options.embedding_dim = 8;
     files_ = write_demo((root_ / "data").string(), options);
   }
+
+  static void TearDownTestSuite() { fs::remove_all(root_); }
 
   static std::string base_flags() {
     return "--data " + files_.train_ebin + " --valid " + files_.valid_ebin + " --pretrained " + files_.embeddings +
