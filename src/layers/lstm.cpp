@@ -6,14 +6,10 @@
 #include <omp.h>
 
 #include "layers/blas.h"
+#include "layers/lstm_pointwise.h"
 
 namespace enhanced {
 namespace {
-
-template <class Real>
-Real sigmoid(Real v) {
-  return Real(1) / (Real(1) + std::exp(-v));
-}
 
 // Runs body(direction) for both directions: on two threads when allowed, with OpenBLAS held to
 // one thread inside so the two per-step GEMM streams do not fight over its pool.
@@ -66,20 +62,9 @@ void bilstm_forward(Real* y, Real* gates, Real* cell, const Real* x, const Real*
       }
       for (int b = 0; b < batch; ++b) {
         const size_t p = static_cast<size_t>(b) * seq_len + t;
-        Real* g = gates + p * G8 + direction * G4;
-        Real* c = cell + p * C + direction * H;
-        Real* h = y + p * C + direction * H;
         const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
-        for (int k = 0; k < H; ++k) {
-          const Real i = sigmoid(g[k]), f = sigmoid(g[H + k]), gg = std::tanh(g[2 * H + k]), o = sigmoid(g[3 * H + k]);
-          const Real c_new = (c_prev ? f * c_prev[k] : Real(0)) + i * gg;
-          g[k] = i;
-          g[H + k] = f;
-          g[2 * H + k] = gg;
-          g[3 * H + k] = o;
-          c[k] = c_new;
-          h[k] = o * std::tanh(c_new);
-        }
+        lstm_pointwise::forward(gates + p * G8 + direction * G4, cell + p * C + direction * H,
+                                y + p * C + direction * H, c_prev, H);
       }
     }
   });
@@ -105,25 +90,10 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
       const int t_prev = direction == 0 ? t - 1 : t + 1;
       for (int b = 0; b < batch; ++b) {
         const size_t p = static_cast<size_t>(b) * seq_len + t;
-        Real* g = gates + p * G8 + direction * G4;
-        const Real* c = cell + p * C + direction * H;
-        const Real* dh_out = dy + p * C + direction * H;
         const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
-        Real* dh_rec = dh_recurrent + static_cast<size_t>(b) * H;
-        Real* dc = dc_carry + static_cast<size_t>(b) * H;
-        for (int k = 0; k < H; ++k) {
-          const Real i = g[k], f = g[H + k], gg = g[2 * H + k], o = g[3 * H + k];
-          const Real dh = dh_out[k] + dh_rec[k];
-          const Real tanh_c = std::tanh(c[k]);
-          const Real dc_total = dc[k] + dh * o * (Real(1) - tanh_c * tanh_c);
-          const Real di = dc_total * gg, df = dc_total * (c_prev ? c_prev[k] : Real(0));
-          const Real dg = dc_total * i, d_o = dh * tanh_c;
-          dc[k] = dc_total * f;
-          g[k] = di * i * (Real(1) - i);
-          g[H + k] = df * f * (Real(1) - f);
-          g[2 * H + k] = dg * (Real(1) - gg * gg);
-          g[3 * H + k] = d_o * o * (Real(1) - o);
-        }
+        lstm_pointwise::backward(gates + p * G8 + direction * G4, dc_carry + static_cast<size_t>(b) * H,
+                                 cell + p * C + direction * H, c_prev, dy + p * C + direction * H,
+                                 dh_recurrent + static_cast<size_t>(b) * H, H);
       }
       if (step > 0) {
         // dh for the previous step: dgates[:, t, dir] (B, 4H) W_hh (4H, H).

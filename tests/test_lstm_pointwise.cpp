@@ -1,0 +1,59 @@
+// The float pointwise pass uses its own vectorizable exp/tanh: it must agree with the double
+// pass (C library exp/tanh) to float precision over the whole range gates take, saturation included.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "enhanced/random.h"
+#include "layers/lstm_pointwise.h"
+
+namespace enhanced {
+namespace {
+
+TEST(LstmPointwise, FloatMatchesDoubleToFloatPrecision) {
+  const int H = 67;  // odd: exercises the vector loops' tails
+  Random random(9);
+  for (const double range : {0.01, 1.0, 8.0, 100.0}) {
+    std::vector<float> gates(4 * H), cell(H), h(H), prev(H);
+    std::vector<double> gates_d(4 * H), cell_d(H), h_d(H), prev_d(H);
+    for (int k = 0; k < 4 * H; ++k) gates_d[k] = gates[k] = static_cast<float>(random.uniform(-range, range));
+    for (int k = 0; k < H; ++k) prev_d[k] = prev[k] = static_cast<float>(random.uniform(-2, 2));
+    lstm_pointwise::forward(gates.data(), cell.data(), h.data(), prev.data(), H);
+    lstm_pointwise::forward(gates_d.data(), cell_d.data(), h_d.data(), prev_d.data(), H);
+    for (int k = 0; k < 4 * H; ++k) EXPECT_NEAR(gates[k], gates_d[k], 4e-7 * std::fabs(gates_d[k]) + 1e-30) << range;
+    for (int k = 0; k < H; ++k) {
+      EXPECT_NEAR(cell[k], cell_d[k], 1e-6 * std::fabs(cell_d[k]) + 1e-7) << range;
+      EXPECT_NEAR(h[k], h_d[k], 1e-6 * std::fabs(h_d[k]) + 1e-7) << range;
+    }
+    // Backward from these activations, no previous cell (first step) and with one.
+    std::vector<float> dh(H), dh_rec(H), dc(H);
+    std::vector<double> dh_d(H), dh_rec_d(H), dc_d(H);
+    for (int k = 0; k < H; ++k) {
+      dh_d[k] = dh[k] = static_cast<float>(random.uniform(-1, 1));
+      dh_rec_d[k] = dh_rec[k] = static_cast<float>(random.uniform(-1, 1));
+      dc_d[k] = dc[k] = static_cast<float>(random.uniform(-1, 1));
+    }
+    for (int k = 0; k < 4 * H; ++k) gates_d[k] = gates[k];  // same activations in
+    lstm_pointwise::backward(gates.data(), dc.data(), cell.data(), nullptr, dh.data(), dh_rec.data(), H);
+    lstm_pointwise::backward(gates_d.data(), dc_d.data(), cell_d.data(), nullptr, dh_d.data(), dh_rec_d.data(), H);
+    for (int k = 0; k < 4 * H; ++k) EXPECT_NEAR(gates[k], gates_d[k], 2e-6 * std::fabs(gates_d[k]) + 2e-7) << range;
+    for (int k = 0; k < H; ++k) EXPECT_NEAR(dc[k], dc_d[k], 2e-6 * std::fabs(dc_d[k]) + 2e-7) << range;
+  }
+}
+
+TEST(LstmPointwise, ExtremePreActivationsStayFinite) {
+  const int H = 16;
+  std::vector<float> gates(4 * H), cell(H), h(H);
+  for (int k = 0; k < 4 * H; ++k) gates[k] = (k % 2 ? 1.0f : -1.0f) * 1e30f;
+  lstm_pointwise::forward(gates.data(), cell.data(), h.data(), nullptr, H);
+  for (int k = 0; k < 4 * H; ++k) {
+    EXPECT_TRUE(std::isfinite(gates[k])) << k;
+    EXPECT_GE(gates[k], -1.0f);
+    EXPECT_LE(gates[k], 1.0f);
+  }
+  for (int k = 0; k < H; ++k) EXPECT_TRUE(std::isfinite(h[k]));
+}
+
+}  // namespace
+}  // namespace enhanced
