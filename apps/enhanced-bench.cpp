@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "enhanced/app.h"
+#include "enhanced/checkpoint.h"
 #include "enhanced/device.h"
 #include "enhanced/jsonl.h"
 #include "enhanced/loader.h"
@@ -147,7 +148,7 @@ double loader_samples_per_second(const Shapes& s, int repeats) {
 int main(int argc, char** argv) {
   CLI::App app{"Benchmark the training and inference steps of the engine"};
   Shapes s;
-  std::string device = "cpu", optimizer_name = "adam";
+  std::string device = "cpu", optimizer_name = "adam", dump_case, blend = "mean", pool = "feature";
   int threads = 0, warmup = 2, repeats = 7;
   bool json = false, lazy = false, skip_loader = false;
   app.add_option("--device", device, "cpu or cuda")->capture_default_str();
@@ -159,6 +160,8 @@ int main(int argc, char** argv) {
   app.add_option("--num-labels,-L", s.labels, "L")->capture_default_str();
   app.add_option("--empty-probability", s.empty_probability, "P(identifier empty)")->capture_default_str();
   app.add_option("--max-identifier", s.max_identifier, "Identifier length uniform in 1..this")->capture_default_str();
+  app.add_option("--blend", blend, "mean or scalar-mean")->capture_default_str();
+  app.add_option("--pool", pool, "feature or time")->capture_default_str();
   app.add_option("--optimizer", optimizer_name, "sgd or adam")->capture_default_str();
   app.add_flag("--lazy-embedding-updates", lazy, "Lazy embedding updates");
   app.add_option("--threads", threads, "CPU threads (default: every core)");
@@ -166,6 +169,9 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "Timed runs")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_flag("--no-loader", skip_loader, "Skip the loader throughput measurement");
   app.add_flag("--json", json, "Print one JSON object");
+  app.add_option("--dump-case", dump_case,
+                 "Write the initial weights and the batch to this directory (checkpoint.safetensors, "
+                 "batch.safetensors) so peers time the same function on the same data");
   return run_app(app, argc, argv, [&] {
     if (resolve_device(device, false) != Device::cpu) fail("--device cuda: not implemented in this version");
     const int thread_count = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -177,6 +183,8 @@ int main(int argc, char** argv) {
     c.hidden = s.hidden;
     c.seq_len = s.seq_len;
     c.num_labels = s.labels;
+    c.blend = parse_blend_mode(blend);
+    c.pool = parse_pool_mode(pool);
     c.validate();
     ParameterBuffer<float> params(c), grads(c);
     initialize_parameters(params, 1);
@@ -190,6 +198,13 @@ int main(int argc, char** argv) {
     a.reserve(c, s.batch);
     std::vector<int32_t> rows;
     const int B = s.batch, T = s.seq_len, D = s.dim, H = s.hidden, F = c.pooled_features(), L = s.labels;
+    double initial_loss = 0;
+    if (!dump_case.empty()) {
+      std::filesystem::create_directories(dump_case);
+      save_checkpoint(dump_case + "/checkpoint.safetensors", params);
+      save_batch(dump_case + "/batch.safetensors", batch);
+    }
+    initial_loss = model_forward(a, params, batch, thread_count, false);
     std::vector<Timing> timings;
     timings.push_back(time_it("train step", warmup, repeats, [&] {
       embedding_touched_rows(rows, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
@@ -241,7 +256,7 @@ int main(int argc, char** argv) {
                          {"shapes", {{"B", s.batch}, {"T", s.seq_len}, {"D", s.dim}, {"H", s.hidden}, {"V", s.vocab},
                                      {"L", s.labels}, {"empty_probability", s.empty_probability},
                                      {"max_identifier", s.max_identifier}}},
-                         {"optimizer", optimizer_name}, {"lazy_embedding", lazy},
+                         {"blend", blend}, {"pool", pool}, {"optimizer", optimizer_name}, {"lazy_embedding", lazy}, {"initial_loss", initial_loss},
                          {"train_gflop", train_flop}, {"forward_gflop", forward_flop},
                          {"train_gflops_achieved", train_rate}, {"forward_gflops_achieved", forward_rate},
                          {"gemm_gflops", gemm_rate}, {"loader_samples_per_s", loader_rate},

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "enhanced/batch.h"
 #include "enhanced/common.h"
 
 namespace enhanced {
@@ -39,6 +40,20 @@ void save_checkpoint(const std::string& path, const ParameterBuffer<float>& para
   writer.set_metadata("blend", to_string(c.blend));
   writer.set_metadata("pool", to_string(c.pool));
   for (const auto& [key, value] : extra_metadata) writer.set_metadata(key, value);
+  writer.write(path);
+}
+
+void save_batch(const std::string& path, const Batch& batch) {
+  SafetensorsWriter writer;
+  auto add = [&](const char* name, const std::vector<int32_t>& values) {
+    writer.add(name, values.data(), {static_cast<int64_t>(values.size())});
+  };
+  add("identifier_offsets", batch.identifier_offsets);
+  add("identifier_ids", batch.identifier_ids);
+  add("cur_word_ids", batch.cur_word_ids);
+  add("labels", batch.labels);
+  writer.set_metadata("batch_size", std::to_string(batch.size));
+  writer.set_metadata("seq_len", std::to_string(batch.seq_len));
   writer.write(path);
 }
 

@@ -17,17 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void write_batch(const std::string& path, const Batch& batch) {
-  SafetensorsWriter writer;
-  writer.add("identifier_offsets", batch.identifier_offsets.data(), {static_cast<int64_t>(batch.identifier_offsets.size())});
-  writer.add("identifier_ids", batch.identifier_ids.data(), {static_cast<int64_t>(batch.identifier_ids.size())});
-  writer.add("cur_word_ids", batch.cur_word_ids.data(), {static_cast<int64_t>(batch.cur_word_ids.size())});
-  writer.add("labels", batch.labels.data(), {static_cast<int64_t>(batch.labels.size())});
-  writer.set_metadata("batch_size", std::to_string(batch.size));
-  writer.set_metadata("seq_len", std::to_string(batch.seq_len));
-  writer.write(path);
-}
-
 // Runs `steps` optimizer steps on the same batch from `start`; returns the final weights.
 ParameterBuffer<float> train_on_batch(const ParameterBuffer<float>& start, const OptimizerConfig& config,
                                       const Batch& batch, int steps) {
@@ -57,7 +46,7 @@ void write_case(const fs::path& dir, const ModelConfig& config, uint64_t seed) {
   const int B = 4;
   const Batch batch = testing::random_batch(B, config.seq_len, static_cast<int>(config.vocab_size), config.num_labels, random);
   save_checkpoint((dir / "checkpoint.safetensors").string(), params);
-  write_batch((dir / "batch.safetensors").string(), batch);
+  save_batch((dir / "batch.safetensors").string(), batch);
 
   ParameterBuffer<float> grads(config);
   Activations<float> activations;

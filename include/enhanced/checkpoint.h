@@ -16,6 +16,11 @@ ModelConfig checkpoint_config(const SafetensorsReader& file);
 // Loads and checks names, shapes and that every value is finite.
 ParameterBuffer<float> load_checkpoint(const std::string& path);
 
+// A batch as safetensors (identifier_offsets, identifier_ids, cur_word_ids, labels; I32), the
+// form tests/reference/ and the bench peers read.
+struct Batch;
+void save_batch(const std::string& path, const Batch& batch);
+
 // Pretrained embedding table: raw little-endian float32 (rows of `raw_dim` floats), NumPy .npy
 // (float32/float64, 2-D, C order) or word2vec binary. Non-finite values are errors naming the
 // file, row and column.

@@ -1,0 +1,90 @@
+"""The model in PyTorch as a user would vectorise it (embedding-bag blend, bidirectional nn.LSTM,
+max, linear, cross-entropy, Adam), timed on a bench case. Prints one JSON object.
+
+usage: peer_torch.py CASE_DIR --threads N [--warmup W] [--repeats R]"""
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from case_io import load_case
+
+
+class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.embedding = nn.Embedding(c["vocab_size"], c["embedding_dim"])
+        self.lstm = nn.LSTM(c["embedding_dim"], c["hidden"], batch_first=True, bidirectional=True)
+        features = c["seq_len"] if c["pool"] == "feature" else 2 * c["hidden"]
+        self.dense = nn.Linear(features, c["num_labels"])
+
+    def forward(self, ids, offsets, counts, cur, B, T):
+        weight = self.embedding.weight
+        current = F.embedding(cur, weight)
+        if self.c["blend"] == "mean":
+            identifier = F.embedding_bag(ids, weight, offsets, mode="mean")  # empty bags give 0
+        else:  # the original: one scalar mean over all n*D numbers of the identifier rows
+            sums = F.embedding_bag(ids, weight, offsets, mode="sum").sum(dim=1, keepdim=True)
+            identifier = sums / (counts.clamp(min=1) * weight.shape[1]).unsqueeze(1)
+        x = torch.where((counts > 0).unsqueeze(1), 0.5 * identifier + 0.5 * current, current)
+        y, _ = self.lstm(x.view(B, T, -1))
+        pooled = y.max(dim=2).values if self.c["pool"] == "feature" else y.max(dim=1).values
+        return self.dense(pooled)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case")
+    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    c, weights, batch = load_case(args.case)
+    model = Model(c)
+    model.load_state_dict({name: torch.from_numpy(np.ascontiguousarray(value)) for name, value in weights.items()})
+    offsets_all = torch.from_numpy(batch["identifier_offsets"].astype(np.int64))
+    ids = torch.from_numpy(batch["identifier_ids"].astype(np.int64))
+    offsets = offsets_all[:-1].contiguous()
+    counts = (offsets_all[1:] - offsets_all[:-1]).float()
+    cur = torch.from_numpy(batch["cur_word_ids"].astype(np.int64))
+    labels = torch.from_numpy(batch["labels"].astype(np.int64))
+    B, T = c["batch_size"], c["seq_len"]
+    with torch.no_grad():
+        loss = F.cross_entropy(model(ids, offsets, counts, cur, B, T), labels).item()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+
+    def train_step():
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(ids, offsets, counts, cur, B, T), labels).backward()
+        optimizer.step()
+
+    def inference_step():
+        with torch.no_grad():
+            model(ids, offsets, counts, cur, B, T)
+
+    def timed(body):
+        for _ in range(args.warmup):
+            body()
+        seconds = []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            body()
+            seconds.append(time.perf_counter() - start)
+        return {"min_s": min(seconds), "median_s": statistics.median(seconds), "max_s": max(seconds)}
+
+    inference = timed(inference_step)  # before training moves the weights (the loss is checked above)
+    train = timed(train_step)
+    print(json.dumps({"peer": "pytorch", "version": torch.__version__, "threads": args.threads, "loss": loss,
+                      "times": {"train step": train, "inference step": inference}}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""Side-by-side benchmark: enhanced-bench against PyTorch and TensorFlow on the same shapes, the
+same data (the engine's dumped case) and the same thread counts. Each peer first computes the
+loss of the same weights on the same batch, which must match the engine's to 1e-4.
+
+usage: peers.py --bench BUILD/apps/enhanced-bench --tf-python .venv-bench/bin/python --out DIR
+                [-B 64 -T 400 -D 32 -H 128 -V 50000 -L 104] [--repeats 5] [--threads 1,2]
+                [--original-batch 2] [--sweep] [--plots DIR]"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TORCH_PYTHON = "/usr/bin/python3"  # Debian's python3-torch
+
+
+def run_json(command):
+    result = subprocess.run(command, capture_output=True, text=True, cwd=HERE)
+    if result.returncode != 0:
+        sys.exit(f"peers.py: {' '.join(command)} failed:\n{result.stderr[-2000:]}")
+    try:
+        return json.loads(result.stdout)
+    except json.JSONDecodeError:  # a peer may print log lines before its one JSON line
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def engine(args, shapes, case_dir=None, blend="mean", repeats=None, loader=False):
+    command = [args.bench, "--json", "--repeats", str(repeats or args.repeats), "--warmup", "2", "--blend", blend,
+               "-B", str(shapes["B"]), "-T", str(shapes["T"]), "-D", str(shapes["D"]), "-H", str(shapes["H"]),
+               "-V", str(shapes["V"]), "-L", str(shapes["L"])]
+    if case_dir:
+        command += ["--dump-case", case_dir]
+    if not loader:
+        command.append("--no-loader")
+    return run_json(command)
+
+
+def peer(python, script, case_dir, threads, repeats, extra=()):
+    return run_json([python, os.path.join(HERE, script), case_dir, "--threads", str(threads), "--repeats", str(repeats),
+                     *extra])
+
+
+def check_loss(name, peer_loss, engine_loss):
+    error = abs(peer_loss - engine_loss) / max(abs(engine_loss), 1e-12)
+    if error > 1e-4:
+        sys.exit(f"peers.py: {name} computes loss {peer_loss}, the engine {engine_loss} (relative error {error:.2e}): "
+                 "not the same function, no timing reported")
+    return error
+
+
+def best_of_threads(runs):
+    """The faster thread setting counts, per figure."""
+    best = {}
+    for run in runs:
+        for figure, t in run["times"].items():
+            if figure not in best or t["median_s"] < best[figure]["median_s"]:
+                best[figure] = dict(t, threads=run["threads"])
+    return best
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--bench", required=True)
+    p.add_argument("--tf-python", default=None, help="Python with tensorflow-cpu (the bench venv); omit to skip TF")
+    p.add_argument("--out", required=True)
+    for flag, default in (("-B", 64), ("-T", 400), ("-D", 32), ("-H", 128), ("-V", 50000), ("-L", 104)):
+        p.add_argument(flag, type=int, default=default)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--original-batch", type=int, default=2)
+    p.add_argument("--sweep", action="store_true", help="also time engine and fastest peer against T and B, and plot")
+    p.add_argument("--plots", default=None, help="directory for the sweep PNGs")
+    args = p.parse_args()
+    args.bench = os.path.abspath(args.bench)
+    if args.tf_python:
+        args.tf_python = os.path.abspath(args.tf_python)
+    os.makedirs(args.out, exist_ok=True)
+    shapes = {"B": args.B, "T": args.T, "D": args.D, "H": args.H, "V": args.V, "L": args.L}
+    threads = [int(t) for t in args.threads.split(",")]
+
+    case = os.path.join(os.path.abspath(args.out), "case")
+    print(f"engine: timing B={args.B} T={args.T} D={args.D} H={args.H} V={args.V} L={args.L} ...", flush=True)
+    mine = engine(args, shapes, case, loader=True)
+    results = {"shapes": shapes, "engine": mine, "peers": {}}
+
+    runs = []
+    for t in threads:
+        print(f"pytorch: {t} thread(s) ...", flush=True)
+        run = peer(TORCH_PYTHON, "peer_torch.py", case, t, args.repeats)
+        run["loss_relative_error"] = check_loss("pytorch", run["loss"], mine["initial_loss"])
+        runs.append(run)
+    results["peers"]["pytorch"] = {"runs": runs, "best": best_of_threads(runs)}
+
+    if args.tf_python:
+        runs = []
+        for t in threads:
+            print(f"tensorflow (vectorised): {t} thread(s) ...", flush=True)
+            run = peer(args.tf_python, "peer_tf.py", case, t, args.repeats, ("--design", "vectorised"))
+            run["loss_relative_error"] = check_loss("tensorflow-vectorised", run["loss"], mine["initial_loss"])
+            runs.append(run)
+        results["peers"]["tensorflow-vectorised"] = {"runs": runs, "best": best_of_threads(runs)}
+        # The original map_fn design on a small batch, against the engine's scalar-mean loss on it.
+        small = dict(shapes, B=args.original_batch)
+        small_case = os.path.join(os.path.abspath(args.out), "case-original")
+        small_engine = engine(args, small, small_case, blend="scalar-mean", repeats=1)
+        runs = []
+        for t in threads:
+            print(f"tensorflow (original map_fn, B={args.original_batch}): {t} thread(s) ...", flush=True)
+            run = peer(args.tf_python, "peer_tf.py", small_case, t, 2, ("--design", "original", "--warmup", "1"))
+            run["loss_relative_error"] = check_loss("tensorflow-original", run["loss"], small_engine["initial_loss"])
+            scale = args.B / args.original_batch  # extrapolated to the full batch
+            run["times"] = {k: {m: v * scale for m, v in t_.items()} for k, t_ in run["times"].items()}
+            run["extrapolated_from_batch"] = args.original_batch
+            runs.append(run)
+        results["peers"]["tensorflow-original"] = {"runs": runs, "best": best_of_threads(runs)}
+
+    print_table(results)
+    if args.sweep:
+        results["sweep"] = sweep(args, shapes, results)
+        if args.plots:
+            plot(results["sweep"], args.plots)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    print(f"\nresults: {os.path.join(args.out, 'results.json')}")
+
+
+def print_table(results):
+    mine = results["engine"]
+    s = results["shapes"]
+    print(f"\nB={s['B']} T={s['T']} D={s['D']} H={s['H']} V={s['V']} L={s['L']}; engine: {mine['threads']} threads, "
+          f"{mine['blas'].split(' NO_')[0]}; peers: the faster of their thread settings (median ms)")
+    names = list(results["peers"])
+    print(f"{'figure':<16}{'engine':>10}" + "".join(f"{n:>24}" for n in names) + f"{'vs fastest peer':>18}")
+    for figure in ("train step", "inference step"):
+        engine_ms = 1e3 * mine["times"][figure]["median_s"]
+        cells, fastest = "", None
+        for n in names:
+            t = results["peers"][n]["best"][figure]
+            ms = 1e3 * t["median_s"]
+            fastest = ms if fastest is None else min(fastest, ms)
+            cells += f"{ms:>18.1f} ({t['threads']}t)"
+        print(f"{figure:<16}{engine_ms:>10.1f}{cells}{fastest / engine_ms:>17.2f}x")
+    gemm = mine["gemm_gflops"]
+    print(f"\nengine train step: {mine['train_gflops_achieved']:.1f} GFLOP/s = "
+          f"{100 * mine['train_gflops_achieved'] / gemm:.0f}% of the machine's measured sgemm rate ({gemm:.1f} GFLOP/s)")
+    if mine.get("loader_samples_per_s"):
+        consumed = s["B"] / mine["times"]["train step"]["median_s"]
+        print(f"loader: {mine['loader_samples_per_s']:.0f} samples/s on one core = "
+              f"{mine['loader_samples_per_s'] / consumed:.0f}x what the train step consumes")
+
+
+def sweep(args, shapes, results):
+    peers = {n: r["best"]["train step"]["median_s"] for n, r in results["peers"].items() if n != "tensorflow-original"}
+    fastest = min(peers, key=peers.get)
+    threads = results["peers"][fastest]["best"]["train step"]["threads"]
+    out = {"peer": fastest, "peer_threads": threads, "T": [], "B": []}
+    for axis, values in (("T", (50, 100, 200, 400, 800, 1600)), ("B", (1, 4, 16, 64, 256))):
+        for v in values:
+            s = dict(shapes, **{axis: v})
+            case = os.path.join(os.path.abspath(args.out), f"case-{axis}{v}")
+            print(f"sweep {axis}={v} ...", flush=True)
+            mine = engine(args, s, case, repeats=3)
+            if fastest == "pytorch":
+                other = peer(TORCH_PYTHON, "peer_torch.py", case, threads, 3)
+            else:
+                other = peer(args.tf_python, "peer_tf.py", case, threads, 3, ("--design", "vectorised"))
+            check_loss(fastest, other["loss"], mine["initial_loss"])
+            out[axis].append({axis: v, "engine_s": mine["times"]["train step"]["median_s"],
+                              "peer_s": other["times"]["train step"]["median_s"]})
+    return out
+
+
+def plot(data, directory):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    os.makedirs(directory, exist_ok=True)
+    for axis, label in (("T", "sequence length T (B = 64)"), ("B", "batch size B (T = 400)")):
+        xs = [row[axis] for row in data[axis]]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(xs, [1e3 * r["engine_s"] for r in data[axis]], "o-", label="enhanced (CPU)")
+        ax.plot(xs, [1e3 * r["peer_s"] for r in data[axis]], "s--", label=f"{data['peer']} ({data['peer_threads']} threads)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("training step, ms (median)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(directory, f"bench-train-vs-{axis}.png"), dpi=110)
+        plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
