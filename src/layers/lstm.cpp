@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include <omp.h>
 
 #include "layers/blas.h"
 #include "layers/lstm_pointwise.h"
+#include "layers/small_gemm.h"
 
 namespace enhanced {
 namespace {
@@ -29,6 +31,55 @@ void for_each_direction(int threads, Body body) {
 // Time index of step s in a direction, forward 0..T-1, reverse T-1..0.
 inline int step_time(int direction, int step, int seq_len) { return direction == 0 ? step : seq_len - 1 - step; }
 
+// The per-step recurrent products. float: the packed small GEMM, with each direction's W_hh packed
+// once per call into a per-thread buffer (grown once, then reused: no allocation in steady state);
+// double (the gradient checks): BLAS.
+struct RecurrentWeights {
+  const float* packed_float = nullptr;
+  const double* plain_double = nullptr;
+};
+
+std::vector<float>& packing_buffer() {
+  thread_local std::vector<float> buffer;
+  return buffer;
+}
+
+// Forward operand: element (k, n) = W_hh[n][k], for C (B, 4H) += h (B, H) W_hh^T.
+inline RecurrentWeights prepare_forward(const float* w_hh, int hidden) {
+  std::vector<float>& buffer = packing_buffer();
+  buffer.resize(small_gemm::packed_size(hidden, 4 * hidden));
+  small_gemm::pack(buffer.data(), w_hh, hidden, 4 * hidden, static_cast<size_t>(hidden), 1);
+  return {buffer.data(), nullptr};
+}
+inline RecurrentWeights prepare_forward(const double* w_hh, int) { return {nullptr, w_hh}; }
+
+// Backward operand: element (k, n) = W_hh[k][n], for dh (B, H) = dgates (B, 4H) W_hh.
+inline RecurrentWeights prepare_backward(const float* w_hh, int hidden) {
+  std::vector<float>& buffer = packing_buffer();
+  buffer.resize(small_gemm::packed_size(4 * hidden, hidden));
+  small_gemm::pack(buffer.data(), w_hh, 4 * hidden, hidden, 1, static_cast<size_t>(hidden));
+  return {buffer.data(), nullptr};
+}
+inline RecurrentWeights prepare_backward(const double* w_hh, int) { return {nullptr, w_hh}; }
+
+inline void recurrent_forward(float* gates, int ld_gates, const float* h, int ld_h, const RecurrentWeights& w,
+                              int batch, int hidden) {
+  small_gemm::multiply(gates, ld_gates, h, ld_h, w.packed_float, batch, 4 * hidden, hidden, true);
+}
+inline void recurrent_forward(double* gates, int ld_gates, const double* h, int ld_h, const RecurrentWeights& w,
+                              int batch, int hidden) {
+  gemm(false, true, batch, 4 * hidden, hidden, 1.0, h, ld_h, w.plain_double, hidden, 1.0, gates, ld_gates);
+}
+
+inline void recurrent_backward(float* dh, const float* dgates, int ld_dgates, const RecurrentWeights& w, int batch,
+                               int hidden) {
+  small_gemm::multiply(dh, hidden, dgates, ld_dgates, w.packed_float, batch, hidden, 4 * hidden, false);
+}
+inline void recurrent_backward(double* dh, const double* dgates, int ld_dgates, const RecurrentWeights& w, int batch,
+                               int hidden) {
+  gemm(false, false, batch, hidden, 4 * hidden, 1.0, dgates, ld_dgates, w.plain_double, hidden, 0.0, dh, hidden);
+}
+
 }  // namespace
 
 size_t bilstm_backward_scratch_size(int batch, int seq_len, int hidden) {
@@ -50,15 +101,14 @@ void bilstm_forward(Real* y, Real* gates, Real* cell, const Real* x, const Real*
   }
   const size_t gates_time_stride = static_cast<size_t>(seq_len) * G8;  // rows of one time step are B apart
   for_each_direction(threads, [&](int direction) {
-    const Real* w_hh = weight_hh + static_cast<size_t>(direction) * G4 * H;
+    const RecurrentWeights w_hh = prepare_forward(weight_hh + static_cast<size_t>(direction) * G4 * H, H);
     for (int step = 0; step < seq_len; ++step) {
       const int t = step_time(direction, step, seq_len);
       const int t_prev = direction == 0 ? t - 1 : t + 1;
       if (step > 0) {
         // gates[:, t, dir] += h[:, t_prev, dir] W_hh^T: rows strided by T in the (B, T, .) layout.
-        gemm(false, true, batch, G4, H, Real(1), y + static_cast<size_t>(t_prev) * C + direction * H, seq_len * C,
-             w_hh, H, Real(1), gates + static_cast<size_t>(t) * G8 + direction * G4,
-             static_cast<int>(gates_time_stride));
+        recurrent_forward(gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<int>(gates_time_stride),
+                          y + static_cast<size_t>(t_prev) * C + direction * H, seq_len * C, w_hh, batch, H);
       }
       for (int b = 0; b < batch; ++b) {
         const size_t p = static_cast<size_t>(b) * seq_len + t;
@@ -84,7 +134,7 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
     Real* dc_carry = scratch + (2 * direction + 1) * state;  // (B, H)
     std::memset(dh_recurrent, 0, state * sizeof(Real));
     std::memset(dc_carry, 0, state * sizeof(Real));
-    const Real* w_hh = weight_hh + static_cast<size_t>(direction) * G4 * H;
+    const RecurrentWeights w_hh = prepare_backward(weight_hh + static_cast<size_t>(direction) * G4 * H, H);
     for (int step = seq_len - 1; step >= 0; --step) {
       const int t = step_time(direction, step, seq_len);
       const int t_prev = direction == 0 ? t - 1 : t + 1;
@@ -97,8 +147,8 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
       }
       if (step > 0) {
         // dh for the previous step: dgates[:, t, dir] (B, 4H) W_hh (4H, H).
-        gemm(false, false, batch, H, G4, Real(1), gates + static_cast<size_t>(t) * G8 + direction * G4, seq_len * G8,
-             w_hh, H, Real(0), dh_recurrent, H);
+        recurrent_backward(dh_recurrent, gates + static_cast<size_t>(t) * G8 + direction * G4, seq_len * G8, w_hh,
+                           batch, H);
       }
     }
     // dW_hh += dgates^T (4H, P) h_prev (P, H), with h_prev zero at each sequence's first step.
