@@ -174,9 +174,7 @@ int main(int argc, char** argv) {
                  "batch.safetensors) so peers time the same function on the same data");
   return run_app(app, argc, argv, [&] {
     if (resolve_device(device, false) != Device::cpu) fail("--device cuda: not implemented in this version");
-    const int thread_count = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    openblas_set_num_threads(thread_count);
-    omp_set_num_threads(thread_count);
+    const int thread_count = configure_cpu_threads(threads);
     ModelConfig c;
     c.vocab_size = s.vocab;
     c.embedding_dim = s.dim;
@@ -246,7 +244,7 @@ int main(int argc, char** argv) {
     timings.push_back(time_it("optimizer", warmup, repeats, [&] { optimizer.step(params, grads, rows); }));
     const double gemm_rate = measure_gemm_gflops(thread_count, warmup, repeats);
     const double loader_rate = skip_loader ? 0.0 : loader_samples_per_second(s, repeats);
-    openblas_set_num_threads(thread_count);
+    configure_cpu_threads(thread_count);  // the GEMM-rate measurement gave BLAS the threads
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     const double train_flop = train_gflop(s, c), forward_flop = forward_gflop(s, c);

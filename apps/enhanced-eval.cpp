@@ -1,17 +1,14 @@
 // enhanced-eval: loss, accuracy, macro-F1, per-label table and confusion matrix of a checkpoint
 // on a held-out .ebin set; optionally every prediction as CSV.
-#include <omp.h>
-
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "enhanced/app.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/device.h"
 #include "enhanced/evaluate.h"
 #include "enhanced/safetensors.h"
-#include "layers/blas.h"
+#include "enhanced/network.h"
 
 namespace {
 
@@ -79,9 +76,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads (default: every core)");
   app.add_option("--device", device, "auto, cpu or cuda")->capture_default_str();
   return run_app(app, argc, argv, [&] {
-    const int thread_count = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    openblas_set_num_threads(thread_count);
-    omp_set_num_threads(thread_count);
+    const int thread_count = configure_cpu_threads(threads);
     resolve_device(device, !json);
     const ParameterBuffer<float> params = load_checkpoint(checkpoint);
     const Dataset dataset = Dataset::open(data);

@@ -1,6 +1,12 @@
 #include "enhanced/network.h"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <thread>
+
 #include "enhanced/common.h"
+#include "layers/blas.h"
 #include "layers/dense.h"
 #include "layers/embedding_blend.h"
 #include "layers/lstm.h"
@@ -8,6 +14,13 @@
 #include "layers/softmax_xent.h"
 
 namespace enhanced {
+
+int configure_cpu_threads(int requested) {
+  const int threads = requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  openblas_set_num_threads(1);
+  omp_set_num_threads(threads);
+  return threads;
+}
 
 template <class Real>
 void Activations<Real>::reserve(const ModelConfig& config, int batch) {

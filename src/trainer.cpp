@@ -1,6 +1,5 @@
 #include "enhanced/trainer.h"
 
-#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,7 +10,6 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "enhanced/checkpoint.h"
 #include "enhanced/common.h"
@@ -19,7 +17,6 @@
 #include "enhanced/evaluate.h"
 #include "enhanced/loader.h"
 #include "enhanced/network.h"
-#include "layers/blas.h"
 #include "layers/embedding_blend.h"
 
 namespace enhanced {
@@ -353,9 +350,7 @@ int run_training(TrainOptions options) {
   if (options.epochs == 0) options.epochs = 1;
   if (options.batch_size <= 0) fail("--batch-size must be positive, got ", options.batch_size);
   if (options.log_every <= 0) fail("--log-every must be positive, got ", options.log_every);
-  const int threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  openblas_set_num_threads(threads);
-  omp_set_num_threads(threads);
+  const int threads = configure_cpu_threads(options.threads);
   resolve_device(options.device);
   check_writable_dir(options.out_dir);
 

@@ -30,6 +30,11 @@ struct Activations {
   void reserve(const ModelConfig& config, int batch);
 };
 
+// Sets the engine's CPU threads: `requested`, or every core when 0; returns the count. BLAS is
+// kept single-threaded, since the layers split their work over these threads themselves
+// (an idle BLAS pool spinning beside them would steal the cores).
+int configure_cpu_threads(int requested);
+
 // Runs the model on `batch`; returns the mean loss. With `with_gradient`, also leaves
 // d loss / d logits in activations.dlogits for backward.
 template <class Real>

@@ -13,18 +13,16 @@
 namespace enhanced {
 namespace {
 
-// Runs body(direction) for both directions: on two threads when allowed, with OpenBLAS held to
-// one thread inside so the two per-step GEMM streams do not fight over its pool.
+// Runs body(part) for parts 0 and 1 (the two directions, or two halves of a GEMM): on two
+// threads when allowed. BLAS runs single-threaded (configure_cpu_threads), so the engine's two
+// threads are the only ones competing for the cores.
 template <class Body>
-void for_each_direction(int threads, Body body) {
+void in_two_parts(int threads, Body body) {
   if (threads >= 2) {
-    const int blas_threads = openblas_get_num_threads();
-    openblas_set_num_threads(1);
 #pragma omp parallel for num_threads(2) schedule(static, 1)
-    for (int direction = 0; direction < 2; ++direction) body(direction);
-    openblas_set_num_threads(blas_threads);
+    for (int part = 0; part < 2; ++part) body(part);
   } else {
-    for (int direction = 0; direction < 2; ++direction) body(direction);
+    for (int part = 0; part < 2; ++part) body(part);
   }
 }
 
@@ -93,14 +91,18 @@ void bilstm_forward(Real* y, Real* gates, Real* cell, const Real* x, const Real*
                     int threads) {
   const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
   const int positions = batch * seq_len;
-  // Input projections of every position, both directions: (P, 8H) = x (P, D) W_ih^T + b_ih + b_hh.
-  gemm(false, true, positions, G8, input, Real(1), x, input, weight_ih, input, Real(0), gates, G8);
-  for (int p = 0; p < positions; ++p) {
-    Real* row = gates + static_cast<size_t>(p) * G8;
-    for (int j = 0; j < G8; ++j) row[j] += bias_ih[j] + bias_hh[j];
-  }
   const size_t gates_time_stride = static_cast<size_t>(seq_len) * G8;  // rows of one time step are B apart
-  for_each_direction(threads, [&](int direction) {
+  in_two_parts(threads, [&](int direction) {
+    // Input projections of every position: gates[:, :, dir] (P, 4H) = x (P, D) W_ih^T + b_ih + b_hh.
+    Real* gates_direction = gates + direction * G4;
+    gemm(false, true, positions, G4, input, Real(1), x, input, weight_ih + static_cast<size_t>(direction) * G4 * input,
+         input, Real(0), gates_direction, G8);
+    const Real* b_ih = bias_ih + direction * G4;
+    const Real* b_hh = bias_hh + direction * G4;
+    for (int p = 0; p < positions; ++p) {
+      Real* row = gates_direction + static_cast<size_t>(p) * G8;
+      for (int j = 0; j < G4; ++j) row[j] += b_ih[j] + b_hh[j];
+    }
     const RecurrentWeights w_hh = prepare_forward(weight_hh + static_cast<size_t>(direction) * G4 * H, H);
     for (int step = 0; step < seq_len; ++step) {
       const int t = step_time(direction, step, seq_len);
@@ -129,7 +131,7 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
   const int positions = batch * seq_len;
   const size_t state = static_cast<size_t>(batch) * H;
   Real* h_prev_all = scratch + 4 * state;  // (B, T, 2H): h_{t-1} as each direction saw it
-  for_each_direction(threads, [&](int direction) {
+  in_two_parts(threads, [&](int direction) {
     Real* dh_recurrent = scratch + (2 * direction) * state;  // (B, H)
     Real* dc_carry = scratch + (2 * direction + 1) * state;  // (B, H)
     std::memset(dh_recurrent, 0, state * sizeof(Real));
@@ -165,17 +167,27 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
     }
     gemm(true, false, G4, H, positions, Real(1), gates + direction * G4, G8, h_prev_all + direction * H, C, Real(1),
          dweight_hh + static_cast<size_t>(direction) * G4 * H, H);
-  });
-  // Both directions at once: dW_ih (8H, D) += dgates^T x; dx = dgates W_ih; db += column sums.
-  gemm(true, false, G8, input, positions, Real(1), gates, G8, x, input, Real(1), dweight_ih, input);
-  gemm(false, false, positions, input, G8, Real(1), gates, G8, weight_ih, input, Real(0), dx, input);
-  for (int p = 0; p < positions; ++p) {
-    const Real* row = gates + static_cast<size_t>(p) * G8;
-    for (int j = 0; j < G8; ++j) {
-      dbias_ih[j] += row[j];
-      dbias_hh[j] += row[j];
+    // dW_ih (4H, D) += dgates^T x; the biases += column sums of dgates.
+    gemm(true, false, G4, input, positions, Real(1), gates + direction * G4, G8, x, input, Real(1),
+         dweight_ih + static_cast<size_t>(direction) * G4 * input, input);
+    Real* db_ih = dbias_ih + direction * G4;
+    Real* db_hh = dbias_hh + direction * G4;
+    for (int p = 0; p < positions; ++p) {
+      const Real* row = gates + static_cast<size_t>(p) * G8 + direction * G4;
+      for (int j = 0; j < G4; ++j) {
+        db_ih[j] += row[j];
+        db_hh[j] += row[j];
+      }
     }
-  }
+  });
+  // dx (P, D) = dgates (P, 8H) W_ih (8H, D), both directions at once, rows split in two halves.
+  in_two_parts(threads, [&](int half) {
+    const int first = half == 0 ? 0 : positions / 2;
+    const int rows = half == 0 ? positions / 2 : positions - positions / 2;
+    if (rows > 0)
+      gemm(false, false, rows, input, G8, Real(1), gates + static_cast<size_t>(first) * G8, G8, weight_ih, input, Real(0),
+           dx + static_cast<size_t>(first) * input, input);
+  });
 }
 
 template void bilstm_forward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
