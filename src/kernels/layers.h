@@ -144,8 +144,9 @@ struct StepRange {
 // norm (1, double) = sqrt(sum of squares of grads over the touched rows and the rest), in a
 // fixed order (fixed grid, then one block): deterministic. scale (1, float) = the clipping
 // factor (1 when clip_norm <= 0 or norm <= clip_norm). partials: 256 doubles of scratch.
-void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const StepRange& range,
-                   float clip_norm, cudaStream_t stream);
+// loss (nullable, device): when it is not finite, *norm = *loss, so the step below is skipped.
+void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const double* loss,
+                   const StepRange& range, float clip_norm, cudaStream_t stream);
 
 // PyTorch SGD (momentum buffer starts at g on step 1). Skips the update when *norm is not finite.
 void sgd_step(float* params, float* velocity, const float* grads, const float* scale, const double* norm,

@@ -50,12 +50,13 @@ __global__ void norm_partials_kernel(double* __restrict__ partials, const float*
 }
 
 __global__ void norm_finish_kernel(double* __restrict__ norm, float* __restrict__ scale,
-                                   const double* __restrict__ partials, float clip_norm) {
+                                   const double* __restrict__ partials, const double* __restrict__ loss,
+                                   float clip_norm) {
   using Reduce = cub::BlockReduce<double, kNormBlocks>;
   __shared__ typename Reduce::TempStorage storage;
   const double total = Reduce(storage).Sum(partials[threadIdx.x]);
   if (threadIdx.x == 0) {
-    const double value = sqrt(total);
+    const double value = (loss && !isfinite(*loss)) ? *loss : sqrt(total);
     *norm = value;
     float factor = 1.0f;
     if (clip_norm > 0 && value > clip_norm) factor = static_cast<float>(clip_norm / (value + 1e-6));
@@ -125,13 +126,13 @@ void check_range(const StepRange& r, bool needs_rows) {
 
 }  // namespace
 
-void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const StepRange& range,
-                   float clip_norm, cudaStream_t stream) {
+void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const double* loss,
+                   const StepRange& range, float clip_norm, cudaStream_t stream) {
   const bool rows_only = range.rows != nullptr;  // as on the CPU: untouched rows are zero
   check_range(range, false);
   norm_partials_kernel<<<kNormBlocks, kThreads, 0, stream>>>(partials, grads, range, rows_only);
   ENHANCED_CUDA_CHECK_LAUNCH();
-  norm_finish_kernel<<<1, kNormBlocks, 0, stream>>>(norm, scale, partials, clip_norm);
+  norm_finish_kernel<<<1, kNormBlocks, 0, stream>>>(norm, scale, partials, loss, clip_norm);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 
