@@ -1,0 +1,164 @@
+// The CUDA twins of the CPU layers in src/layers/: the same function names in namespace
+// enhanced::cuda and the same argument order (outputs first, then what forward saved, then
+// inputs, weights and sizes), plus the stream / library handle last. Every pointer is device
+// memory unless it says host. float32 only. Calls are asynchronous on the stream; errors throw
+// enhanced::Error (see cuda_check.h).
+//
+// Host-compilable: tests include it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "enhanced/model.h"
+#include "kernels/cuda_check.h"
+
+namespace enhanced::cuda {
+
+// ---- embedding blend (layers/embedding_blend.h) ----------------------------------------------
+
+// x (P, D) with P = B*T positions. Bit-identical to the CPU layer (same summation order,
+// no fused multiply-add).
+void embedding_blend_forward(float* x, const int32_t* identifier_offsets, const int32_t* identifier_ids,
+                             const int32_t* cur_word_ids, const float* embedding, int positions, int dim,
+                             BlendMode mode, cudaStream_t stream);
+
+// Scratch of the deterministic embedding backward, sized for the largest batch (grows, with an
+// allocation, only when a batch has more identifier ids than any before). After a backward it
+// also holds the batch's distinct rows: touched_rows()[0 .. *touched_count()) on the device,
+// sorted ascending (what embedding_touched_rows gives on the CPU).
+class EmbeddingGradWorkspace {
+ public:
+  EmbeddingGradWorkspace() = default;
+  // Ensures room for `positions` positions and `identifier_ids` ids (entries = their sum).
+  void reserve(int positions, int64_t identifier_ids, int64_t vocab_size);
+
+  const int32_t* touched_rows() const { return unique_rows_.data(); }
+  const int32_t* touched_count() const { return run_count_.data(); }  // one int on the device
+  int64_t entry_capacity() const { return static_cast<int64_t>(keys_in_.size()); }
+
+ private:
+  friend void embedding_blend_backward(float*, EmbeddingGradWorkspace&, const float*, const int32_t*,
+                                       const int32_t*, const int32_t*, int, int64_t, int, BlendMode,
+                                       cudaStream_t);
+  int end_bit_ = 32;                    // radix bits that cover ids < V
+  DeviceBuffer<int32_t> keys_in_, keys_out_;      // (N) embedding row of each entry, then sorted
+  DeviceBuffer<int32_t> values_in_, values_out_;  // (N) entry index, sorted along with its row
+  DeviceBuffer<int32_t> id_position_;   // (num ids) position p of each identifier id
+  DeviceBuffer<float> id_coefficient_;  // (P) 0.5/n (mean) or the scalar-mean share of p
+  DeviceBuffer<float> cur_coefficient_; // (P) 1 (n == 0) or 0.5
+  DeviceBuffer<int32_t> run_heads_, run_index_;  // (N) 1 at each row's first sorted entry; its run number
+  DeviceBuffer<int32_t> unique_rows_, run_offsets_;  // (N) per distinct row: the row, its first entry
+  DeviceBuffer<int32_t> run_count_;     // (1)
+  DeviceBuffer<unsigned char> temp_;    // CUB temporary storage
+};
+
+// dembedding (V, D) += d loss / d E; only rows named in the batch change. Deterministic: the
+// (row, entry) pairs are radix-sorted (stable) and each row's segment is summed in entry order
+// by one thread per (row, d); no atomics. `num_identifier_ids` = identifier_offsets[P] (host).
+void embedding_blend_backward(float* dembedding, EmbeddingGradWorkspace& workspace, const float* dx,
+                              const int32_t* identifier_offsets, const int32_t* identifier_ids,
+                              const int32_t* cur_word_ids, int positions, int64_t num_identifier_ids, int dim,
+                              BlendMode mode, cudaStream_t stream);
+
+// ---- BiLSTM through cuDNN (layers/lstm.h) -------------------------------------------------------
+
+// What the cuDNN BiLSTM keeps: descriptors, the weight space W and its gradient dW, the map
+// between them and the SPEC's tensors (from cudnnGetRNNWeightParams), the workspace and the
+// reserve space that forward fills and both backward calls consume.
+class CudnnBiLstm {
+ public:
+  // tf32 = false: CUDNN_FMA_MATH (plain FP32, matches the CPU engine); true: CUDNN_DEFAULT_MATH,
+  // which lets cuDNN use TF32 tensor cores on Ampere and later.
+  CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int input, int hidden, bool tf32);
+  ~CudnnBiLstm();
+  CudnnBiLstm(const CudnnBiLstm&) = delete;
+  CudnnBiLstm& operator=(const CudnnBiLstm&) = delete;
+
+  size_t weight_space_bytes() const;
+  int max_batch() const;
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// y (B, T, 2H) = [h_fwd(t), h_rev(t)]. The weights (SPEC layout, stacked as in the CPU layer:
+// weight_ih (2, 4H, D), weight_hh (2, 4H, H), bias_ih (2, 4H), bias_hh (2, 4H)) are packed into
+// cuDNN's weight space first (one kernel). Saved for backward: the reserve space in `saved`.
+void bilstm_forward(float* y, CudnnBiLstm& saved, const float* x, const float* weight_ih, const float* weight_hh,
+                    const float* bias_ih, const float* bias_hh, int batch, int seq_len, int input, int hidden,
+                    cudaStream_t stream);
+
+// dx (B, T, D) =; dweight_ih, dweight_hh, dbias_ih, dbias_hh += (SPEC layout). Consumes the
+// reserve space: run bilstm_forward again before another backward. BackwardData runs first,
+// then dW is zeroed and BackwardWeights adds into it, then dW is added into the SPEC tensors.
+void bilstm_backward(float* dx, float* dweight_ih, float* dweight_hh, float* dbias_ih, float* dbias_hh,
+                     CudnnBiLstm& saved, const float* y, const float* dy, const float* x, int batch, int seq_len,
+                     int input, int hidden, cudaStream_t stream);
+
+// ---- max-pool (layers/maxpool.h) ----------------------------------------------------------------
+
+// pooled (B, F), argmax (B, F); y (B, T, C). Ties go to the first maximum (strict >).
+void maxpool_forward(float* pooled, int32_t* argmax, const float* y, int batch, int seq_len, int channels,
+                     PoolMode mode, cudaStream_t stream);
+
+// dy (B, T, C) = scatter of dpooled to the argmax elements, zero elsewhere.
+void maxpool_backward(float* dy, const int32_t* argmax, const float* dpooled, int batch, int seq_len, int channels,
+                      PoolMode mode, cudaStream_t stream);
+
+// ---- dense (layers/dense.h), cuBLAS on the handle's stream -------------------------------------
+
+// out (B, L) = in (B, F) W^T + b, W (L, F).
+void dense_forward(float* out, const float* in, const float* weight, const float* bias, int batch, int in_features,
+                   int out_features, cublasHandle_t handle, cudaStream_t stream);
+
+// din (B, F) =; dweight (L, F) +=; dbias (L) += (column sums in batch order: deterministic).
+void dense_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in, const float* weight,
+                    int batch, int in_features, int out_features, cublasHandle_t handle, cudaStream_t stream);
+
+// ---- softmax cross-entropy (layers/softmax_xent.h) ----------------------------------------------
+
+// mean_loss (1, double) = mean over the batch, summed in sample order; dlogits (B, L) =
+// (softmax - onehot) / B when not null; sample_losses (B) when not null (needed for mean_loss:
+// pass a buffer of B floats).
+void softmax_cross_entropy(float* dlogits, float* sample_losses, double* mean_loss, const float* logits,
+                           const int32_t* labels, int batch, int num_labels, cudaStream_t stream);
+
+// ---- optimizer (optimizer.h), one launch over the carved parameter buffer -----------------------
+
+// The index space an optimizer step visits: the whole buffer, or (rows_only) the touched
+// embedding rows followed by everything after the embedding table.
+struct StepRange {
+  size_t total = 0;            // elements in the buffer
+  size_t table = 0;            // V * D: where the embedding ends
+  int dim = 0;                 // D
+  bool rows_only = false;
+  const int32_t* rows = nullptr;        // device, sorted distinct rows (rows_only and norm)
+  const int32_t* row_count = nullptr;   // device, one int
+  int64_t max_rows = 0;                 // bound on *row_count, sizes the launch
+};
+
+// norm (1, double) = sqrt(sum of squares of grads over the touched rows and the rest), in a
+// fixed order (fixed grid, then one block): deterministic. scale (1, float) = the clipping
+// factor (1 when clip_norm <= 0 or norm <= clip_norm). partials: 256 doubles of scratch.
+// loss (nullable, device): when it is not finite, *norm = *loss, so the step below is skipped.
+void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const double* loss,
+                   const StepRange& range, float clip_norm, cudaStream_t stream);
+
+// PyTorch SGD (momentum buffer starts at g on step 1). Skips the update when *norm is not finite.
+void sgd_step(float* params, float* velocity, const float* grads, const float* scale, const double* norm,
+              const StepRange& range, float learning_rate, float momentum, bool first_step, cudaStream_t stream);
+
+// PyTorch Adam: w -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps), with step_size and
+// bias_correction2_sqrt computed on the host in double exactly as optimizer.cpp does.
+void adam_step(float* params, float* first_moment, float* second_moment, const float* grads, const float* scale,
+               const double* norm, const StepRange& range, float beta1, float beta2, float epsilon, float step_size,
+               float bias_correction2_sqrt, cudaStream_t stream);
+
+// grads = 0 over the range (rows_only: touched rows and everything after the table).
+void zero_gradients(float* grads, const StepRange& range, cudaStream_t stream);
+
+}  // namespace enhanced::cuda

@@ -1,0 +1,164 @@
+// Gradient norm (deterministic two-stage reduction), SGD and Adam in one launch each over the
+// carved parameter buffer, and gradient zeroing. The update arithmetic mirrors optimizer.cpp
+// operation for operation with round-to-nearest intrinsics (no FMA contraction), so from the
+// same inputs the device step gives the CPU step's bits.
+#include <cub/block/block_reduce.cuh>
+
+#include <algorithm>
+
+#include "kernels/layers.h"
+
+namespace enhanced::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kNormBlocks = 256;  // fixed: the reduction order never depends on the device
+constexpr unsigned kMaxBlocks = 4096;
+
+// The virtual index space: rows_only visits row_count * D elements of the touched rows, then
+// the (total - table) elements after the table; otherwise 0 .. total.
+struct Space {
+  int64_t row_elements;
+  int64_t size;
+};
+
+__device__ inline Space space_of(const StepRange& r, bool rows_only) {
+  if (!rows_only) return {0, static_cast<int64_t>(r.total)};
+  const int64_t row_elements = static_cast<int64_t>(*r.row_count) * r.dim;
+  return {row_elements, row_elements + static_cast<int64_t>(r.total - r.table)};
+}
+
+__device__ inline int64_t element_of(const StepRange& r, bool rows_only, const Space& s, int64_t i) {
+  if (!rows_only) return i;
+  if (i < s.row_elements) return static_cast<int64_t>(r.rows[i / r.dim]) * r.dim + i % r.dim;
+  return static_cast<int64_t>(r.table) + (i - s.row_elements);
+}
+
+__global__ void norm_partials_kernel(double* __restrict__ partials, const float* __restrict__ grads, StepRange r,
+                                     bool rows_only) {
+  using Reduce = cub::BlockReduce<double, kThreads>;
+  __shared__ typename Reduce::TempStorage storage;
+  const Space s = space_of(r, rows_only);
+  double sum = 0.0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.size;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double g = grads[element_of(r, rows_only, s, i)];
+    sum += g * g;
+  }
+  const double block_sum = Reduce(storage).Sum(sum);
+  if (threadIdx.x == 0) partials[blockIdx.x] = block_sum;
+}
+
+__global__ void norm_finish_kernel(double* __restrict__ norm, float* __restrict__ scale,
+                                   const double* __restrict__ partials, const double* __restrict__ loss,
+                                   float clip_norm) {
+  using Reduce = cub::BlockReduce<double, kNormBlocks>;
+  __shared__ typename Reduce::TempStorage storage;
+  const double total = Reduce(storage).Sum(partials[threadIdx.x]);
+  if (threadIdx.x == 0) {
+    const double value = (loss && !isfinite(*loss)) ? *loss : sqrt(total);
+    *norm = value;
+    float factor = 1.0f;
+    if (clip_norm > 0 && value > clip_norm) factor = static_cast<float>(clip_norm / (value + 1e-6));
+    *scale = factor;
+  }
+}
+
+__global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ velocity, const float* __restrict__ g,
+                           const float* __restrict__ scale_ptr, const double* __restrict__ norm, StepRange r,
+                           float lr, float mu, bool first_step) {
+  if (!isfinite(*norm)) return;  // the host reports the error; weights stay unchanged
+  const float scale = *scale_ptr;
+  const Space s = space_of(r, r.rows_only);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.size;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = element_of(r, r.rows_only, s, i);
+    const float gradient = __fmul_rn(g[k], scale);
+    if (mu > 0) {
+      const float v = first_step ? gradient : __fadd_rn(__fmul_rn(mu, velocity[k]), gradient);
+      velocity[k] = v;
+      w[k] = __fsub_rn(w[k], __fmul_rn(lr, v));
+    } else {
+      w[k] = __fsub_rn(w[k], __fmul_rn(lr, gradient));
+    }
+  }
+}
+
+__global__ void adam_kernel(float* __restrict__ w, float* __restrict__ m, float* __restrict__ v,
+                            const float* __restrict__ g, const float* __restrict__ scale_ptr,
+                            const double* __restrict__ norm, StepRange r, float b1, float b2, float eps,
+                            float step_size, float bias_correction2_sqrt) {
+  if (!isfinite(*norm)) return;
+  const float scale = *scale_ptr;
+  const float one_minus_b1 = __fsub_rn(1.0f, b1), one_minus_b2 = __fsub_rn(1.0f, b2);
+  const Space s = space_of(r, r.rows_only);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.size;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = element_of(r, r.rows_only, s, i);
+    const float gradient = __fmul_rn(g[k], scale);
+    const float m_new = __fadd_rn(__fmul_rn(b1, m[k]), __fmul_rn(one_minus_b1, gradient));
+    const float v_new = __fadd_rn(__fmul_rn(b2, v[k]), __fmul_rn(__fmul_rn(one_minus_b2, gradient), gradient));
+    m[k] = m_new;
+    v[k] = v_new;
+    const float denominator = __fadd_rn(__fdiv_rn(__fsqrt_rn(v_new), bias_correction2_sqrt), eps);
+    w[k] = __fsub_rn(w[k], __fdiv_rn(__fmul_rn(step_size, m_new), denominator));
+  }
+}
+
+__global__ void zero_kernel(float* __restrict__ g, StepRange r) {
+  const Space s = space_of(r, true);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.size;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    g[element_of(r, true, s, i)] = 0.0f;
+}
+
+unsigned blocks_for(const StepRange& r, bool rows_only) {
+  const int64_t bound = rows_only ? r.max_rows * r.dim + static_cast<int64_t>(r.total - r.table)
+                                  : static_cast<int64_t>(r.total);
+  const int64_t blocks = std::max<int64_t>(1, (bound + kThreads - 1) / kThreads);
+  return static_cast<unsigned>(std::min<int64_t>(blocks, kMaxBlocks));
+}
+
+void check_range(const StepRange& r, bool needs_rows) {
+  if (r.table > r.total || r.dim <= 0) fail("internal: bad optimizer range (table ", r.table, ", total ", r.total, ")");
+  if (needs_rows && (!r.rows || !r.row_count)) fail("internal: optimizer range needs the touched rows");
+}
+
+}  // namespace
+
+void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const double* loss,
+                   const StepRange& range, float clip_norm, cudaStream_t stream) {
+  const bool rows_only = range.rows != nullptr;  // as on the CPU: untouched rows are zero
+  check_range(range, false);
+  norm_partials_kernel<<<kNormBlocks, kThreads, 0, stream>>>(partials, grads, range, rows_only);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+  norm_finish_kernel<<<1, kNormBlocks, 0, stream>>>(norm, scale, partials, loss, clip_norm);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+}
+
+void sgd_step(float* params, float* velocity, const float* grads, const float* scale, const double* norm,
+              const StepRange& range, float learning_rate, float momentum, bool first_step, cudaStream_t stream) {
+  check_range(range, range.rows_only);
+  if (momentum > 0 && !velocity) fail("internal: SGD with momentum needs a velocity buffer");
+  sgd_kernel<<<blocks_for(range, range.rows_only), kThreads, 0, stream>>>(params, velocity, grads, scale, norm, range,
+                                                                         learning_rate, momentum, first_step);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+}
+
+void adam_step(float* params, float* first_moment, float* second_moment, const float* grads, const float* scale,
+               const double* norm, const StepRange& range, float beta1, float beta2, float epsilon, float step_size,
+               float bias_correction2_sqrt, cudaStream_t stream) {
+  check_range(range, range.rows_only);
+  adam_kernel<<<blocks_for(range, range.rows_only), kThreads, 0, stream>>>(
+      params, first_moment, second_moment, grads, scale, norm, range, beta1, beta2, epsilon, step_size,
+      bias_correction2_sqrt);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+}
+
+void zero_gradients(float* grads, const StepRange& range, cudaStream_t stream) {
+  check_range(range, true);
+  zero_kernel<<<blocks_for(range, true), kThreads, 0, stream>>>(grads, range);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace enhanced::cuda

@@ -1,0 +1,574 @@
+// CUDA backend against the CPU engine: every kernel twin against its CPU layer, the whole
+// step's loss and gradients against model_forward / model_backward, 50 training steps with SGD
+// and with Adam against the CPU trainer loop, and run-to-run determinism.
+//
+// Compiled in every build. Without the CUDA backend, or without a usable GPU, every test calls
+// GTEST_SKIP() with the reason, so it shows as SKIPPED, never as a vacuous pass.
+//
+// Tolerances, from float32 arithmetic (unit roundoff u = 2^-24 ~ 6e-8):
+// - Embedding blend forward, max-pool, optimizer arithmetic: the device code does the CPU's
+//   operations in the CPU's order without FMA contraction, so these are compared bit for bit.
+// - A sum of n float terms reordered differs from the exact sum by at most ~n*u*sum|terms|. The
+//   references are the CPU layers in DOUBLE, and "mag" is the same layer run on absolute values
+//   (= sum|terms| per output), so |gpu - ref| <= n*u*mag with n the number of terms, doubled
+//   for slack (expect_sum_close).
+// - The BiLSTM (cuDNN, FMA math) compounds per-step errors through T steps and transcendental
+//   functions (a few ulp each): outputs are O(1) (|h| < 1), so 1e-5 absolute per step of T is
+//   used; gradients 1e-4 relative to the tensor's largest magnitude.
+// - Training: trajectories drift apart by rounding; after 50 steps parameters agree to 1e-3
+//   absolute (SGD lr 0.05, Adam lr 1e-3: each step moves a weight by at most ~lr), and every
+//   step's loss to 1e-4 relative. Each training test also checks that the weights moved far more
+//   than the tolerance, so agreement is not vacuous.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "enhanced/device.h"
+#include "enhanced/network.h"
+#include "enhanced/optimizer.h"
+#include "gradcheck.h"
+#include "layers/dense.h"
+#include "layers/embedding_blend.h"
+#include "layers/lstm.h"
+#include "layers/maxpool.h"
+#include "layers/softmax_xent.h"
+
+#ifdef ENHANCED_HAVE_CUDA
+#include "enhanced/cuda_model.h"
+#include "kernels/layers.h"
+#endif
+
+namespace enhanced {
+namespace {
+
+std::string gpu_unavailable() {
+#ifdef ENHANCED_HAVE_CUDA
+  return cuda_unavailable_reason();
+#else
+  return "this build has no CUDA backend (configured with ENHANCED_CUDA=OFF or no toolkit)";
+#endif
+}
+
+#define SKIP_WITHOUT_GPU()                                       \
+  do {                                                           \
+    const std::string skip_reason_ = gpu_unavailable();          \
+    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;     \
+  } while (0)
+
+#ifdef ENHANCED_HAVE_CUDA
+
+constexpr double kUnit = 0x1.0p-24;
+
+using cuda::DeviceBuffer;
+
+struct Gpu {
+  cuda::UniqueStream stream = cuda::make_stream();
+  cuda::UniqueCublas cublas = cuda::make_cublas(stream, false);
+  cuda::UniqueCudnn cudnn = cuda::make_cudnn(stream);
+};
+
+template <class T>
+DeviceBuffer<T> to_device(const std::vector<T>& host, cudaStream_t stream) {
+  DeviceBuffer<T> buffer(std::max<size_t>(host.size(), 1));
+  cuda::copy_to_device(buffer.data(), host.data(), host.size(), stream);
+  return buffer;
+}
+
+template <class T>
+std::vector<T> to_host(const DeviceBuffer<T>& buffer, size_t count, cudaStream_t stream) {
+  std::vector<T> host(count);
+  cuda::copy_to_host(host.data(), buffer.data(), count, stream);
+  return host;
+}
+
+std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+std::vector<double> absolute(std::vector<double> v) {
+  for (double& x : v) x = std::fabs(x);
+  return v;
+}
+
+// A random vector already rounded to float, so the double reference sees the same inputs.
+std::vector<double> random_floats(size_t count, Random& random, double scale = 1.0) {
+  std::vector<double> v = testing::random_vector(count, random, scale);
+  for (double& x : v) x = static_cast<float>(x);
+  return v;
+}
+
+void expect_sum_close(const std::vector<float>& gpu, const std::vector<double>& ref, const std::vector<double>& mag,
+                      double terms, const std::string& what) {
+  ASSERT_EQ(gpu.size(), ref.size()) << what;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    const double tolerance = 2 * (terms + 2) * kUnit * mag[i] + 1e-30;
+    ASSERT_NEAR(gpu[i], ref[i], tolerance) << what << " [" << i << "]";
+  }
+}
+
+void expect_relative(const std::vector<float>& gpu, const std::vector<double>& ref, double relative,
+                     const std::string& what) {
+  ASSERT_EQ(gpu.size(), ref.size()) << what;
+  double scale = 1e-6;
+  for (double r : ref) scale = std::max(scale, std::fabs(r));
+  for (size_t i = 0; i < gpu.size(); ++i) ASSERT_NEAR(gpu[i], ref[i], relative * scale) << what << " [" << i << "]";
+}
+
+ModelConfig small_config(BlendMode blend, PoolMode pool, int hidden = 5) {
+  ModelConfig c;
+  c.vocab_size = 23;
+  c.embedding_dim = 7;
+  c.hidden = hidden;
+  c.seq_len = 6;
+  c.num_labels = 4;
+  c.blend = blend;
+  c.pool = pool;
+  return c;
+}
+
+// ---- kernels ----------------------------------------------------------------------------------
+
+void check_embedding(int B, int T, int D, BlendMode mode, uint64_t seed) {
+  Gpu gpu;
+  Random random(seed);
+  const int V = 19;
+  const Batch batch = testing::random_batch(B, T, V, 2, random);
+  const int P = B * T;
+  const std::vector<double> table = random_floats(static_cast<size_t>(V) * D, random);
+  // Forward: bit for bit against the float CPU layer.
+  std::vector<float> cpu_x(static_cast<size_t>(P) * D);
+  const std::vector<float> table_f = to_float(table);
+  embedding_blend_forward(cpu_x.data(), batch.identifier_offsets.data(), batch.identifier_ids.data(),
+                          batch.cur_word_ids.data(), table_f.data(), P, D, mode);
+  auto offsets = to_device(batch.identifier_offsets, gpu.stream);
+  auto ids = to_device(batch.identifier_ids, gpu.stream);
+  auto cur = to_device(batch.cur_word_ids, gpu.stream);
+  auto d_table = to_device(table_f, gpu.stream);
+  DeviceBuffer<float> x(cpu_x.size());
+  cuda::embedding_blend_forward(x.data(), offsets.data(), ids.data(), cur.data(), d_table.data(), P, D, mode,
+                                gpu.stream);
+  EXPECT_EQ(to_host(x, cpu_x.size(), gpu.stream), cpu_x) << "embedding forward differs from the CPU bits";
+
+  // Backward: against the double CPU layer; run twice for determinism.
+  const std::vector<double> dx = random_floats(static_cast<size_t>(P) * D, random);
+  std::vector<double> ref(table.size(), 0.0), mag(table.size(), 0.0);
+  embedding_blend_backward(ref.data(), dx.data(), batch.identifier_offsets.data(), batch.identifier_ids.data(),
+                           batch.cur_word_ids.data(), P, D, mode);
+  const std::vector<double> dx_abs = absolute(dx);
+  embedding_blend_backward(mag.data(), dx_abs.data(), batch.identifier_offsets.data(), batch.identifier_ids.data(),
+                           batch.cur_word_ids.data(), P, D, mode);
+  auto d_dx = to_device(to_float(dx), gpu.stream);
+  std::vector<float> runs[2];
+  cuda::EmbeddingGradWorkspace workspace;
+  const int64_t n = static_cast<int64_t>(batch.identifier_ids.size());
+  workspace.reserve(P, n, V);
+  for (std::vector<float>& result : runs) {
+    DeviceBuffer<float> grad(table.size());
+    ENHANCED_CUDA_CHECK(cudaMemsetAsync(grad.data(), 0, grad.bytes(), gpu.stream));
+    cuda::embedding_blend_backward(grad.data(), workspace, d_dx.data(), offsets.data(), ids.data(), cur.data(), P, n,
+                                   D, mode, gpu.stream);
+    result = to_host(grad, table.size(), gpu.stream);
+  }
+  // Terms per element: every occurrence of the row (scalar-mean: times D inside each share).
+  expect_sum_close(runs[0], ref, mag, static_cast<double>(n + P) * D, "embedding backward");
+  EXPECT_EQ(runs[0], runs[1]) << "embedding backward is not deterministic";
+  // The touched rows the optimizer will visit.
+  std::vector<int32_t> rows;
+  embedding_touched_rows(rows, batch.identifier_ids.data(), n, batch.cur_word_ids.data(), P);
+  int32_t count = 0;
+  cuda::copy_to_host(&count, workspace.touched_count(), 1, gpu.stream);
+  ASSERT_EQ(static_cast<size_t>(count), rows.size());
+  std::vector<int32_t> device_rows(rows.size());
+  cuda::copy_to_host(device_rows.data(), workspace.touched_rows(), rows.size(), gpu.stream);
+  EXPECT_EQ(device_rows, rows);
+}
+
+void check_maxpool(int B, int T, int C, PoolMode mode, uint64_t seed) {
+  Gpu gpu;
+  Random random(seed);
+  // Values from a 5-point grid: plenty of ties, which must go to the first maximum.
+  std::vector<float> y(static_cast<size_t>(B) * T * C);
+  for (float& v : y) v = static_cast<float>(static_cast<int>(random.below(5)) - 2) * 0.5f;
+  const int F = mode == PoolMode::feature ? T : C;
+  std::vector<float> pooled(static_cast<size_t>(B) * F), dy(y.size());
+  std::vector<int32_t> argmax(pooled.size());
+  maxpool_forward(pooled.data(), argmax.data(), y.data(), B, T, C, mode);
+  std::vector<float> dpooled(pooled.size());
+  for (float& v : dpooled) v = static_cast<float>(random.uniform(-1, 1));
+  maxpool_backward(dy.data(), argmax.data(), dpooled.data(), B, T, C, mode);
+  auto d_y = to_device(y, gpu.stream);
+  auto d_dpooled = to_device(dpooled, gpu.stream);
+  DeviceBuffer<float> d_pooled(pooled.size()), d_dy(dy.size());
+  DeviceBuffer<int32_t> d_argmax(argmax.size());
+  cuda::maxpool_forward(d_pooled.data(), d_argmax.data(), d_y.data(), B, T, C, mode, gpu.stream);
+  cuda::maxpool_backward(d_dy.data(), d_argmax.data(), d_dpooled.data(), B, T, C, mode, gpu.stream);
+  EXPECT_EQ(to_host(d_pooled, pooled.size(), gpu.stream), pooled);
+  EXPECT_EQ(to_host(d_argmax, argmax.size(), gpu.stream), argmax);
+  EXPECT_EQ(to_host(d_dy, dy.size(), gpu.stream), dy);
+}
+
+void check_dense(int B, int F, int L, uint64_t seed) {
+  Gpu gpu;
+  Random random(seed);
+  const std::vector<double> in = random_floats(static_cast<size_t>(B) * F, random);
+  const std::vector<double> w = random_floats(static_cast<size_t>(L) * F, random);
+  const std::vector<double> bias = random_floats(L, random);
+  const std::vector<double> dout = random_floats(static_cast<size_t>(B) * L, random);
+  std::vector<double> out(static_cast<size_t>(B) * L), out_mag(out.size());
+  dense_forward(out.data(), in.data(), w.data(), bias.data(), B, F, L);
+  dense_forward(out_mag.data(), absolute(in).data(), absolute(w).data(), absolute(bias).data(), B, F, L);
+  // dW and db start from a random value to check "+=".
+  const std::vector<double> dw0 = random_floats(w.size(), random), db0 = random_floats(L, random);
+  std::vector<double> din(in.size()), dw = dw0, db = db0;
+  dense_backward(din.data(), dw.data(), db.data(), dout.data(), in.data(), w.data(), B, F, L);
+  std::vector<double> din_mag(in.size()), dw_mag = absolute(dw0), db_mag = absolute(db0);
+  dense_backward(din_mag.data(), dw_mag.data(), db_mag.data(), absolute(dout).data(), absolute(in).data(),
+                 absolute(w).data(), B, F, L);
+  auto d_in = to_device(to_float(in), gpu.stream);
+  auto d_w = to_device(to_float(w), gpu.stream);
+  auto d_b = to_device(to_float(bias), gpu.stream);
+  auto d_dout = to_device(to_float(dout), gpu.stream);
+  auto d_dw = to_device(to_float(dw0), gpu.stream);
+  auto d_db = to_device(to_float(db0), gpu.stream);
+  DeviceBuffer<float> d_out(out.size()), d_din(din.size());
+  cuda::dense_forward(d_out.data(), d_in.data(), d_w.data(), d_b.data(), B, F, L, gpu.cublas, gpu.stream);
+  cuda::dense_backward(d_din.data(), d_dw.data(), d_db.data(), d_dout.data(), d_in.data(), d_w.data(), B, F, L,
+                       gpu.cublas, gpu.stream);
+  expect_sum_close(to_host(d_out, out.size(), gpu.stream), out, out_mag, F + 1, "dense out");
+  expect_sum_close(to_host(d_din, din.size(), gpu.stream), din, din_mag, L, "dense din");
+  expect_sum_close(to_host(d_dw, dw.size(), gpu.stream), dw, dw_mag, B + 1, "dense dweight");
+  expect_sum_close(to_host(d_db, db.size(), gpu.stream), db, db_mag, B + 1, "dense dbias");
+}
+
+TEST(CudaParity, EmbeddingBlendMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (BlendMode mode : {BlendMode::mean, BlendMode::scalar_mean}) {
+    check_embedding(3, 5, 7, mode, 1);   // odd D, ~30% empty identifier lists
+    check_embedding(1, 1, 4, mode, 2);   // B = 1, T = 1
+    check_embedding(4, 9, 32, mode, 3);  // the seed's D
+  }
+}
+
+TEST(CudaParity, EmbeddingBlendAllIdentifiersEmpty) {
+  SKIP_WITHOUT_GPU();
+  Gpu gpu;
+  const int P = 4, D = 3, V = 5;
+  Batch batch;
+  batch.size = 1;
+  batch.seq_len = P;
+  batch.identifier_offsets.assign(P + 1, 0);
+  batch.cur_word_ids = {3, 1, 3, 0};
+  std::vector<float> table(static_cast<size_t>(V) * D);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i) * 0.25f;
+  std::vector<float> dx(static_cast<size_t>(P) * D);
+  for (size_t i = 0; i < dx.size(); ++i) dx[i] = static_cast<float>(i) - 3.5f;
+  std::vector<float> cpu_x(dx.size()), cpu_grad(table.size(), 0.0f);
+  embedding_blend_forward(cpu_x.data(), batch.identifier_offsets.data(), nullptr, batch.cur_word_ids.data(),
+                          table.data(), P, D, BlendMode::mean);
+  embedding_blend_backward(cpu_grad.data(), dx.data(), batch.identifier_offsets.data(), nullptr,
+                           batch.cur_word_ids.data(), P, D, BlendMode::mean);
+  auto offsets = to_device(batch.identifier_offsets, gpu.stream);
+  auto cur = to_device(batch.cur_word_ids, gpu.stream);
+  auto d_table = to_device(table, gpu.stream);
+  auto d_dx = to_device(dx, gpu.stream);
+  DeviceBuffer<float> x(dx.size()), grad(table.size());
+  ENHANCED_CUDA_CHECK(cudaMemsetAsync(grad.data(), 0, grad.bytes(), gpu.stream));
+  DeviceBuffer<int32_t> no_ids(1);
+  cuda::embedding_blend_forward(x.data(), offsets.data(), no_ids.data(), cur.data(), d_table.data(), P, D,
+                                BlendMode::mean, gpu.stream);
+  cuda::EmbeddingGradWorkspace workspace;
+  workspace.reserve(P, 0, V);
+  cuda::embedding_blend_backward(grad.data(), workspace, d_dx.data(), offsets.data(), no_ids.data(), cur.data(), P, 0,
+                                 D, BlendMode::mean, gpu.stream);
+  EXPECT_EQ(to_host(x, dx.size(), gpu.stream), cpu_x);
+  // Each row's terms are exact small multiples of 0.5: exact in any order.
+  EXPECT_EQ(to_host(grad, table.size(), gpu.stream), cpu_grad);
+}
+
+TEST(CudaParity, MaxPoolMatchesCpuWithTies) {
+  SKIP_WITHOUT_GPU();
+  for (PoolMode mode : {PoolMode::feature, PoolMode::time}) {
+    check_maxpool(3, 7, 10, mode, 4);
+    check_maxpool(1, 1, 2, mode, 5);
+    check_maxpool(2, 5, 1, mode, 6);
+  }
+}
+
+TEST(CudaParity, DenseMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  check_dense(3, 7, 4, 7);
+  check_dense(1, 400, 5, 8);
+  check_dense(5, 1, 1, 9);
+}
+
+TEST(CudaParity, SoftmaxCrossEntropyMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  Gpu gpu;
+  Random random(10);
+  for (const auto& [B, L] : {std::pair{4, 5}, std::pair{1, 1}, std::pair{3, 2}}) {
+    const std::vector<double> logits = random_floats(static_cast<size_t>(B) * L, random, 8.0);
+    std::vector<int32_t> labels(B);
+    for (int32_t& l : labels) l = static_cast<int32_t>(random.below(L));
+    std::vector<double> dlogits(logits.size()), losses(B);
+    const double loss = softmax_cross_entropy(dlogits.data(), losses.data(), logits.data(), labels.data(), B, L);
+    auto d_logits = to_device(to_float(logits), gpu.stream);
+    auto d_labels = to_device(labels, gpu.stream);
+    DeviceBuffer<float> d_dlogits(dlogits.size()), d_losses(B);
+    DeviceBuffer<double> d_loss(1);
+    cuda::softmax_cross_entropy(d_dlogits.data(), d_losses.data(), d_loss.data(), d_logits.data(), d_labels.data(), B,
+                                L, gpu.stream);
+    // exp/log in float: a few ulp each, over L terms: 1e-5 relative is ample.
+    EXPECT_NEAR(to_host(d_loss, 1, gpu.stream)[0], loss, 1e-5 * std::max(1.0, loss));
+    expect_relative(to_host(d_losses, B, gpu.stream), losses, 1e-5, "sample losses");
+    expect_relative(to_host(d_dlogits, dlogits.size(), gpu.stream), dlogits, 1e-5, "dlogits");
+  }
+}
+
+void check_bilstm(int B, int T, int D, int H, uint64_t seed) {
+  Gpu gpu;
+  Random random(seed);
+  const std::vector<double> x = random_floats(static_cast<size_t>(B) * T * D, random);
+  const std::vector<double> w_ih = random_floats(static_cast<size_t>(8) * H * D, random, 0.5);
+  const std::vector<double> w_hh = random_floats(static_cast<size_t>(8) * H * H, random, 0.5);
+  const std::vector<double> b_ih = random_floats(static_cast<size_t>(8) * H, random, 0.5);
+  const std::vector<double> b_hh = random_floats(static_cast<size_t>(8) * H, random, 0.5);
+  const std::vector<double> dy = random_floats(static_cast<size_t>(B) * T * 2 * H, random);
+  std::vector<double> y(dy.size()), gates(static_cast<size_t>(B) * T * 8 * H), cell(dy.size());
+  bilstm_forward(y.data(), gates.data(), cell.data(), x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(), B,
+                 T, D, H, 1);
+  std::vector<double> dx(x.size()), dw_ih(w_ih.size()), dw_hh(w_hh.size()), db_ih(b_ih.size()), db_hh(b_hh.size());
+  std::vector<double> scratch(bilstm_backward_scratch_size(B, T, H));
+  bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), gates.data(), scratch.data(),
+                  cell.data(), y.data(), dy.data(), x.data(), w_ih.data(), w_hh.data(), B, T, D, H, 1);
+
+  cuda::CudnnBiLstm lstm(gpu.cudnn, B, T, D, H, false);
+  auto d_x = to_device(to_float(x), gpu.stream);
+  auto d_w_ih = to_device(to_float(w_ih), gpu.stream);
+  auto d_w_hh = to_device(to_float(w_hh), gpu.stream);
+  auto d_b_ih = to_device(to_float(b_ih), gpu.stream);
+  auto d_b_hh = to_device(to_float(b_hh), gpu.stream);
+  auto d_dy = to_device(to_float(dy), gpu.stream);
+  DeviceBuffer<float> d_y(y.size()), d_dx(dx.size());
+  // Gradients accumulate (+=) into a non-zero start, as on the CPU.
+  std::vector<float> start(w_ih.size(), 0.25f);
+  auto d_dw_ih = to_device(start, gpu.stream);
+  auto d_dw_hh = to_device(std::vector<float>(w_hh.size(), 0.0f), gpu.stream);
+  auto d_db_ih = to_device(std::vector<float>(b_ih.size(), 0.0f), gpu.stream);
+  auto d_db_hh = to_device(std::vector<float>(b_hh.size(), 0.0f), gpu.stream);
+  for (double& v : dw_ih) v += 0.25;
+  for (int repeat = 0; repeat < 2; ++repeat) {  // the second round checks dW is re-zeroed inside
+    cuda::bilstm_forward(d_y.data(), lstm, d_x.data(), d_w_ih.data(), d_w_hh.data(), d_b_ih.data(), d_b_hh.data(), B,
+                         T, D, H, gpu.stream);
+    if (repeat == 1) {
+      for (auto* grad : {&d_dw_ih, &d_dw_hh, &d_db_ih, &d_db_hh})
+        ENHANCED_CUDA_CHECK(cudaMemsetAsync(grad->data(), 0, grad->bytes(), gpu.stream));
+      cuda::copy_to_device(d_dw_ih.data(), start.data(), start.size(), gpu.stream);
+    }
+    cuda::bilstm_backward(d_dx.data(), d_dw_ih.data(), d_dw_hh.data(), d_db_ih.data(), d_db_hh.data(), lstm,
+                          d_y.data(), d_dy.data(), d_x.data(), B, T, D, H, gpu.stream);
+  }
+  const std::vector<float> got_y = to_host(d_y, y.size(), gpu.stream);
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(got_y[i], y[i], 1e-5 * T) << "y [" << i << "]";
+  expect_relative(to_host(d_dx, dx.size(), gpu.stream), dx, 1e-4, "lstm dx");
+  expect_relative(to_host(d_dw_ih, dw_ih.size(), gpu.stream), dw_ih, 1e-4, "lstm dweight_ih");
+  expect_relative(to_host(d_dw_hh, dw_hh.size(), gpu.stream), dw_hh, 1e-4, "lstm dweight_hh");
+  expect_relative(to_host(d_db_ih, db_ih.size(), gpu.stream), db_ih, 1e-4, "lstm dbias_ih");
+  expect_relative(to_host(d_db_hh, db_hh.size(), gpu.stream), db_hh, 1e-4, "lstm dbias_hh");
+}
+
+TEST(CudaParity, BiLstmMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  check_bilstm(3, 5, 4, 3, 11);   // odd H
+  check_bilstm(1, 1, 2, 1, 12);   // B = 1, T = 1, H = 1
+  check_bilstm(2, 9, 32, 16, 13);
+}
+
+// ---- the whole model ---------------------------------------------------------------------------
+
+TEST(CudaParity, ModelLossAndEveryGradientMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (BlendMode blend : {BlendMode::mean, BlendMode::scalar_mean}) {
+    for (PoolMode pool : {PoolMode::feature, PoolMode::time}) {
+      const ModelConfig config = small_config(blend, pool);
+      Random random(21);
+      const Batch batch = testing::random_batch(3, config.seq_len, static_cast<int>(config.vocab_size),
+                                                config.num_labels, random);
+      ParameterBuffer<float> params(config);
+      initialize_parameters(params, 5);
+      ParameterBuffer<double> params_d(config), grads_d(config);
+      std::copy(params.data.begin(), params.data.end(), params_d.data.begin());
+      Activations<double> activations;
+      activations.reserve(config, 3);
+      const double loss = model_forward(activations, params_d, batch, 1, true);
+      model_backward(grads_d, activations, params_d, batch, 1);
+
+      CudaModel model(config, OptimizerConfig{}, 4);
+      model.upload_parameters(params);
+      std::vector<float> logits(static_cast<size_t>(3) * config.num_labels);
+      const double gpu_loss = model.compute_gradients(batch, logits.data());
+      EXPECT_NEAR(gpu_loss, loss, 1e-4 * std::max(1.0, loss)) << to_string(blend) << "/" << to_string(pool);
+      expect_relative(logits, activations.logits, 1e-4, "logits");
+      ParameterBuffer<float> grads(config);
+      model.download_gradients(grads);
+      for (const TensorSlot& slot : parameter_layout(config)) {
+        const std::vector<float> got(grads.data.begin() + slot.offset, grads.data.begin() + slot.offset + slot.numel);
+        const std::vector<double> want(grads_d.data.begin() + slot.offset,
+                                       grads_d.data.begin() + slot.offset + slot.numel);
+        expect_relative(got, want, 2e-4, slot.name + " (" + to_string(blend) + "/" + to_string(pool) + ")");
+      }
+      // A second batch: the gradients must be of that batch alone (zeroed in between).
+      const Batch other = testing::random_batch(2, config.seq_len, static_cast<int>(config.vocab_size),
+                                                config.num_labels, random);
+      std::fill(grads_d.data.begin(), grads_d.data.end(), 0.0);
+      model_forward(activations, params_d, other, 1, true);
+      model_backward(grads_d, activations, params_d, other, 1);
+      model.compute_gradients(other);
+      model.download_gradients(grads);
+      expect_relative(grads.data, grads_d.data, 2e-4, "second batch gradients");
+    }
+  }
+}
+
+struct TrainCase {
+  OptimizerConfig optimizer;
+  const char* name;
+};
+
+std::vector<Batch> training_batches(const ModelConfig& config, int count, uint64_t seed) {
+  Random random(seed);
+  std::vector<Batch> batches;
+  for (int i = 0; i < count; ++i)  // every fifth batch is smaller, as an epoch's last batch
+    batches.push_back(testing::random_batch(i % 5 == 4 ? 2 : 4, config.seq_len, static_cast<int>(config.vocab_size),
+                                            config.num_labels, random));
+  return batches;
+}
+
+void check_training(const TrainCase& c, BlendMode blend, PoolMode pool) {
+  const ModelConfig config = small_config(blend, pool, 6);
+  const std::vector<Batch> batches = training_batches(config, 50, 31);
+  ParameterBuffer<float> cpu(config);
+  initialize_parameters(cpu, 9);
+  const ParameterBuffer<float> initial = cpu;
+  CudaModel model(config, c.optimizer, 4);
+  model.upload_parameters(cpu);
+
+  Optimizer optimizer(c.optimizer, config);
+  ParameterBuffer<float> grads(config);
+  Activations<float> activations;
+  activations.reserve(config, 4);
+  std::vector<int32_t> rows;
+  for (size_t step = 0; step < batches.size(); ++step) {
+    const Batch& batch = batches[step];
+    embedding_touched_rows(rows, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
+                           batch.cur_word_ids.data(), batch.positions());
+    const double loss = model_forward(activations, cpu, batch, 1, true);
+    model_backward(grads, activations, cpu, batch, 1);
+    const double norm = optimizer.step(cpu, grads, rows);
+    zero_gradients(grads, rows);
+    const double gpu_loss = model.train_step(batch);
+    ASSERT_NEAR(gpu_loss, loss, 1e-4 * std::max(1.0, loss)) << c.name << " step " << step + 1;
+    ASSERT_NEAR(model.last_gradient_norm(), norm, 1e-3 * std::max(1.0, norm)) << c.name << " step " << step + 1;
+  }
+  EXPECT_EQ(model.optimizer_steps(), optimizer.steps());
+  ParameterBuffer<float> gpu(config);
+  model.download_parameters(gpu);
+  double moved = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    ASSERT_NEAR(gpu.data[i], cpu.data[i], 1e-3) << c.name << " parameter " << i;
+    moved = std::max(moved, static_cast<double>(std::fabs(cpu.data[i] - initial.data[i])));
+  }
+  EXPECT_GT(moved, 1e-2) << c.name << ": training barely moved the weights, the comparison would be vacuous";
+}
+
+TEST(CudaParity, FiftyTrainingStepsMatchCpuTrainer) {
+  SKIP_WITHOUT_GPU();
+  OptimizerConfig sgd;
+  sgd.kind = OptimizerKind::sgd;
+  sgd.learning_rate = 0.05f;
+  OptimizerConfig momentum = sgd;
+  momentum.momentum = 0.9f;
+  momentum.learning_rate = 0.02f;
+  OptimizerConfig adam;  // Keras defaults, lr 1e-3
+  adam.learning_rate = 3e-3f;
+  OptimizerConfig lazy = adam;
+  lazy.lazy_embedding = true;
+  OptimizerConfig clipped = adam;
+  clipped.clip_norm = 0.05f;
+  for (const TrainCase& c : {TrainCase{sgd, "sgd"}, TrainCase{momentum, "sgd+momentum"}, TrainCase{adam, "adam"},
+                             TrainCase{lazy, "lazy adam"}, TrainCase{clipped, "adam clip"}})
+    check_training(c, BlendMode::mean, PoolMode::feature);
+  check_training(TrainCase{adam, "adam scalar-mean/time"}, BlendMode::scalar_mean, PoolMode::time);
+}
+
+TEST(CudaParity, SameRunTwiceGivesIdenticalBits) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature, 6);
+  const std::vector<Batch> batches = training_batches(config, 20, 41);
+  ParameterBuffer<float> initial(config);
+  initialize_parameters(initial, 3);
+  std::vector<float> results[2];
+  std::vector<double> losses[2];
+  for (int run = 0; run < 2; ++run) {
+    CudaModel model(config, OptimizerConfig{}, 4);
+    model.upload_parameters(initial);
+    for (const Batch& batch : batches) losses[run].push_back(model.train_step(batch));
+    ParameterBuffer<float> out(config);
+    model.download_parameters(out);
+    results[run] = out.data;
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_TRUE(results[0] == results[1]) << "two identical runs gave different weights";
+}
+
+TEST(CudaParity, EvaluationForwardMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature);
+  Random random(51);
+  const Batch batch = testing::random_batch(4, config.seq_len, static_cast<int>(config.vocab_size),
+                                            config.num_labels, random);
+  ParameterBuffer<float> params(config);
+  initialize_parameters(params, 2);
+  Activations<float> activations;
+  activations.reserve(config, 4);
+  const double loss = model_forward(activations, params, batch, 1, false);
+  CudaModel model(config, OptimizerConfig{}, 4);
+  model.upload_parameters(params);
+  std::vector<float> logits(static_cast<size_t>(4) * config.num_labels);
+  EXPECT_NEAR(model.forward(batch, logits.data()), loss, 1e-4 * std::max(1.0, loss));
+  expect_relative(logits, to_double(activations.logits), 1e-4, "evaluation logits");
+}
+
+TEST(CudaParity, BadBatchesAreErrors) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature);
+  CudaModel model(config, OptimizerConfig{}, 2);
+  Random random(61);
+  Batch big = testing::random_batch(3, config.seq_len, 5, config.num_labels, random);
+  EXPECT_THROW(model.train_step(big), Error);
+  Batch bad = testing::random_batch(1, config.seq_len, 5, config.num_labels, random);
+  bad.cur_word_ids[0] = static_cast<int32_t>(config.vocab_size);
+  EXPECT_THROW(model.train_step(bad), Error);
+  // The model still works after the rejected batches.
+  Batch good = testing::random_batch(2, config.seq_len, 5, config.num_labels, random);
+  EXPECT_TRUE(std::isfinite(model.train_step(good)));
+}
+
+#else  // no CUDA backend: the same test names, each skipped with the reason.
+
+TEST(CudaParity, EmbeddingBlendMatchesCpu) { SKIP_WITHOUT_GPU(); }
+TEST(CudaParity, EmbeddingBlendAllIdentifiersEmpty) { SKIP_WITHOUT_GPU(); }
+TEST(CudaParity, MaxPoolMatchesCpuWithTies) { SKIP_WITHOUT_GPU(); }
+TEST(CudaParity, DenseMatchesCpu) { SKIP_WITHOUT_GPU(); }
+TEST(CudaParity, SoftmaxCrossEntropyMatchesCpu) { SKIP_WITHOUT_GPU(); }
+TEST(CudaParity, BiLstmMatchesCpu) { SKIP_WITHOUT_GPU(); }
+TEST(CudaParity, ModelLossAndEveryGradientMatchCpu) { SKIP_WITHOUT_GPU(); }
+TEST(CudaParity, FiftyTrainingStepsMatchCpuTrainer) { SKIP_WITHOUT_GPU(); }
+TEST(CudaParity, SameRunTwiceGivesIdenticalBits) { SKIP_WITHOUT_GPU(); }
+TEST(CudaParity, EvaluationForwardMatchesCpu) { SKIP_WITHOUT_GPU(); }
+TEST(CudaParity, BadBatchesAreErrors) { SKIP_WITHOUT_GPU(); }
+
+#endif
+
+}  // namespace
+}  // namespace enhanced
