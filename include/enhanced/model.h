@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "enhanced/huge_pages.h"
+
 namespace enhanced {
 
 enum class BlendMode { mean, scalar_mean };  // SPEC "mean" (per dimension) / "scalar-mean"
@@ -48,7 +50,7 @@ size_t parameter_count(const ModelConfig& config);
 template <class Real>
 struct ParameterBuffer {
   ModelConfig config;
-  std::vector<Real> data;
+  std::vector<Real, HugePageAllocator<Real>> data;
   Real* embedding = nullptr;     // (V, D)
   Real* weight_ih = nullptr;     // (2, 4H, D) forward then reverse
   Real* weight_hh = nullptr;     // (2, 4H, H)
