@@ -15,6 +15,9 @@
 
 #include "enhanced/app.h"
 #include "enhanced/checkpoint.h"
+#ifdef ENHANCED_HAVE_CUDA
+#include "enhanced/cuda_model.h"
+#endif
 #include "enhanced/device.h"
 #include "enhanced/jsonl.h"
 #include "enhanced/loader.h"
@@ -150,7 +153,7 @@ int main(int argc, char** argv) {
   Shapes s;
   std::string device = "cpu", optimizer_name = "adam", dump_case, blend = "mean", pool = "feature";
   int threads = 0, warmup = 2, repeats = 7;
-  bool json = false, lazy = false, skip_loader = false;
+  bool json = false, lazy = false, skip_loader = false, tf32 = false;
   app.add_option("--device", device, "cpu or cuda")->capture_default_str();
   app.add_option("--batch-size,-B", s.batch, "B")->capture_default_str();
   app.add_option("--seq-len,-T", s.seq_len, "T")->capture_default_str();
@@ -164,6 +167,7 @@ int main(int argc, char** argv) {
   app.add_option("--pool", pool, "feature or time")->capture_default_str();
   app.add_option("--optimizer", optimizer_name, "sgd or adam")->capture_default_str();
   app.add_flag("--lazy-embedding-updates", lazy, "Lazy embedding updates");
+  app.add_flag("--tf32", tf32, "CUDA: allow TF32 tensor-core math");
   app.add_option("--threads", threads, "CPU threads (default: every core)");
   app.add_option("--warmup", warmup, "Untimed runs first")->capture_default_str();
   app.add_option("--repeats", repeats, "Timed runs")->capture_default_str()->check(CLI::PositiveNumber);
@@ -173,7 +177,8 @@ int main(int argc, char** argv) {
                  "Write the initial weights and the batch to this directory (checkpoint.safetensors, "
                  "batch.safetensors) so peers time the same function on the same data");
   return run_app(app, argc, argv, [&] {
-    if (resolve_device(device, false) != Device::cpu) fail("--device cuda: not implemented in this version");
+    if (device == "auto") fail("--device must be cpu or cuda: a benchmark names what it measures");
+    const Device chosen = resolve_device(device, false);
     const int thread_count = configure_cpu_threads(threads);
     ModelConfig c;
     c.vocab_size = s.vocab;
@@ -196,6 +201,53 @@ int main(int argc, char** argv) {
     a.reserve(c, s.batch);
     std::vector<int32_t> rows;
     const int B = s.batch, T = s.seq_len, D = s.dim, H = s.hidden, F = c.pooled_features(), L = s.labels;
+    // Prints the table (or JSON) for the timings taken on either device.
+    auto report = [&](const std::vector<Timing>& timings, double initial_loss) {
+      const bool on_cpu = chosen == Device::cpu;
+      // The CPU's own sgemm rate is the yardstick for the CPU engine only.
+      const double gemm_rate = on_cpu ? measure_gemm_gflops(thread_count, warmup, repeats) : 0.0;
+      const double loader_rate = skip_loader ? 0.0 : loader_samples_per_second(s, repeats);
+      configure_cpu_threads(thread_count);  // the GEMM-rate measurement gave BLAS the threads
+      rusage usage{};
+      getrusage(RUSAGE_SELF, &usage);
+      const double train_flop = train_gflop(s, c), forward_flop = forward_gflop(s, c);
+      const double train_rate = train_flop / timings[0].median(), forward_rate = forward_flop / timings[1].median();
+      if (json) {
+        nlohmann::json out{{"device", device}, {"threads", thread_count}, {"blas", openblas_get_config()},
+                           {"shapes", {{"B", s.batch}, {"T", s.seq_len}, {"D", s.dim}, {"H", s.hidden}, {"V", s.vocab},
+                                       {"L", s.labels}, {"empty_probability", s.empty_probability},
+                                       {"max_identifier", s.max_identifier}}},
+                           {"blend", blend}, {"pool", pool}, {"optimizer", optimizer_name}, {"lazy_embedding", lazy}, {"initial_loss", initial_loss},
+                           {"train_gflop", train_flop}, {"forward_gflop", forward_flop},
+                           {"train_gflops_achieved", train_rate}, {"forward_gflops_achieved", forward_rate},
+                           {"gemm_gflops", gemm_rate}, {"loader_samples_per_s", loader_rate},
+                           {"peak_rss_mib", static_cast<double>(usage.ru_maxrss) / 1024.0}};
+        for (const Timing& t : timings)
+          out["times"][t.name] = {{"min_s", t.min()}, {"median_s", t.median()}, {"max_s", t.max()},
+                                  {"samples_per_s", s.batch / t.median()}};
+        std::printf("%s\n", out.dump(2).c_str());
+        return 0;
+      }
+      if (on_cpu) std::printf("enhanced-bench: cpu, %d threads, %s\n", thread_count, openblas_get_config());
+      else std::printf("enhanced-bench: cuda%s\n", tf32 ? " (TF32 allowed)" : "");
+      std::printf("B=%d T=%d D=%d H=%d V=%lld L=%d, %s%s, %d warm-up + %d timed runs\n\n", s.batch, s.seq_len, s.dim,
+                  s.hidden, static_cast<long long>(s.vocab), s.labels, optimizer_name.c_str(), lazy ? " (lazy embedding)" : "",
+                  warmup, repeats);
+      std::printf("%-16s %10s %10s %10s %12s\n", "part", "min ms", "median ms", "max ms", "samples/s");
+      for (const Timing& t : timings)
+        std::printf("%-16s %10.2f %10.2f %10.2f %12.0f\n", t.name.c_str(), 1e3 * t.min(), 1e3 * t.median(), 1e3 * t.max(),
+                    s.batch / t.median());
+      std::printf("\ntrain step: %.2f GFLOP, %.1f GFLOP/s; inference: %.2f GFLOP, %.1f GFLOP/s\n", train_flop, train_rate,
+                  forward_flop, forward_rate);
+      if (on_cpu)
+        std::printf("machine sgemm rate (same BLAS, %d threads): %.1f GFLOP/s -> train step at %.0f%% of it\n",
+                    thread_count, gemm_rate, 100 * train_rate / gemm_rate);
+      if (!skip_loader)
+        std::printf("loader (one core): %.0f samples/s = %.1fx what the train step consumes\n", loader_rate,
+                    loader_rate / (s.batch / timings[0].median()));
+      std::printf("peak RSS: %.0f MiB\n", static_cast<double>(usage.ru_maxrss) / 1024.0);
+      return 0;
+    };
     double initial_loss = 0;
     if (!dump_case.empty()) {
       std::filesystem::create_directories(dump_case);
@@ -204,6 +256,16 @@ int main(int argc, char** argv) {
     }
     initial_loss = model_forward(a, params, batch, thread_count, false);
     std::vector<Timing> timings;
+#ifdef ENHANCED_HAVE_CUDA
+    if (chosen == Device::cuda) {
+      CudaModel model(c, oc, s.batch, tf32);
+      model.upload_parameters(params);
+      initial_loss = model.forward(batch, a.logits.data());
+      timings.push_back(time_it("train step", warmup, repeats, [&] { model.train_step(batch); }));
+      timings.push_back(time_it("inference step", warmup, repeats, [&] { model.forward(batch, a.logits.data()); }));
+      return report(timings, initial_loss);
+    }
+#endif
     timings.push_back(time_it("train step", warmup, repeats, [&] {
       embedding_touched_rows(rows, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
                              batch.cur_word_ids.data(), batch.positions());
@@ -242,45 +304,6 @@ int main(int argc, char** argv) {
     embedding_touched_rows(rows, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
                            batch.cur_word_ids.data(), batch.positions());
     timings.push_back(time_it("optimizer", warmup, repeats, [&] { optimizer.step(params, grads, rows); }));
-    const double gemm_rate = measure_gemm_gflops(thread_count, warmup, repeats);
-    const double loader_rate = skip_loader ? 0.0 : loader_samples_per_second(s, repeats);
-    configure_cpu_threads(thread_count);  // the GEMM-rate measurement gave BLAS the threads
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    const double train_flop = train_gflop(s, c), forward_flop = forward_gflop(s, c);
-    const double train_rate = train_flop / timings[0].median(), forward_rate = forward_flop / timings[1].median();
-    if (json) {
-      nlohmann::json out{{"device", device}, {"threads", thread_count}, {"blas", openblas_get_config()},
-                         {"shapes", {{"B", s.batch}, {"T", s.seq_len}, {"D", s.dim}, {"H", s.hidden}, {"V", s.vocab},
-                                     {"L", s.labels}, {"empty_probability", s.empty_probability},
-                                     {"max_identifier", s.max_identifier}}},
-                         {"blend", blend}, {"pool", pool}, {"optimizer", optimizer_name}, {"lazy_embedding", lazy}, {"initial_loss", initial_loss},
-                         {"train_gflop", train_flop}, {"forward_gflop", forward_flop},
-                         {"train_gflops_achieved", train_rate}, {"forward_gflops_achieved", forward_rate},
-                         {"gemm_gflops", gemm_rate}, {"loader_samples_per_s", loader_rate},
-                         {"peak_rss_mib", static_cast<double>(usage.ru_maxrss) / 1024.0}};
-      for (const Timing& t : timings)
-        out["times"][t.name] = {{"min_s", t.min()}, {"median_s", t.median()}, {"max_s", t.max()},
-                                {"samples_per_s", s.batch / t.median()}};
-      std::printf("%s\n", out.dump(2).c_str());
-      return 0;
-    }
-    std::printf("enhanced-bench: cpu, %d threads, %s\n", thread_count, openblas_get_config());
-    std::printf("B=%d T=%d D=%d H=%d V=%lld L=%d, %s%s, %d warm-up + %d timed runs\n\n", s.batch, s.seq_len, s.dim,
-                s.hidden, static_cast<long long>(s.vocab), s.labels, optimizer_name.c_str(), lazy ? " (lazy embedding)" : "",
-                warmup, repeats);
-    std::printf("%-16s %10s %10s %10s %12s\n", "part", "min ms", "median ms", "max ms", "samples/s");
-    for (const Timing& t : timings)
-      std::printf("%-16s %10.2f %10.2f %10.2f %12.0f\n", t.name.c_str(), 1e3 * t.min(), 1e3 * t.median(), 1e3 * t.max(),
-                  s.batch / t.median());
-    std::printf("\ntrain step: %.2f GFLOP, %.1f GFLOP/s; inference: %.2f GFLOP, %.1f GFLOP/s\n", train_flop, train_rate,
-                forward_flop, forward_rate);
-    std::printf("machine sgemm rate (same BLAS, %d threads): %.1f GFLOP/s -> train step at %.0f%% of it\n", thread_count,
-                gemm_rate, 100 * train_rate / gemm_rate);
-    if (!skip_loader)
-      std::printf("loader (one core): %.0f samples/s = %.1fx what the train step consumes\n", loader_rate,
-                  loader_rate / (s.batch / timings[0].median()));
-    std::printf("peak RSS: %.0f MiB\n", static_cast<double>(usage.ru_maxrss) / 1024.0);
-    return 0;
+    return report(timings, initial_loss);
   });
 }

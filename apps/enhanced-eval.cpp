@@ -9,6 +9,9 @@
 #include "enhanced/evaluate.h"
 #include "enhanced/safetensors.h"
 #include "enhanced/network.h"
+#ifdef ENHANCED_HAVE_CUDA
+#include "enhanced/cuda_model.h"
+#endif
 
 namespace {
 
@@ -77,13 +80,22 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "auto, cpu or cuda")->capture_default_str();
   return run_app(app, argc, argv, [&] {
     const int thread_count = configure_cpu_threads(threads);
-    resolve_device(device, !json);
+    const Device chosen = resolve_device(device, !json);
     const ParameterBuffer<float> params = load_checkpoint(checkpoint);
     const Dataset dataset = Dataset::open(data);
     if (dataset.seq_len() != params.config.seq_len)
       fail(data, ": T = ", dataset.seq_len(), " but ", checkpoint, " was trained with T = ", params.config.seq_len);
     dataset.check_fits_model(params.config.vocab_size, params.config.num_labels);
-    const EvalResult result = evaluate(params, dataset, batch_size, thread_count, !predictions.empty());
+    EvalResult result;
+#ifdef ENHANCED_HAVE_CUDA
+    if (chosen == Device::cuda) {
+      CudaModel model(params.config, OptimizerConfig{}, batch_size);
+      model.upload_parameters(params);
+      result = evaluate([&](const Batch& batch, float* logits) { return model.forward(batch, logits); }, dataset,
+                        batch_size, params.config.num_labels, !predictions.empty());
+    }
+#endif
+    if (chosen == Device::cpu) result = evaluate(params, dataset, batch_size, thread_count, !predictions.empty());
     if (!predictions.empty()) write_predictions(predictions, result);
     if (json) std::printf("%s\n", report_json(result).dump(2).c_str());
     else print_report(result, data, checkpoint);

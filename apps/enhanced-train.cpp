@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   app.add_flag("--drop-last", o.drop_last, "Drop the last partial batch of each epoch");
   app.add_option("--threads", o.threads, "CPU threads (default: every core)");
   app.add_option("--device", o.device, "auto, cpu or cuda")->capture_default_str();
+  app.add_flag("--tf32", o.tf32, "CUDA: allow TF32 tensor-core math (faster, looser than FP32)");
   app.add_option("--log-every", o.log_every, "Steps between metrics lines")->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: each epoch)")
       ->capture_default_str();

@@ -47,28 +47,26 @@ double EvalResult::macro_f1() const {
   return counted ? total / counted : 0.0;
 }
 
-EvalResult evaluate(const ParameterBuffer<float>& params, const Dataset& dataset, int batch_size, int threads,
+EvalResult evaluate(const ForwardFunction& forward, const Dataset& dataset, int batch_size, int num_labels,
                     bool keep_predictions) {
-  const ModelConfig& c = params.config;
+  const int L = num_labels;
   EvalResult result;
-  result.num_labels = c.num_labels;
-  result.confusion.assign(static_cast<size_t>(c.num_labels) * c.num_labels, 0);
+  result.num_labels = L;
+  result.confusion.assign(static_cast<size_t>(L) * L, 0);
   LoaderOptions options;
   options.batch_size = batch_size;
   options.shuffle = false;
   BatchLoader loader(dataset, options);
   loader.start_epoch(0);
-  Activations<float> activations;
-  activations.reserve(c, batch_size);
-  std::vector<float> probabilities(static_cast<size_t>(batch_size) * c.num_labels);
+  std::vector<float> logits(static_cast<size_t>(batch_size) * L), probabilities(logits.size());
   double loss_sum = 0;
   while (const Batch* batch = loader.next()) {
-    loss_sum += model_forward(activations, params, *batch, threads, false) * batch->size;
-    softmax_forward(probabilities.data(), activations.logits.data(), batch->size, c.num_labels);
+    loss_sum += forward(*batch, logits.data()) * batch->size;
+    softmax_forward(probabilities.data(), logits.data(), batch->size, L);
     for (int b = 0; b < batch->size; ++b) {
-      const float* row = probabilities.data() + static_cast<size_t>(b) * c.num_labels;
-      const int predicted = static_cast<int>(std::max_element(row, row + c.num_labels) - row);
-      ++result.confusion[static_cast<size_t>(batch->labels[b]) * c.num_labels + predicted];
+      const float* row = probabilities.data() + static_cast<size_t>(b) * L;
+      const int predicted = static_cast<int>(std::max_element(row, row + L) - row);
+      ++result.confusion[static_cast<size_t>(batch->labels[b]) * L + predicted];
       if (keep_predictions)
         result.predictions.push_back({batch->sample_indices[b], batch->labels[b], predicted, row[predicted]});
     }
@@ -76,6 +74,19 @@ EvalResult evaluate(const ParameterBuffer<float>& params, const Dataset& dataset
   }
   result.loss = result.samples ? loss_sum / static_cast<double>(result.samples) : 0.0;
   return result;
+}
+
+EvalResult evaluate(const ParameterBuffer<float>& params, const Dataset& dataset, int batch_size, int threads,
+                    bool keep_predictions) {
+  Activations<float> activations;
+  activations.reserve(params.config, batch_size);
+  const size_t L = static_cast<size_t>(params.config.num_labels);
+  auto forward = [&](const Batch& batch, float* logits) {
+    const double loss = model_forward(activations, params, batch, threads, false);
+    std::copy(activations.logits.begin(), activations.logits.begin() + static_cast<std::ptrdiff_t>(batch.size * L), logits);
+    return loss;
+  };
+  return evaluate(forward, dataset, batch_size, params.config.num_labels, keep_predictions);
 }
 
 }  // namespace enhanced

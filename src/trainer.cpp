@@ -18,6 +18,9 @@
 #include "enhanced/loader.h"
 #include "enhanced/network.h"
 #include "layers/embedding_blend.h"
+#ifdef ENHANCED_HAVE_CUDA
+#include "enhanced/cuda_model.h"
+#endif
 
 namespace enhanced {
 namespace {
@@ -155,6 +158,21 @@ class TrainingRun {
       : o_(std::move(options)), params_(std::move(params)), grads_(params_.config), train_(train), valid_(valid),
         optimizer_(o_.optimizer, params_.config), dir_(o_.out_dir) {}
 
+  // With a GPU the step runs on a CudaModel that holds the parameters and moments; the host
+  // copies are refreshed from it before each checkpoint and validation.
+  void use_device(Device device, bool tf32) {
+#ifdef ENHANCED_HAVE_CUDA
+    if (device == Device::cuda) {
+      cuda_ = std::make_unique<CudaModel>(params_.config, o_.optimizer, o_.batch_size, tf32);
+      cuda_->upload_parameters(params_);
+      cuda_->upload_optimizer_state(optimizer_.first_moment(), optimizer_.second_moment(), optimizer_.steps());
+    }
+#else
+    if (device == Device::cuda) fail("this build has no CUDA backend");
+    (void)tf32;
+#endif
+  }
+
   void resume() {
     const SafetensorsReader state((dir_ / "optimizer.safetensors").string());
     params_ = load_checkpoint((dir_ / "last.safetensors").string());
@@ -196,13 +214,8 @@ class TrainingRun {
       loader.start_epoch(state_.epoch, state_.batch_in_epoch);
       bool epoch_done = true;
       while (const Batch* batch = loader.next()) {
-        embedding_touched_rows(rows, batch->identifier_ids.data(), static_cast<int64_t>(batch->identifier_ids.size()),
-                               batch->cur_word_ids.data(), batch->positions());
-        const double loss = model_forward(activations, params_, *batch, threads_, true);
+        const double loss = train_step(activations, rows, *batch);
         if (!std::isfinite(loss)) return stop_non_finite(loss);
-        model_backward(grads_, activations, params_, *batch, threads_);
-        optimizer_.step(params_, grads_, rows);
-        zero_gradients(grads_, rows);
         count_batch(activations, *batch, loss);
         ++state_.step;
         ++state_.batch_in_epoch;
@@ -225,6 +238,42 @@ class TrainingRun {
   void set_threads(int threads) { threads_ = threads; }
 
  private:
+  // One step on the chosen device; a non-finite loss is returned before any weight changes.
+  double train_step(Activations<float>& activations, std::vector<int32_t>& rows, const Batch& batch) {
+#ifdef ENHANCED_HAVE_CUDA
+    if (cuda_) return cuda_->train_step(batch, activations.logits.data());
+#endif
+    embedding_touched_rows(rows, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
+                           batch.cur_word_ids.data(), batch.positions());
+    const double loss = model_forward(activations, params_, batch, threads_, true);
+    if (!std::isfinite(loss)) return loss;
+    model_backward(grads_, activations, params_, batch, threads_);
+    optimizer_.step(params_, grads_, rows);
+    zero_gradients(grads_, rows);
+    return loss;
+  }
+
+  // Brings the host parameters and optimizer state up to date with the device's.
+  void sync_to_host() {
+#ifdef ENHANCED_HAVE_CUDA
+    if (!cuda_) return;
+    cuda_->download_parameters(params_);
+    cuda_->download_optimizer_state(optimizer_.first_moment(), optimizer_.second_moment());
+    optimizer_.set_steps(cuda_->optimizer_steps());
+#endif
+  }
+
+  EvalResult validate() {
+#ifdef ENHANCED_HAVE_CUDA
+    if (cuda_) {
+      CudaModel& model = *cuda_;
+      return evaluate([&](const Batch& batch, float* logits) { return model.forward(batch, logits); }, *valid_,
+                      o_.batch_size, params_.config.num_labels, false);
+    }
+#endif
+    return evaluate(params_, *valid_, o_.batch_size, threads_, false);
+  }
+
   static double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
   }
@@ -278,13 +327,14 @@ class TrainingRun {
     ++state_.epoch;
     state_.batch_in_epoch = 0;
     if (valid_) {
-      const EvalResult result = evaluate(params_, *valid_, o_.batch_size, threads_, false);
+      const EvalResult result = validate();
       line["valid_loss"] = result.loss;
       line["valid_accuracy"] = result.accuracy();
       if (o_.progress) std::fprintf(stderr, "%sepoch %lld: valid loss %.4f  acc %.3f\n", ::isatty(2) ? "\n" : "",
                                     static_cast<long long>(state_.epoch), result.loss, result.accuracy());
       if (result.loss < state_.best_valid_loss) {
         state_.best_valid_loss = result.loss;
+        sync_to_host();
         save_checkpoint((dir_ / "best.safetensors").string(), params_, checkpoint_metadata());
       }
     }
@@ -299,6 +349,7 @@ class TrainingRun {
   // optimizer.safetensors first: a crash between the two writes leaves a mismatch that resume
   // detects by step, never a silently inconsistent pair.
   void save() {
+    sync_to_host();
     // Never replace a good checkpoint with a diverged one.
     for (const float value : params_.data)
       if (!std::isfinite(value))
@@ -334,6 +385,9 @@ class TrainingRun {
   RunState state_;
   int threads_ = 1;
   std::ofstream metrics_;
+#ifdef ENHANCED_HAVE_CUDA
+  std::unique_ptr<CudaModel> cuda_;
+#endif
   double interval_loss_ = 0, epoch_loss_ = 0;
   int64_t interval_correct_ = 0, interval_samples_ = 0, epoch_correct_ = 0, epoch_samples_ = 0;
 };
@@ -351,7 +405,7 @@ int run_training(TrainOptions options) {
   if (options.batch_size <= 0) fail("--batch-size must be positive, got ", options.batch_size);
   if (options.log_every <= 0) fail("--log-every must be positive, got ", options.log_every);
   const int threads = configure_cpu_threads(options.threads);
-  resolve_device(options.device);
+  const Device device = resolve_device(options.device);
   check_writable_dir(options.out_dir);
 
   const Dataset train = Dataset::open(options.data_path);
@@ -370,6 +424,7 @@ int run_training(TrainOptions options) {
   TrainingRun run(options, std::move(params), train, valid_ptr);
   run.set_threads(threads);
   if (options.resume) run.resume();
+  run.use_device(device, options.tf32);
   return run.run(options.resume);
 }
 

@@ -21,6 +21,8 @@
 //   than the tolerance, so agreement is not vacuous.
 #include <gtest/gtest.h>
 
+#include <span>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -98,7 +100,7 @@ std::vector<double> random_floats(size_t count, Random& random, double scale = 1
   return v;
 }
 
-void expect_sum_close(const std::vector<float>& gpu, const std::vector<double>& ref, const std::vector<double>& mag,
+void expect_sum_close(std::span<const float> gpu, std::span<const double> ref, const std::vector<double>& mag,
                       double terms, const std::string& what) {
   ASSERT_EQ(gpu.size(), ref.size()) << what;
   for (size_t i = 0; i < gpu.size(); ++i) {
@@ -107,7 +109,7 @@ void expect_sum_close(const std::vector<float>& gpu, const std::vector<double>& 
   }
 }
 
-void expect_relative(const std::vector<float>& gpu, const std::vector<double>& ref, double relative,
+void expect_relative(std::span<const float> gpu, std::span<const double> ref, double relative,
                      const std::string& what) {
   ASSERT_EQ(gpu.size(), ref.size()) << what;
   double scale = 1e-6;
@@ -515,7 +517,7 @@ TEST(CudaParity, SameRunTwiceGivesIdenticalBits) {
     for (const Batch& batch : batches) losses[run].push_back(model.train_step(batch));
     ParameterBuffer<float> out(config);
     model.download_parameters(out);
-    results[run] = out.data;
+    results[run].assign(out.data.begin(), out.data.end());
   }
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_TRUE(results[0] == results[1]) << "two identical runs gave different weights";

@@ -19,8 +19,17 @@ TEST(LstmPointwise, FloatMatchesDoubleToFloatPrecision) {
     std::vector<double> gates_d(4 * H), cell_d(H), h_d(H), prev_d(H);
     for (int k = 0; k < 4 * H; ++k) gates_d[k] = gates[k] = static_cast<float>(random.uniform(-range, range));
     for (int k = 0; k < H; ++k) prev_d[k] = prev[k] = static_cast<float>(random.uniform(-2, 2));
-    lstm_pointwise::forward(gates.data(), cell.data(), h.data(), prev.data(), H);
-    lstm_pointwise::forward(gates_d.data(), cell_d.data(), h_d.data(), prev_d.data(), H);
+    std::vector<float> bias(4 * H);
+    std::vector<double> bias_d(4 * H);
+    // The double reference sees the float-rounded sums gates + bias: the float pass adds in float,
+    // and at |x| ~ 50 that rounding alone moves sigmoid(x) by ~1e-6 relative.
+    for (int k = 0; k < 4 * H; ++k) {
+      bias[k] = static_cast<float>(random.uniform(-0.5, 0.5));
+      gates_d[k] = static_cast<double>(gates[k] + bias[k]);
+      bias_d[k] = 0.0;
+    }
+    lstm_pointwise::forward(gates.data(), cell.data(), h.data(), prev.data(), bias.data(), H);
+    lstm_pointwise::forward(gates_d.data(), cell_d.data(), h_d.data(), prev_d.data(), bias_d.data(), H);
     for (int k = 0; k < 4 * H; ++k) EXPECT_NEAR(gates[k], gates_d[k], 4e-7 * std::fabs(gates_d[k]) + 1e-30) << range;
     for (int k = 0; k < H; ++k) {
       EXPECT_NEAR(cell[k], cell_d[k], 1e-6 * std::fabs(cell_d[k]) + 1e-7) << range;
@@ -35,8 +44,12 @@ TEST(LstmPointwise, FloatMatchesDoubleToFloatPrecision) {
       dc_d[k] = dc[k] = static_cast<float>(random.uniform(-1, 1));
     }
     for (int k = 0; k < 4 * H; ++k) gates_d[k] = gates[k];  // same activations in
-    lstm_pointwise::backward(gates.data(), dc.data(), cell.data(), nullptr, dh.data(), dh_rec.data(), H);
-    lstm_pointwise::backward(gates_d.data(), dc_d.data(), cell_d.data(), nullptr, dh_d.data(), dh_rec_d.data(), H);
+    std::vector<float> dbias(4 * H, 1.0f);
+    std::vector<double> dbias_d(4 * H, 1.0);
+    lstm_pointwise::backward(gates.data(), dc.data(), dbias.data(), cell.data(), nullptr, dh.data(), dh_rec.data(), H);
+    lstm_pointwise::backward(gates_d.data(), dc_d.data(), dbias_d.data(), cell_d.data(), nullptr, dh_d.data(),
+                             dh_rec_d.data(), H);
+    for (int k = 0; k < 4 * H; ++k) EXPECT_NEAR(dbias[k], 1.0 + gates_d[k], 2e-6 * std::fabs(gates_d[k]) + 2e-7) << range;
     for (int k = 0; k < 4 * H; ++k) EXPECT_NEAR(gates[k], gates_d[k], 2e-6 * std::fabs(gates_d[k]) + 2e-7) << range;
     for (int k = 0; k < H; ++k) EXPECT_NEAR(dc[k], dc_d[k], 2e-6 * std::fabs(dc_d[k]) + 2e-7) << range;
   }
@@ -44,9 +57,9 @@ TEST(LstmPointwise, FloatMatchesDoubleToFloatPrecision) {
 
 TEST(LstmPointwise, ExtremePreActivationsStayFinite) {
   const int H = 16;
-  std::vector<float> gates(4 * H), cell(H), h(H);
+  std::vector<float> gates(4 * H), cell(H), h(H), bias(4 * H, 0.0f);
   for (int k = 0; k < 4 * H; ++k) gates[k] = (k % 2 ? 1.0f : -1.0f) * 1e30f;
-  lstm_pointwise::forward(gates.data(), cell.data(), h.data(), nullptr, H);
+  lstm_pointwise::forward(gates.data(), cell.data(), h.data(), nullptr, bias.data(), H);
   for (int k = 0; k < 4 * H; ++k) {
     EXPECT_TRUE(std::isfinite(gates[k])) << k;
     EXPECT_GE(gates[k], -1.0f);

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "enhanced/batch.h"
 #include "enhanced/dataset.h"
 #include "enhanced/model.h"
 
@@ -33,6 +35,13 @@ struct EvalResult {
   double macro_f1() const;  // over labels present in the data or predicted
 };
 
+// Runs a model over the dataset in file order. forward(batch, logits) returns the batch's mean loss
+// and fills logits (B, L): the CPU model or a device model.
+using ForwardFunction = std::function<double(const Batch& batch, float* logits)>;
+EvalResult evaluate(const ForwardFunction& forward, const Dataset& dataset, int batch_size, int num_labels,
+                    bool keep_predictions);
+
+// The CPU model.
 EvalResult evaluate(const ParameterBuffer<float>& params, const Dataset& dataset, int batch_size, int threads,
                     bool keep_predictions);
 

@@ -6,26 +6,32 @@
 #include <vector>
 
 #include "enhanced/batch.h"
+#include "enhanced/huge_pages.h"
 #include "enhanced/model.h"
 
 namespace enhanced {
 
+// Activations are large and read with big strides ((B, T, .) rows of one time step are T rows
+// apart), so they live in huge pages too.
+template <class Real>
+using ActivationBuffer = std::vector<Real, HugePageAllocator<Real>>;
+
 template <class Real>
 struct Activations {
   int capacity = 0;            // largest batch the buffers hold
-  std::vector<Real> x;         // (B, T, D) blended embeddings
-  std::vector<Real> gates;     // (B, T, 8H) LSTM gates; overwritten by their gradients in backward
-  std::vector<Real> cell;      // (B, T, 2H)
-  std::vector<Real> y;         // (B, T, 2H) BiLSTM output
-  std::vector<Real> pooled;    // (B, F)
+  ActivationBuffer<Real> x;         // (B, T, D) blended embeddings
+  ActivationBuffer<Real> gates;     // (B, T, 8H) LSTM gates; overwritten by their gradients in backward
+  ActivationBuffer<Real> cell;      // (B, T, 2H)
+  ActivationBuffer<Real> y;         // (B, T, 2H) BiLSTM output
+  ActivationBuffer<Real> pooled;    // (B, F)
   std::vector<int32_t> argmax; // (B, F)
-  std::vector<Real> logits;    // (B, L)
-  std::vector<Real> dlogits;   // (B, L)
-  std::vector<Real> sample_losses;  // (B)
-  std::vector<Real> dpooled;   // (B, F)
-  std::vector<Real> dy;        // (B, T, 2H)
-  std::vector<Real> dx;        // (B, T, D)
-  std::vector<Real> lstm_scratch;
+  ActivationBuffer<Real> logits;    // (B, L)
+  ActivationBuffer<Real> dlogits;   // (B, L)
+  ActivationBuffer<Real> sample_losses;  // (B)
+  ActivationBuffer<Real> dpooled;   // (B, F)
+  ActivationBuffer<Real> dy;        // (B, T, 2H)
+  ActivationBuffer<Real> dx;        // (B, T, D)
+  ActivationBuffer<Real> lstm_scratch;
 
   void reserve(const ModelConfig& config, int batch);
 };

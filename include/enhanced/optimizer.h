@@ -37,6 +37,11 @@ class Optimizer {
   const OptimizerConfig& config() const { return config_; }
   int64_t steps() const { return steps_; }
 
+  // The moments (null when this optimizer keeps none), so a device model can load and return them.
+  ParameterBuffer<float>* first_moment() { return first_moment_.data.empty() ? nullptr : &first_moment_; }
+  ParameterBuffer<float>* second_moment() { return second_moment_.data.empty() ? nullptr : &second_moment_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+
   // State for resuming: moments and step count as tensors "optimizer.<moment>.<param name>".
   void save_state(SafetensorsWriter& writer) const;
   void load_state(const SafetensorsReader& reader);

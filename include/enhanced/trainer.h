@@ -32,6 +32,7 @@ struct TrainOptions {
   bool drop_last = false;
   int threads = 0;              // 0: every core
   std::string device = "auto";
+  bool tf32 = false;            // CUDA: allow TF32 tensor-core math
   int64_t log_every = 20;       // steps between metrics lines
   int64_t checkpoint_every = 0; // steps between last.safetensors writes (0: each epoch only)
   bool progress = true;

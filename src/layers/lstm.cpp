@@ -26,6 +26,13 @@ void in_two_parts(int threads, Body body) {
   }
 }
 
+// b_ih + b_hh of one direction, per thread (grown once, then reused).
+template <class Real>
+std::vector<Real>& bias_sum_buffer() {
+  thread_local std::vector<Real> buffer;
+  return buffer;
+}
+
 // Time index of step s in a direction, forward 0..T-1, reverse T-1..0.
 inline int step_time(int direction, int step, int seq_len) { return direction == 0 ? step : seq_len - 1 - step; }
 
@@ -81,8 +88,10 @@ inline void recurrent_backward(double* dh, const double* dgates, int ld_dgates, 
 }  // namespace
 
 size_t bilstm_backward_scratch_size(int batch, int seq_len, int hidden) {
-  // Per direction: recurrent dh (B, H) and carried dc (B, H); then h_{t-1} of both (B, T, 2H).
-  return 4 * static_cast<size_t>(batch) * hidden + static_cast<size_t>(batch) * seq_len * 2 * hidden;
+  // Per direction: recurrent dh (B, H) and carried dc (B, H); then h_{t-1} of both (B, T, 2H);
+  // then each direction's bias gradient (4H).
+  return 4 * static_cast<size_t>(batch) * hidden + static_cast<size_t>(batch) * seq_len * 2 * hidden +
+         8 * static_cast<size_t>(hidden);
 }
 
 template <class Real>
@@ -93,16 +102,15 @@ void bilstm_forward(Real* y, Real* gates, Real* cell, const Real* x, const Real*
   const int positions = batch * seq_len;
   const size_t gates_time_stride = static_cast<size_t>(seq_len) * G8;  // rows of one time step are B apart
   in_two_parts(threads, [&](int direction) {
-    // Input projections of every position: gates[:, :, dir] (P, 4H) = x (P, D) W_ih^T + b_ih + b_hh.
+    // Input projections of every position: gates[:, :, dir] (P, 4H) = x (P, D) W_ih^T; the biases
+    // b_ih + b_hh are added in the pointwise pass.
     Real* gates_direction = gates + direction * G4;
     gemm(false, true, positions, G4, input, Real(1), x, input, weight_ih + static_cast<size_t>(direction) * G4 * input,
          input, Real(0), gates_direction, G8);
-    const Real* b_ih = bias_ih + direction * G4;
-    const Real* b_hh = bias_hh + direction * G4;
-    for (int p = 0; p < positions; ++p) {
-      Real* row = gates_direction + static_cast<size_t>(p) * G8;
-      for (int j = 0; j < G4; ++j) row[j] += b_ih[j] + b_hh[j];
-    }
+    std::vector<Real>& bias_buffer = bias_sum_buffer<Real>();
+    bias_buffer.resize(G4);
+    Real* bias_sum = bias_buffer.data();
+    for (int j = 0; j < G4; ++j) bias_sum[j] = bias_ih[direction * G4 + j] + bias_hh[direction * G4 + j];
     const RecurrentWeights w_hh = prepare_forward(weight_hh + static_cast<size_t>(direction) * G4 * H, H);
     for (int step = 0; step < seq_len; ++step) {
       const int t = step_time(direction, step, seq_len);
@@ -116,7 +124,7 @@ void bilstm_forward(Real* y, Real* gates, Real* cell, const Real* x, const Real*
         const size_t p = static_cast<size_t>(b) * seq_len + t;
         const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
         lstm_pointwise::forward(gates + p * G8 + direction * G4, cell + p * C + direction * H,
-                                y + p * C + direction * H, c_prev, H);
+                                y + p * C + direction * H, c_prev, bias_sum, H);
       }
     }
   });
@@ -134,6 +142,8 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
   in_two_parts(threads, [&](int direction) {
     Real* dh_recurrent = scratch + (2 * direction) * state;  // (B, H)
     Real* dc_carry = scratch + (2 * direction + 1) * state;  // (B, H)
+    Real* dbias_sum = scratch + 4 * state + static_cast<size_t>(batch) * seq_len * C + direction * G4;  // (4H)
+    std::memset(dbias_sum, 0, G4 * sizeof(Real));
     std::memset(dh_recurrent, 0, state * sizeof(Real));
     std::memset(dc_carry, 0, state * sizeof(Real));
     const RecurrentWeights w_hh = prepare_backward(weight_hh + static_cast<size_t>(direction) * G4 * H, H);
@@ -143,7 +153,7 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
       for (int b = 0; b < batch; ++b) {
         const size_t p = static_cast<size_t>(b) * seq_len + t;
         const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
-        lstm_pointwise::backward(gates + p * G8 + direction * G4, dc_carry + static_cast<size_t>(b) * H,
+        lstm_pointwise::backward(gates + p * G8 + direction * G4, dc_carry + static_cast<size_t>(b) * H, dbias_sum,
                                  cell + p * C + direction * H, c_prev, dy + p * C + direction * H,
                                  dh_recurrent + static_cast<size_t>(b) * H, H);
       }
@@ -167,17 +177,12 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
     }
     gemm(true, false, G4, H, positions, Real(1), gates + direction * G4, G8, h_prev_all + direction * H, C, Real(1),
          dweight_hh + static_cast<size_t>(direction) * G4 * H, H);
-    // dW_ih (4H, D) += dgates^T x; the biases += column sums of dgates.
+    // dW_ih (4H, D) += dgates^T x.
     gemm(true, false, G4, input, positions, Real(1), gates + direction * G4, G8, x, input, Real(1),
          dweight_ih + static_cast<size_t>(direction) * G4 * input, input);
-    Real* db_ih = dbias_ih + direction * G4;
-    Real* db_hh = dbias_hh + direction * G4;
-    for (int p = 0; p < positions; ++p) {
-      const Real* row = gates + static_cast<size_t>(p) * G8 + direction * G4;
-      for (int j = 0; j < G4; ++j) {
-        db_ih[j] += row[j];
-        db_hh[j] += row[j];
-      }
+    for (int j = 0; j < G4; ++j) {
+      dbias_ih[direction * G4 + j] += dbias_sum[j];
+      dbias_hh[direction * G4 + j] += dbias_sum[j];
     }
   });
   // dx (P, D) = dgates (P, 8H) W_ih (8H, D), both directions at once, rows split in two halves.

@@ -52,12 +52,12 @@ ENHANCED_INLINE double sigmoid_exact(double x) { return 1.0 / (1.0 + std::exp(-x
 // has_prev is a template argument so the loop body has no branch (a conditional load would stop
 // the vectorizer).
 template <bool has_prev, class Real, class Sigmoid, class Tanh>
-ENHANCED_INLINE void forward_row(Real* gates, Real* cell, Real* h, const Real* cell_prev, int H, Sigmoid sigmoid,
-                                 Tanh tanh_fn) {
+ENHANCED_INLINE void forward_row(Real* gates, Real* cell, Real* h, const Real* cell_prev, const Real* bias, int H,
+                                 Sigmoid sigmoid, Tanh tanh_fn) {
 #pragma omp simd
   for (int k = 0; k < H; ++k) {
-    const Real i = sigmoid(gates[k]), f = sigmoid(gates[H + k]), g = tanh_fn(gates[2 * H + k]),
-               o = sigmoid(gates[3 * H + k]);
+    const Real i = sigmoid(gates[k] + bias[k]), f = sigmoid(gates[H + k] + bias[H + k]),
+               g = tanh_fn(gates[2 * H + k] + bias[2 * H + k]), o = sigmoid(gates[3 * H + k] + bias[3 * H + k]);
     const Real c = (has_prev ? f * cell_prev[k] : Real(0)) + i * g;
     gates[k] = i;
     gates[H + k] = f;
@@ -69,8 +69,8 @@ ENHANCED_INLINE void forward_row(Real* gates, Real* cell, Real* h, const Real* c
 }
 
 template <bool has_prev, class Real, class Tanh>
-ENHANCED_INLINE void backward_row(Real* gates, Real* dc, const Real* cell, const Real* cell_prev, const Real* dh_out,
-                                  const Real* dh_recurrent, int H, Tanh tanh_fn) {
+ENHANCED_INLINE void backward_row(Real* gates, Real* dc, Real* dbias, const Real* cell, const Real* cell_prev,
+                                  const Real* dh_out, const Real* dh_recurrent, int H, Tanh tanh_fn) {
 #pragma omp simd
   for (int k = 0; k < H; ++k) {
     const Real i = gates[k], f = gates[H + k], g = gates[2 * H + k], o = gates[3 * H + k];
@@ -79,48 +79,54 @@ ENHANCED_INLINE void backward_row(Real* gates, Real* dc, const Real* cell, const
     const Real dc_total = dc[k] + dh * o * (Real(1) - tanh_c * tanh_c);
     const Real c_prev = has_prev ? cell_prev[k] : Real(0);
     dc[k] = dc_total * f;
-    gates[k] = dc_total * g * i * (Real(1) - i);
-    gates[H + k] = dc_total * c_prev * f * (Real(1) - f);
-    gates[2 * H + k] = dc_total * i * (Real(1) - g * g);
-    gates[3 * H + k] = dh * tanh_c * o * (Real(1) - o);
+    const Real di = dc_total * g * i * (Real(1) - i), df = dc_total * c_prev * f * (Real(1) - f);
+    const Real dg = dc_total * i * (Real(1) - g * g), d_o = dh * tanh_c * o * (Real(1) - o);
+    gates[k] = di;
+    gates[H + k] = df;
+    gates[2 * H + k] = dg;
+    gates[3 * H + k] = d_o;
+    dbias[k] += di;
+    dbias[H + k] += df;
+    dbias[2 * H + k] += dg;
+    dbias[3 * H + k] += d_o;
   }
 }
 
 template <class Real, class Sigmoid, class Tanh>
-ENHANCED_INLINE void forward_any(Real* gates, Real* cell, Real* h, const Real* cell_prev, int H, Sigmoid sigmoid,
-                                 Tanh tanh_fn) {
-  if (cell_prev) forward_row<true>(gates, cell, h, cell_prev, H, sigmoid, tanh_fn);
-  else forward_row<false>(gates, cell, h, cell_prev, H, sigmoid, tanh_fn);
+ENHANCED_INLINE void forward_any(Real* gates, Real* cell, Real* h, const Real* cell_prev, const Real* bias, int H,
+                                 Sigmoid sigmoid, Tanh tanh_fn) {
+  if (cell_prev) forward_row<true>(gates, cell, h, cell_prev, bias, H, sigmoid, tanh_fn);
+  else forward_row<false>(gates, cell, h, cell_prev, bias, H, sigmoid, tanh_fn);
 }
 
 template <class Real, class Tanh>
-ENHANCED_INLINE void backward_any(Real* gates, Real* dc, const Real* cell, const Real* cell_prev, const Real* dh_out,
-                                  const Real* dh_recurrent, int H, Tanh tanh_fn) {
-  if (cell_prev) backward_row<true>(gates, dc, cell, cell_prev, dh_out, dh_recurrent, H, tanh_fn);
-  else backward_row<false>(gates, dc, cell, cell_prev, dh_out, dh_recurrent, H, tanh_fn);
+ENHANCED_INLINE void backward_any(Real* gates, Real* dc, Real* dbias, const Real* cell, const Real* cell_prev,
+                                  const Real* dh_out, const Real* dh_recurrent, int H, Tanh tanh_fn) {
+  if (cell_prev) backward_row<true>(gates, dc, dbias, cell, cell_prev, dh_out, dh_recurrent, H, tanh_fn);
+  else backward_row<false>(gates, dc, dbias, cell, cell_prev, dh_out, dh_recurrent, H, tanh_fn);
 }
 
 }  // namespace
 
 ENHANCED_MULTIVERSION
-void forward(float* gates, float* cell, float* h, const float* cell_prev, int hidden) {
-  forward_any(gates, cell, h, cell_prev, hidden, [](float x) { return sigmoid_vectorizable(x); },
+void forward(float* gates, float* cell, float* h, const float* cell_prev, const float* bias, int hidden) {
+  forward_any(gates, cell, h, cell_prev, bias, hidden, [](float x) { return sigmoid_vectorizable(x); },
               [](float x) { return tanh_vectorizable(x); });
 }
 
-void forward(double* gates, double* cell, double* h, const double* cell_prev, int hidden) {
-  forward_any(gates, cell, h, cell_prev, hidden, [](double x) { return sigmoid_exact(x); }, [](double x) { return std::tanh(x); });
+void forward(double* gates, double* cell, double* h, const double* cell_prev, const double* bias, int hidden) {
+  forward_any(gates, cell, h, cell_prev, bias, hidden, [](double x) { return sigmoid_exact(x); }, [](double x) { return std::tanh(x); });
 }
 
 ENHANCED_MULTIVERSION
-void backward(float* gates, float* dc, const float* cell, const float* cell_prev, const float* dh_out,
+void backward(float* gates, float* dc, float* dbias, const float* cell, const float* cell_prev, const float* dh_out,
               const float* dh_recurrent, int hidden) {
-  backward_any(gates, dc, cell, cell_prev, dh_out, dh_recurrent, hidden, [](float x) { return tanh_vectorizable(x); });
+  backward_any(gates, dc, dbias, cell, cell_prev, dh_out, dh_recurrent, hidden, [](float x) { return tanh_vectorizable(x); });
 }
 
-void backward(double* gates, double* dc, const double* cell, const double* cell_prev, const double* dh_out,
-              const double* dh_recurrent, int hidden) {
-  backward_any(gates, dc, cell, cell_prev, dh_out, dh_recurrent, hidden, [](double x) { return std::tanh(x); });
+void backward(double* gates, double* dc, double* dbias, const double* cell, const double* cell_prev,
+              const double* dh_out, const double* dh_recurrent, int hidden) {
+  backward_any(gates, dc, dbias, cell, cell_prev, dh_out, dh_recurrent, hidden, [](double x) { return std::tanh(x); });
 }
 
 }  // namespace enhanced::lstm_pointwise

@@ -6,16 +6,19 @@
 
 namespace enhanced::lstm_pointwise {
 
-// gates (4H): pre-activations in, activations i, f, g, o out; cell, h (H) out;
-// cell_prev (H) or nullptr for a zero initial state.
-void forward(float* gates, float* cell, float* h, const float* cell_prev, int hidden);
-void forward(double* gates, double* cell, double* h, const double* cell_prev, int hidden);
+// gates (4H): pre-activations without bias in, activations i, f, g, o out; cell, h (H) out;
+// cell_prev (H) or nullptr for a zero initial state; bias (4H) = b_ih + b_hh, added here so the
+// input projection needs no pass of its own.
+void forward(float* gates, float* cell, float* h, const float* cell_prev, const float* bias, int hidden);
+void forward(double* gates, double* cell, double* h, const double* cell_prev, const double* bias, int hidden);
 
 // gates (4H): activations in, pre-activation gradients out; dc (H): carried cell gradient,
-// in from step t+1 and out for step t-1; dh_out, dh_recurrent (H): the two parts of dL/dh.
-void backward(float* gates, float* dc, const float* cell, const float* cell_prev, const float* dh_out,
+// in from step t+1 and out for step t-1; dh_out, dh_recurrent (H): the two parts of dL/dh;
+// dbias (4H) += the gate gradients (the bias gradient summed as the steps go, instead of a
+// pass over all of them afterwards).
+void backward(float* gates, float* dc, float* dbias, const float* cell, const float* cell_prev, const float* dh_out,
               const float* dh_recurrent, int hidden);
-void backward(double* gates, double* dc, const double* cell, const double* cell_prev, const double* dh_out,
-              const double* dh_recurrent, int hidden);
+void backward(double* gates, double* dc, double* dbias, const double* cell, const double* cell_prev,
+              const double* dh_out, const double* dh_recurrent, int hidden);
 
 }  // namespace enhanced::lstm_pointwise
