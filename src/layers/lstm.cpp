@@ -44,9 +44,10 @@ struct RecurrentWeights {
   const double* plain_double = nullptr;
 };
 
-std::vector<float>& packing_buffer() {
-  thread_local std::vector<float> buffer;
-  return buffer;
+// Per-thread packing buffers (grown once, then reused): slot 0 for W_hh, slot 1 for W_ih.
+std::vector<float>& packing_buffer(int slot = 0) {
+  thread_local std::vector<float> buffers[2];
+  return buffers[slot];
 }
 
 // Forward operand: element (k, n) = W_hh[n][k], for C (B, 4H) += h (B, H) W_hh^T.
@@ -85,6 +86,29 @@ inline void recurrent_backward(double* dh, const double* dgates, int ld_dgates, 
   gemm(false, false, batch, hidden, 4 * hidden, 1.0, dgates, ld_dgates, w.plain_double, hidden, 0.0, dh, hidden);
 }
 
+// C (M, N) = A (M, K) B^T for B (N, K) row-major: the input projection x W_ih^T, whose K = D is
+// small. float: the packed kernel (no separate zeroing pass over C, unlike BLAS with beta = 0).
+inline void multiply_transposed(float* c, int ldc, const float* a, int lda, const float* b, int m, int n, int k) {
+  std::vector<float>& packed = packing_buffer(1);
+  packed.resize(small_gemm::packed_size(k, n));
+  small_gemm::pack(packed.data(), b, k, n, static_cast<size_t>(k), 1);
+  small_gemm::multiply(c, ldc, a, lda, packed.data(), m, n, k, false);
+}
+inline void multiply_transposed(double* c, int ldc, const double* a, int lda, const double* b, int m, int n, int k) {
+  gemm(false, true, m, n, k, 1.0, a, lda, b, k, 0.0, c, ldc);
+}
+
+// C (M, N) = A (M, K) B for B (K, N) row-major: dx = dgates W_ih, whose N = D is small.
+inline void multiply_plain(float* c, int ldc, const float* a, int lda, const float* b, int m, int n, int k) {
+  std::vector<float>& packed = packing_buffer(1);
+  packed.resize(small_gemm::packed_size(k, n));
+  small_gemm::pack(packed.data(), b, k, n, 1, static_cast<size_t>(n));
+  small_gemm::multiply(c, ldc, a, lda, packed.data(), m, n, k, false);
+}
+inline void multiply_plain(double* c, int ldc, const double* a, int lda, const double* b, int m, int n, int k) {
+  gemm(false, false, m, n, k, 1.0, a, lda, b, n, 0.0, c, ldc);
+}
+
 }  // namespace
 
 size_t bilstm_backward_scratch_size(int batch, int seq_len, int hidden) {
@@ -105,8 +129,8 @@ void bilstm_forward(Real* y, Real* gates, Real* cell, const Real* x, const Real*
     // Input projections of every position: gates[:, :, dir] (P, 4H) = x (P, D) W_ih^T; the biases
     // b_ih + b_hh are added in the pointwise pass.
     Real* gates_direction = gates + direction * G4;
-    gemm(false, true, positions, G4, input, Real(1), x, input, weight_ih + static_cast<size_t>(direction) * G4 * input,
-         input, Real(0), gates_direction, G8);
+    multiply_transposed(gates_direction, G8, x, input, weight_ih + static_cast<size_t>(direction) * G4 * input,
+                        positions, G4, input);
     std::vector<Real>& bias_buffer = bias_sum_buffer<Real>();
     bias_buffer.resize(G4);
     Real* bias_sum = bias_buffer.data();
@@ -190,8 +214,8 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
     const int first = half == 0 ? 0 : positions / 2;
     const int rows = half == 0 ? positions / 2 : positions - positions / 2;
     if (rows > 0)
-      gemm(false, false, rows, input, G8, Real(1), gates + static_cast<size_t>(first) * G8, G8, weight_ih, input, Real(0),
-           dx + static_cast<size_t>(first) * input, input);
+      multiply_plain(dx + static_cast<size_t>(first) * input, input, gates + static_cast<size_t>(first) * G8, G8,
+                     weight_ih, rows, input, G8);
   });
 }
 
