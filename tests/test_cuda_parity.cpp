@@ -86,8 +86,8 @@ std::vector<T> to_host(const DeviceBuffer<T>& buffer, size_t count, cudaStream_t
   return host;
 }
 
-std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
-std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+std::vector<float> to_float(std::span<const double> v) { return std::vector<float>(v.begin(), v.end()); }
+std::vector<double> to_double(std::span<const float> v) { return std::vector<double>(v.begin(), v.end()); }
 std::vector<double> absolute(std::vector<double> v) {
   for (double& x : v) x = std::fabs(x);
   return v;
