@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TORCH_PYTHON = "/usr/bin/python3"  # Debian's python3-torch
+DEBIAN_PYTHON = "/usr/bin/python3"  # Debian's python3-torch, the fallback
 
 
 def run_json(command):
@@ -63,6 +63,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bench", required=True)
     p.add_argument("--tf-python", default=None, help="Python with tensorflow-cpu (the bench venv); omit to skip TF")
+    p.add_argument("--torch-python", default=None,
+                   help="Python with torch (default: the bench venv's, with PyPI's newest torch, else Debian's)")
     p.add_argument("--out", required=True)
     for flag, default in (("-B", 64), ("-T", 400), ("-D", 32), ("-H", 128), ("-V", 50000), ("-L", 104)):
         p.add_argument(flag, type=int, default=default)
@@ -75,6 +77,11 @@ def main():
     args.bench = os.path.abspath(args.bench)
     if args.tf_python:
         args.tf_python = os.path.abspath(args.tf_python)
+    if not args.torch_python:
+        candidates = [args.tf_python] if args.tf_python else []
+        args.torch_python = next((c for c in candidates + [DEBIAN_PYTHON]
+                                  if subprocess.run([c, "-c", "import torch"], capture_output=True).returncode == 0),
+                                 DEBIAN_PYTHON)
     os.makedirs(args.out, exist_ok=True)
     shapes = {"B": args.B, "T": args.T, "D": args.D, "H": args.H, "V": args.V, "L": args.L}
     threads = [int(t) for t in args.threads.split(",")]
@@ -86,8 +93,8 @@ def main():
 
     runs = []
     for t in threads:
-        print(f"pytorch: {t} thread(s) ...", flush=True)
-        run = peer(TORCH_PYTHON, "peer_torch.py", case, t, args.repeats)
+        print(f"pytorch ({args.torch_python}): {t} thread(s) ...", flush=True)
+        run = peer(args.torch_python, "peer_torch.py", case, t, args.repeats)
         run["loss_relative_error"] = check_loss("pytorch", run["loss"], mine["initial_loss"])
         runs.append(run)
     results["peers"]["pytorch"] = {"runs": runs, "best": best_of_threads(runs)}
@@ -162,7 +169,7 @@ def sweep(args, shapes, results):
             print(f"sweep {axis}={v} ...", flush=True)
             mine = engine(args, s, case, repeats=3)
             if fastest == "pytorch":
-                other = peer(TORCH_PYTHON, "peer_torch.py", case, threads, 3)
+                other = peer(args.torch_python, "peer_torch.py", case, threads, 3)
             else:
                 other = peer(args.tf_python, "peer_tf.py", case, threads, 3, ("--design", "vectorised"))
             check_loss(fastest, other["loss"], mine["initial_loss"])
