@@ -40,7 +40,7 @@ void Activations<Real>::reserve(const ModelConfig& config, int batch) {
   dpooled.resize(F);
   dy.resize(P * 2 * H);
   dx.resize(P * D);
-  lstm_scratch.resize(bilstm_backward_scratch_size(batch, config.seq_len, config.hidden));
+  lstm_scratch.resize(bilstm_backward_scratch_size(batch, config.seq_len, config.embedding_dim, config.hidden));
   capacity = batch;
 }
 

@@ -340,7 +340,7 @@ void check_bilstm(int B, int T, int D, int H, uint64_t seed) {
   bilstm_forward(y.data(), gates.data(), cell.data(), x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(), B,
                  T, D, H, 1);
   std::vector<double> dx(x.size()), dw_ih(w_ih.size()), dw_hh(w_hh.size()), db_ih(b_ih.size()), db_hh(b_hh.size());
-  std::vector<double> scratch(bilstm_backward_scratch_size(B, T, H));
+  std::vector<double> scratch(bilstm_backward_scratch_size(B, T, D, H));
   bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), gates.data(), scratch.data(),
                   cell.data(), y.data(), dy.data(), x.data(), w_ih.data(), w_hh.data(), B, T, D, H, 1);
 

@@ -88,7 +88,7 @@ TEST_P(LstmGradient, MatchesFiniteDifferences) {
   };
   loss();
   std::vector<double> dx(x.size()), dw_ih(w_ih.size(), 0.0), dw_hh(w_hh.size(), 0.0), db_ih(b_ih.size(), 0.0),
-      db_hh(b_hh.size(), 0.0), scratch(bilstm_backward_scratch_size(B, T, H));
+      db_hh(b_hh.size(), 0.0), scratch(bilstm_backward_scratch_size(B, T, D, H));
   bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), gates.data(), scratch.data(),
                   cell.data(), y.data(), projection.data(), x.data(), w_ih.data(), w_hh.data(), B, T, D, H, threads);
   check_tensor(loss, x.data(), dx.data(), x.size(), "dx", random);

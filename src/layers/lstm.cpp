@@ -111,11 +111,12 @@ inline void multiply_plain(double* c, int ldc, const double* a, int lda, const d
 
 }  // namespace
 
-size_t bilstm_backward_scratch_size(int batch, int seq_len, int hidden) {
-  // Per direction: recurrent dh (B, H) and carried dc (B, H); then h_{t-1} of both (B, T, 2H);
-  // then each direction's bias gradient (4H).
-  return 4 * static_cast<size_t>(batch) * hidden + static_cast<size_t>(batch) * seq_len * 2 * hidden +
-         8 * static_cast<size_t>(hidden);
+size_t bilstm_backward_scratch_size(int batch, int seq_len, int input, int hidden) {
+  // Per direction: recurrent dh (B, H), carried dc (B, H), the weight-gradient operand
+  // [x | h_{t-1}] (B, T, D + H), its product (4H, D + H) and the bias gradient (4H).
+  const size_t state = static_cast<size_t>(batch) * hidden, width = static_cast<size_t>(input) + hidden;
+  return 2 * (2 * state + static_cast<size_t>(batch) * seq_len * width + 4 * static_cast<size_t>(hidden) * width +
+              4 * static_cast<size_t>(hidden));
 }
 
 template <class Real>
@@ -162,11 +163,14 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
   const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
   const int positions = batch * seq_len;
   const size_t state = static_cast<size_t>(batch) * H;
-  Real* h_prev_all = scratch + 4 * state;  // (B, T, 2H): h_{t-1} as each direction saw it
+  const int W = input + H;  // columns of [x | h_{t-1}]
+  const size_t per_direction = 2 * state + static_cast<size_t>(positions) * W + static_cast<size_t>(G4) * W + G4;
   in_two_parts(threads, [&](int direction) {
-    Real* dh_recurrent = scratch + (2 * direction) * state;  // (B, H)
-    Real* dc_carry = scratch + (2 * direction + 1) * state;  // (B, H)
-    Real* dbias_sum = scratch + 4 * state + static_cast<size_t>(batch) * seq_len * C + direction * G4;  // (4H)
+    Real* dh_recurrent = scratch + direction * per_direction;  // (B, H)
+    Real* dc_carry = dh_recurrent + state;                     // (B, H)
+    Real* operand = dc_carry + state;                          // (P, D + H)
+    Real* dweight = operand + static_cast<size_t>(positions) * W;  // (4H, D + H)
+    Real* dbias_sum = dweight + static_cast<size_t>(G4) * W;       // (4H)
     std::memset(dbias_sum, 0, G4 * sizeof(Real));
     std::memset(dh_recurrent, 0, state * sizeof(Real));
     std::memset(dc_carry, 0, state * sizeof(Real));
@@ -187,23 +191,28 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
                            batch, H);
       }
     }
-    // dW_hh += dgates^T (4H, P) h_prev (P, H), with h_prev zero at each sequence's first step.
+    // [dW_ih | dW_hh] (4H, D + H) = dgates^T (4H, P) [x | h_{t-1}] (P, D + H) in one GEMM, so the
+    // large dgates operand is packed once; h_{t-1} is zero at each sequence's first step.
     for (int b = 0; b < batch; ++b) {
       for (int t = 0; t < seq_len; ++t) {
+        const size_t p = static_cast<size_t>(b) * seq_len + t;
         const int t_prev = direction == 0 ? t - 1 : t + 1;
-        Real* dst = h_prev_all + (static_cast<size_t>(b) * seq_len + t) * C + direction * H;
+        Real* row = operand + p * W;
+        std::memcpy(row, x + p * input, input * sizeof(Real));
         if (t_prev < 0 || t_prev >= seq_len) {
-          std::memset(dst, 0, H * sizeof(Real));
+          std::memset(row + input, 0, H * sizeof(Real));
         } else {
-          std::memcpy(dst, y + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H, H * sizeof(Real));
+          std::memcpy(row + input, y + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H, H * sizeof(Real));
         }
       }
     }
-    gemm(true, false, G4, H, positions, Real(1), gates + direction * G4, G8, h_prev_all + direction * H, C, Real(1),
-         dweight_hh + static_cast<size_t>(direction) * G4 * H, H);
-    // dW_ih (4H, D) += dgates^T x.
-    gemm(true, false, G4, input, positions, Real(1), gates + direction * G4, G8, x, input, Real(1),
-         dweight_ih + static_cast<size_t>(direction) * G4 * input, input);
+    gemm(true, false, G4, W, positions, Real(1), gates + direction * G4, G8, operand, W, Real(0), dweight, W);
+    Real* dw_ih = dweight_ih + static_cast<size_t>(direction) * G4 * input;
+    Real* dw_hh = dweight_hh + static_cast<size_t>(direction) * G4 * H;
+    for (int j = 0; j < G4; ++j) {
+      for (int d = 0; d < input; ++d) dw_ih[static_cast<size_t>(j) * input + d] += dweight[static_cast<size_t>(j) * W + d];
+      for (int k = 0; k < H; ++k) dw_hh[static_cast<size_t>(j) * H + k] += dweight[static_cast<size_t>(j) * W + input + k];
+    }
     for (int j = 0; j < G4; ++j) {
       dbias_ih[direction * G4 + j] += dbias_sum[j];
       dbias_hh[direction * G4 + j] += dbias_sum[j];

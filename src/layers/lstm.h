@@ -13,7 +13,7 @@
 namespace enhanced {
 
 // Floats of scratch bilstm_backward needs.
-size_t bilstm_backward_scratch_size(int batch, int seq_len, int hidden);
+size_t bilstm_backward_scratch_size(int batch, int seq_len, int input, int hidden);
 
 // y (B, T, 2H) = [h_fwd(t), h_rev(t)].
 // Saved for backward: gates (B, T, 8H) activated gates [fwd i f g o | rev i f g o];
