@@ -1,5 +1,7 @@
 #include "enhanced/optimizer.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -58,7 +60,12 @@ void for_each_range(const ParameterBuffer<float>& buffer, const std::vector<int3
     }
     visit(table, buffer.size());
   } else {
-    visit(size_t{0}, buffer.size());
+    // The whole buffer: element-wise, so split over the threads (same result for any split).
+    const size_t total = buffer.size();
+    const int parts = total >= (size_t{1} << 18) ? omp_get_max_threads() : 1;
+#pragma omp parallel for schedule(static) num_threads(parts)
+    for (int part = 0; part < parts; ++part)
+      visit(total * static_cast<size_t>(part) / parts, total * static_cast<size_t>(part + 1) / parts);
   }
 }
 
