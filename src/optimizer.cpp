@@ -43,26 +43,33 @@ namespace {
 // reads and writes) are prefetched some rows ahead: the loop is bound by memory latency otherwise.
 template <class Visit>
 void for_each_range(const ParameterBuffer<float>& buffer, const std::vector<int32_t>& touched_rows, bool rows_only,
-                    std::initializer_list<const float*> streams, Visit visit) {
+                    std::initializer_list<const float*> streams, bool parallel, Visit visit) {
   const size_t dim = static_cast<size_t>(buffer.config.embedding_dim);
   const size_t table = buffer.embedding_size();
+  // Work is split over the threads only where visit is element-wise (the same bits for any
+  // split); the gradient norm's sum stays in one fixed order.
+  const int threads = parallel ? omp_get_max_threads() : 1;
   if (rows_only) {
     constexpr size_t kAhead = 8;
     const size_t count = touched_rows.size();
-    for (size_t i = 0; i < count; ++i) {
-      if (i + kAhead < count) {
-        const size_t ahead = static_cast<size_t>(touched_rows[i + kAhead]) * dim;
-        for (const float* stream : streams)
-          for (size_t line = 0; line < dim; line += 16) __builtin_prefetch(stream + ahead + line, 1);
+    const int parts = count >= 4096 ? threads : 1;
+#pragma omp parallel for schedule(static) num_threads(parts)
+    for (int part = 0; part < parts; ++part) {
+      const size_t end = count * static_cast<size_t>(part + 1) / parts;
+      for (size_t i = count * static_cast<size_t>(part) / parts; i < end; ++i) {
+        if (i + kAhead < end) {
+          const size_t ahead = static_cast<size_t>(touched_rows[i + kAhead]) * dim;
+          for (const float* stream : streams)
+            for (size_t line = 0; line < dim; line += 16) __builtin_prefetch(stream + ahead + line, 1);
+        }
+        const size_t row = static_cast<size_t>(touched_rows[i]);
+        visit(row * dim, (row + 1) * dim);
       }
-      const size_t row = static_cast<size_t>(touched_rows[i]);
-      visit(row * dim, (row + 1) * dim);
     }
     visit(table, buffer.size());
   } else {
-    // The whole buffer: element-wise, so split over the threads (same result for any split).
     const size_t total = buffer.size();
-    const int parts = total >= (size_t{1} << 18) ? omp_get_max_threads() : 1;
+    const int parts = total >= (size_t{1} << 18) ? threads : 1;
 #pragma omp parallel for schedule(static) num_threads(parts)
     for (int part = 0; part < parts; ++part)
       visit(total * static_cast<size_t>(part) / parts, total * static_cast<size_t>(part + 1) / parts);
@@ -76,7 +83,7 @@ double Optimizer::step(ParameterBuffer<float>& params, const ParameterBuffer<flo
   const bool rows_only = embedding_rows_only();
   // Every row outside touched_rows has a zero gradient, so the norm needs the touched ones only.
   double sum_squares = 0;
-  for_each_range(grads, touched_rows, true, {grads.data.data()}, [&](size_t begin, size_t end) {
+  for_each_range(grads, touched_rows, true, {grads.data.data()}, false, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) sum_squares += static_cast<double>(grads.data[i]) * grads.data[i];
   });
   const double norm = std::sqrt(sum_squares);
@@ -91,7 +98,7 @@ double Optimizer::step(ParameterBuffer<float>& params, const ParameterBuffer<flo
   if (config_.kind == OptimizerKind::sgd) {
     const float mu = config_.momentum;
     float* v = first_moment_.data.data();
-    for_each_range(params, touched_rows, rows_only, {w, g, mu > 0 ? v : w}, [&](size_t begin, size_t end) {
+    for_each_range(params, touched_rows, rows_only, {w, g, mu > 0 ? v : w}, true, [&](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) {
         const float gradient = g[i] * scale;
         if (mu > 0) {
@@ -111,7 +118,7 @@ double Optimizer::step(ParameterBuffer<float>& params, const ParameterBuffer<flo
     const float bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(b2), t)));
     float* m = first_moment_.data.data();
     float* v = second_moment_.data.data();
-    for_each_range(params, touched_rows, rows_only, {w, g, m, v}, [&](size_t begin, size_t end) {
+    for_each_range(params, touched_rows, rows_only, {w, g, m, v}, true, [&](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) {
         const float gradient = g[i] * scale;
         m[i] = b1 * m[i] + (1 - b1) * gradient;
@@ -152,7 +159,7 @@ void Optimizer::load_state(const SafetensorsReader& reader) {
 }
 
 void zero_gradients(ParameterBuffer<float>& grads, const std::vector<int32_t>& touched_rows) {
-  for_each_range(grads, touched_rows, true, {grads.data.data()},
+  for_each_range(grads, touched_rows, true, {grads.data.data()}, true,
                  [&](size_t begin, size_t end) { std::fill(grads.data.begin() + begin, grads.data.begin() + end, 0.0f); });
 }
 
