@@ -11,24 +11,20 @@
 #include "data/file_util.h"
 #include "enhanced/common.h"
 #include "enhanced/jsonl.h"
+#include "enhanced/random.h"
 
 namespace enhanced {
 
 namespace {
 
-// Self-contained generator (splitmix64) so the files are the same everywhere.
+// The engine's portable generator (splitmix64), with the demo's own fixed draws on top, so the
+// files are the same everywhere (data/emb.bin is checked against them).
 struct Rng {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  Random random;
   // Integer in [lo, hi] (tiny modulo bias is irrelevant here, and fixed by definition).
-  int between(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
+  int between(int lo, int hi) { return lo + static_cast<int>(random.next_u64() % static_cast<uint64_t>(hi - lo + 1)); }
   // Float in [0, 1) from the top 24 bits: exact, no libm.
-  float unit() { return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f); }
+  float unit() { return static_cast<float>(random.next_u64() >> 40) * (1.0f / 16777216.0f); }
   bool chance(float p) { return unit() < p; }
 };
 
@@ -125,7 +121,7 @@ void append_list(std::string& out, const std::vector<int32_t>& ids) {
 
 void write_split(const std::string& jsonl, const std::string& ebin, int64_t n, uint64_t stream,
                  const DemoOptions& o) {
-  Rng rng{o.seed ^ (stream * 0xD1B54A32D192ED03ull)};
+  Rng rng{Random(o.seed ^ (stream * 0xD1B54A32D192ED03ull))};
   {
     detail::TempFiles temps;
     const std::string tmp = temps.add(detail::temp_name(jsonl, ""));
@@ -158,7 +154,7 @@ void write_split(const std::string& jsonl, const std::string& ebin, int64_t n, u
 
 void write_embeddings(const std::string& path, const DemoOptions& o) {
   const int V = o.vocab_size, D = o.embedding_dim;
-  Rng rng{o.seed ^ 0xE3B0C44298FC1C14ull};
+  Rng rng{Random(o.seed ^ 0xE3B0C44298FC1C14ull)};
   auto direction = [&] {
     std::vector<float> u(static_cast<size_t>(D));
     float norm = 0;

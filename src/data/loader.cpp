@@ -6,30 +6,20 @@
 #include <numeric>
 
 #include "enhanced/common.h"
+#include "enhanced/random.h"
 
 namespace enhanced {
-
 namespace {
 
-// splitmix64: a tiny, well-mixed generator whose output is fixed by its definition, so an order
-// is the same with every compiler and standard library.
-struct SplitMix64 {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+// Uniform in [0, bound) by rejection (no modulo bias). Pinned: the orders of resumed runs depend
+// on it, so it stays this definition rather than Random::below's multiply-shift.
+uint64_t uniform_below(Random& random, uint64_t bound) {
+  const uint64_t limit = std::numeric_limits<uint64_t>::max() - std::numeric_limits<uint64_t>::max() % bound;
+  for (;;) {
+    const uint64_t r = random.next_u64();
+    if (r < limit) return r % bound;
   }
-  // Uniform in [0, bound) without modulo bias (rejection sampling).
-  uint64_t below(uint64_t bound) {
-    const uint64_t limit = std::numeric_limits<uint64_t>::max() - std::numeric_limits<uint64_t>::max() % bound;
-    for (;;) {
-      uint64_t r = next();
-      if (r < limit) return r % bound;
-    }
-  }
-};
+}
 
 }  // namespace
 
@@ -39,11 +29,11 @@ std::vector<int64_t> epoch_order(int64_t num_samples, bool shuffle, uint64_t see
   std::iota(order.begin(), order.end(), int64_t{0});
   if (!shuffle) return order;
   // Key the stream by (seed, epoch): mix the seed once, then fold the epoch in.
-  SplitMix64 key{seed};
-  SplitMix64 rng{key.next() ^ (static_cast<uint64_t>(epoch) * 0xD1B54A32D192ED03ull)};
-  rng.next();
+  Random key(seed);
+  Random rng(key.next_u64() ^ (static_cast<uint64_t>(epoch) * 0xD1B54A32D192ED03ull));
+  rng.next_u64();
   for (int64_t i = num_samples - 1; i > 0; --i) {
-    auto j = static_cast<int64_t>(rng.below(static_cast<uint64_t>(i) + 1));
+    auto j = static_cast<int64_t>(uniform_below(rng, static_cast<uint64_t>(i) + 1));
     std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
   }
   return order;
