@@ -11,9 +11,7 @@ usage: peer_tf.py CASE_DIR --design vectorised|original --threads N [--warmup W]
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -36,7 +34,7 @@ tf.config.threading.set_intra_op_parallelism_threads(args.threads)
 tf.config.threading.set_inter_op_parallelism_threads(args.threads)
 import keras  # noqa: E402
 
-from case_io import load_case  # noqa: E402
+from case_io import load_case, timed  # noqa: E402
 
 
 class OriginalBlend(keras.layers.Layer):
@@ -128,18 +126,8 @@ def main():
 
     loss = float(inference_step())
 
-    def timed(body):
-        for _ in range(args.warmup):
-            body()
-        seconds = []
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            float(body())
-            seconds.append(time.perf_counter() - start)
-        return {"min_s": min(seconds), "median_s": statistics.median(seconds), "max_s": max(seconds)}
-
-    inference = timed(inference_step)
-    train = timed(train_step)
+    inference = timed(lambda: float(inference_step()), args.warmup, args.repeats)
+    train = timed(lambda: float(train_step()), args.warmup, args.repeats)
     print(json.dumps({"peer": f"tensorflow-{args.design}", "version": tf.__version__, "threads": args.threads,
                       "batch_size": B, "loss": loss, "times": {"train step": train, "inference step": inference}}))
 

@@ -4,15 +4,13 @@ max, linear, cross-entropy, Adam), timed on a bench case. Prints one JSON object
 usage: peer_torch.py CASE_DIR --threads N [--warmup W] [--repeats R]"""
 import argparse
 import json
-import statistics
-import time
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from case_io import load_case
+from case_io import load_case, timed
 
 
 class Model(nn.Module):
@@ -70,18 +68,8 @@ def main():
         with torch.no_grad():
             model(ids, offsets, counts, cur, B, T)
 
-    def timed(body):
-        for _ in range(args.warmup):
-            body()
-        seconds = []
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            body()
-            seconds.append(time.perf_counter() - start)
-        return {"min_s": min(seconds), "median_s": statistics.median(seconds), "max_s": max(seconds)}
-
-    inference = timed(inference_step)  # before training moves the weights (the loss is checked above)
-    train = timed(train_step)
+    inference = timed(inference_step, args.warmup, args.repeats)  # before training moves the weights
+    train = timed(train_step, args.warmup, args.repeats)
     print(json.dumps({"peer": "pytorch", "version": torch.__version__, "threads": args.threads, "loss": loss,
                       "times": {"train step": train, "inference step": inference}}))
 

@@ -1,4 +1,5 @@
 #include "layers/lstm_pointwise.h"
+#include "layers/multiversion.h"
 
 #include <cmath>
 #include <cstdint>
@@ -7,16 +8,8 @@
 namespace enhanced::lstm_pointwise {
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define ENHANCED_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define ENHANCED_MULTIVERSION
-#endif
-
 // exp(x) for float: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-7 polynomial (Cephes expf),
 // 2^n through the exponent bits. Branch-free so loops over it vectorize.
-#define ENHANCED_INLINE inline __attribute__((always_inline))
-
 ENHANCED_INLINE float exp_vectorizable(float x) {
   x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);  // keeps 2^n a normal float
   const float n = std::floor(x * 1.44269504088896341f + 0.5f);

@@ -1,4 +1,5 @@
 #include "layers/small_gemm.h"
+#include "layers/multiversion.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,18 +7,12 @@
 namespace enhanced::small_gemm {
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define ENHANCED_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define ENHANCED_MULTIVERSION
-#endif
-
 // 16 floats; aligned(4) makes loads and stores through it unaligned-safe.
 typedef float Vector16 __attribute__((vector_size(64), aligned(4)));
 
 // One tile: `rows` (<= kRows) rows of A against one 32-column panel, the tile of C in registers.
 template <int kRows>
-inline __attribute__((always_inline)) void tile(float* c, int ldc, const float* a, int lda, const float* panel, int k,
+ENHANCED_INLINE void tile(float* c, int ldc, const float* a, int lda, const float* panel, int k,
                                                 int columns, bool accumulate) {
   Vector16 low[kRows], high[kRows];
 #pragma GCC unroll 8
