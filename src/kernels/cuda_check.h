@@ -81,18 +81,29 @@ inline const char* cublas_status_text(cublasStatus_t status) {
 
 namespace enhanced::cuda {
 
-// Device memory for `count` elements of T; moves, never copies; frees without throwing.
-template <class T>
-class DeviceBuffer {
+// Where a CudaBuffer's memory comes from: device memory, or page-locked host memory (the source
+// and target of asynchronous copies).
+struct DeviceMemory {
+  static void allocate(void** memory, size_t bytes) { ENHANCED_CUDA_CHECK(cudaMalloc(memory, bytes)); }
+  static void release(void* memory) noexcept { cudaFree(memory); }  // error ignored: never throws
+};
+struct PinnedMemory {
+  static void allocate(void** memory, size_t bytes) { ENHANCED_CUDA_CHECK(cudaMallocHost(memory, bytes)); }
+  static void release(void* memory) noexcept { cudaFreeHost(memory); }
+};
+
+// `count` elements of T in Memory; moves, never copies; frees without throwing.
+template <class T, class Memory>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t count) { resize(count); }
-  ~DeviceBuffer() { release(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& other) noexcept
+  CudaBuffer() = default;
+  explicit CudaBuffer(size_t count) { resize(count); }
+  ~CudaBuffer() { release(); }
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
+  CudaBuffer(CudaBuffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+  CudaBuffer& operator=(CudaBuffer&& other) noexcept {
     if (this != &other) {
       release();
       data_ = std::exchange(other.data_, nullptr);
@@ -106,7 +117,7 @@ class DeviceBuffer {
     release();
     if (count == 0) return;
     void* memory = nullptr;
-    ENHANCED_CUDA_CHECK(cudaMalloc(&memory, count * sizeof(T)));
+    Memory::allocate(&memory, count * sizeof(T));
     data_ = static_cast<T*>(memory);
     count_ = count;
   }
@@ -122,7 +133,7 @@ class DeviceBuffer {
 
  private:
   void release() noexcept {
-    if (data_) cudaFree(data_);  // error ignored: destructors never throw
+    if (data_) Memory::release(data_);
     data_ = nullptr;
     count_ = 0;
   }
@@ -130,49 +141,10 @@ class DeviceBuffer {
   size_t count_ = 0;
 };
 
-// Page-locked host memory (for asynchronous copies).
 template <class T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t count) { resize(count); }
-  ~PinnedBuffer() { release(); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
-    if (this != &other) {
-      release();
-      data_ = std::exchange(other.data_, nullptr);
-      count_ = std::exchange(other.count_, 0);
-    }
-    return *this;
-  }
-  void resize(size_t count) {
-    release();
-    if (count == 0) return;
-    void* memory = nullptr;
-    ENHANCED_CUDA_CHECK(cudaMallocHost(&memory, count * sizeof(T)));
-    data_ = static_cast<T*>(memory);
-    count_ = count;
-  }
-  void reserve(size_t count) {
-    if (count > count_) resize(count);
-  }
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  size_t size() const { return count_; }
-
- private:
-  void release() noexcept {
-    if (data_) cudaFreeHost(data_);
-    data_ = nullptr;
-    count_ = 0;
-  }
-  T* data_ = nullptr;
-  size_t count_ = 0;
-};
+using DeviceBuffer = CudaBuffer<T, DeviceMemory>;
+template <class T>
+using PinnedBuffer = CudaBuffer<T, PinnedMemory>;
 
 // Owns a handle-like resource through a destroy function that returns a status (ignored).
 template <class Handle, auto Destroy>
