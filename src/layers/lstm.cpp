@@ -50,15 +50,6 @@ std::vector<float>& packing_buffer(int slot = 0) {
   return buffers[slot];
 }
 
-// Forward operand: element (k, n) = W_hh[n][k], for C (B, 4H) += h (B, H) W_hh^T.
-inline RecurrentWeights prepare_forward(const float* w_hh, int hidden) {
-  std::vector<float>& buffer = packing_buffer();
-  buffer.resize(small_gemm::packed_size(hidden, 4 * hidden));
-  small_gemm::pack(buffer.data(), w_hh, hidden, 4 * hidden, static_cast<size_t>(hidden), 1);
-  return {buffer.data(), nullptr};
-}
-inline RecurrentWeights prepare_forward(const double* w_hh, int) { return {nullptr, w_hh}; }
-
 // Backward operand: element (k, n) = W_hh[k][n], for dh (B, H) = dgates (B, 4H) W_hh.
 inline RecurrentWeights prepare_backward(const float* w_hh, int hidden) {
   std::vector<float>& buffer = packing_buffer();
@@ -67,15 +58,6 @@ inline RecurrentWeights prepare_backward(const float* w_hh, int hidden) {
   return {buffer.data(), nullptr};
 }
 inline RecurrentWeights prepare_backward(const double* w_hh, int) { return {nullptr, w_hh}; }
-
-inline void recurrent_forward(float* gates, int ld_gates, const float* h, int ld_h, const RecurrentWeights& w,
-                              int batch, int hidden) {
-  small_gemm::multiply(gates, ld_gates, h, ld_h, w.packed_float, batch, 4 * hidden, hidden, true);
-}
-inline void recurrent_forward(double* gates, int ld_gates, const double* h, int ld_h, const RecurrentWeights& w,
-                              int batch, int hidden) {
-  gemm(false, true, batch, 4 * hidden, hidden, 1.0, h, ld_h, w.plain_double, hidden, 1.0, gates, ld_gates);
-}
 
 inline void recurrent_backward(float* dh, const float* dgates, int ld_dgates, const RecurrentWeights& w, int batch,
                                int hidden) {
@@ -86,17 +68,57 @@ inline void recurrent_backward(double* dh, const double* dgates, int ld_dgates, 
   gemm(false, false, batch, hidden, 4 * hidden, 1.0, dgates, ld_dgates, w.plain_double, hidden, 0.0, dh, hidden);
 }
 
-// C (M, N) = A (M, K) B^T for B (N, K) row-major: the input projection x W_ih^T, whose K = D is
-// small. float: the packed kernel (no separate zeroing pass over C, unlike BLAS with beta = 0).
-inline void multiply_transposed(float* c, int ldc, const float* a, int lda, const float* b, int m, int n, int k) {
-  std::vector<float>& packed = packing_buffer(1);
-  packed.resize(small_gemm::packed_size(k, n));
-  small_gemm::pack(packed.data(), b, k, n, static_cast<size_t>(k), 1);
-  small_gemm::multiply(c, ldc, a, lda, packed.data(), m, n, k, false);
-}
-inline void multiply_transposed(double* c, int ldc, const double* a, int lda, const double* b, int m, int n, int k) {
-  gemm(false, true, m, n, k, 1.0, a, lda, b, k, 0.0, c, ldc);
-}
+// The forward's per-step product gates_t (B, 4H) = [x_t | h_{t-1}] (B, D + H) [W_ih | W_hh]^T: the
+// input projection and the recurrent product in one GEMM of K = D + H, written straight into the
+// step's rows of gates, so the input projection needs no pass of its own over the (B, T, 8H)
+// buffer. float: [W_ih | W_hh] packed once per call, the step's operand gathered contiguous.
+template <class Real>
+class StepProjection;
+
+template <>
+class StepProjection<float> {
+ public:
+  StepProjection(const float* w_ih, const float* w_hh, int input, int hidden)
+      : input_(input), hidden_(hidden), packed_(packing_buffer(0)), operand_(packing_buffer(1)) {
+    const int k = input + hidden, n = 4 * hidden;
+    packed_.resize(small_gemm::packed_size(k, n));
+    small_gemm::pack_rows(packed_.data(), k, 0, w_ih, input, n, static_cast<size_t>(input), 1);
+    small_gemm::pack_rows(packed_.data(), k, input, w_hh, hidden, n, static_cast<size_t>(hidden), 1);
+  }
+  // h_prev null: the zero initial state.
+  void operator()(float* gates, int ld_gates, const float* x, int ld_x, const float* h_prev, int ld_h, int batch) {
+    const int k = input_ + hidden_;
+    operand_.resize(static_cast<size_t>(batch) * k);
+    for (int b = 0; b < batch; ++b) {
+      float* row = operand_.data() + static_cast<size_t>(b) * k;
+      std::memcpy(row, x + static_cast<size_t>(b) * ld_x, input_ * sizeof(float));
+      if (h_prev) std::memcpy(row + input_, h_prev + static_cast<size_t>(b) * ld_h, hidden_ * sizeof(float));
+      else std::memset(row + input_, 0, hidden_ * sizeof(float));
+    }
+    small_gemm::multiply(gates, ld_gates, operand_.data(), k, packed_.data(), batch, 4 * hidden_, k, false);
+  }
+
+ private:
+  int input_, hidden_;
+  std::vector<float>& packed_;
+  std::vector<float>& operand_;
+};
+
+template <>
+class StepProjection<double> {
+ public:
+  StepProjection(const double* w_ih, const double* w_hh, int input, int hidden)
+      : w_ih_(w_ih), w_hh_(w_hh), input_(input), hidden_(hidden) {}
+  void operator()(double* gates, int ld_gates, const double* x, int ld_x, const double* h_prev, int ld_h, int batch) {
+    gemm(false, true, batch, 4 * hidden_, input_, 1.0, x, ld_x, w_ih_, input_, 0.0, gates, ld_gates);
+    if (h_prev) gemm(false, true, batch, 4 * hidden_, hidden_, 1.0, h_prev, ld_h, w_hh_, hidden_, 1.0, gates, ld_gates);
+  }
+
+ private:
+  const double* w_ih_;
+  const double* w_hh_;
+  int input_, hidden_;
+};
 
 // C (M, N) = A (M, K) B for B (K, N) row-major: dx = dgates W_ih, whose N = D is small.
 inline void multiply_plain(float* c, int ldc, const float* a, int lda, const float* b, int m, int n, int k) {
@@ -124,27 +146,21 @@ void bilstm_forward(Real* y, Real* gates, Real* cell, const Real* x, const Real*
                     const Real* bias_ih, const Real* bias_hh, int batch, int seq_len, int input, int hidden,
                     int threads) {
   const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
-  const int positions = batch * seq_len;
   const size_t gates_time_stride = static_cast<size_t>(seq_len) * G8;  // rows of one time step are B apart
   in_two_parts(threads, [&](int direction) {
-    // Input projections of every position: gates[:, :, dir] (P, 4H) = x (P, D) W_ih^T; the biases
-    // b_ih + b_hh are added in the pointwise pass.
-    Real* gates_direction = gates + direction * G4;
-    multiply_transposed(gates_direction, G8, x, input, weight_ih + static_cast<size_t>(direction) * G4 * input,
-                        positions, G4, input);
     std::vector<Real>& bias_buffer = bias_sum_buffer<Real>();
     bias_buffer.resize(G4);
-    Real* bias_sum = bias_buffer.data();
+    Real* bias_sum = bias_buffer.data();  // b_ih + b_hh, added in the pointwise pass
     for (int j = 0; j < G4; ++j) bias_sum[j] = bias_ih[direction * G4 + j] + bias_hh[direction * G4 + j];
-    const RecurrentWeights w_hh = prepare_forward(weight_hh + static_cast<size_t>(direction) * G4 * H, H);
+    StepProjection<Real> project(weight_ih + static_cast<size_t>(direction) * G4 * input,
+                                 weight_hh + static_cast<size_t>(direction) * G4 * H, input, H);
     for (int step = 0; step < seq_len; ++step) {
       const int t = step_time(direction, step, seq_len);
       const int t_prev = direction == 0 ? t - 1 : t + 1;
-      if (step > 0) {
-        // gates[:, t, dir] += h[:, t_prev, dir] W_hh^T: rows strided by T in the (B, T, .) layout.
-        recurrent_forward(gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<int>(gates_time_stride),
-                          y + static_cast<size_t>(t_prev) * C + direction * H, seq_len * C, w_hh, batch, H);
-      }
+      // gates[:, t, dir] = [x[:, t] | h[:, t_prev, dir]] [W_ih | W_hh]^T: rows T apart in (B, T, .).
+      project(gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<int>(gates_time_stride),
+              x + static_cast<size_t>(t) * input, seq_len * input,
+              step > 0 ? y + static_cast<size_t>(t_prev) * C + direction * H : nullptr, seq_len * C, batch);
       for (int b = 0; b < batch; ++b) {
         const size_t p = static_cast<size_t>(b) * seq_len + t;
         const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;

@@ -56,18 +56,23 @@ size_t packed_size(int k, int n) {
   return panels * kPanelWidth * static_cast<size_t>(k);
 }
 
-void pack(float* packed, const float* source, int k, int n, size_t stride_n, size_t stride_k) {
+void pack_rows(float* packed, int total_k, int row_offset, const float* source, int k, int n, size_t stride_n,
+               size_t stride_k) {
   const int panels = (n + kPanelWidth - 1) / kPanelWidth;
   for (int p = 0; p < panels; ++p) {
-    float* panel = packed + static_cast<size_t>(p) * kPanelWidth * k;
+    float* panel = packed + static_cast<size_t>(p) * kPanelWidth * total_k;
     for (int i = 0; i < k; ++i) {
+      float* row = panel + static_cast<size_t>(row_offset + i) * kPanelWidth;
       for (int j = 0; j < kPanelWidth; ++j) {
         const int column = p * kPanelWidth + j;
-        panel[static_cast<size_t>(i) * kPanelWidth + j] =
-            column < n ? source[static_cast<size_t>(column) * stride_n + static_cast<size_t>(i) * stride_k] : 0.0f;
+        row[j] = column < n ? source[static_cast<size_t>(column) * stride_n + static_cast<size_t>(i) * stride_k] : 0.0f;
       }
     }
   }
+}
+
+void pack(float* packed, const float* source, int k, int n, size_t stride_n, size_t stride_k) {
+  pack_rows(packed, k, 0, source, k, n, stride_n, stride_k);
 }
 
 ENHANCED_MULTIVERSION

@@ -17,6 +17,11 @@ size_t packed_size(int k, int n);
 // panels of 32 columns, K rows each, zero-padded.
 void pack(float* packed, const float* source, int k, int n, size_t stride_n, size_t stride_k);
 
+// The same for rows [row_offset, row_offset + k) of an operand of total_k rows (packed_size(total_k,
+// n)), so two matrices can be stacked along K: [A; B] packed in two calls.
+void pack_rows(float* packed, int total_k, int row_offset, const float* source, int k, int n, size_t stride_n,
+               size_t stride_k);
+
 // C (M x N, row stride ldc) = A (M x K, row stride lda) * packed (K x N), or += when accumulate.
 void multiply(float* c, int ldc, const float* a, int lda, const float* packed, int m, int n, int k, bool accumulate);
 
