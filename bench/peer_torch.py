@@ -1,7 +1,10 @@
 """The model in PyTorch as a user would vectorise it (embedding-bag blend, bidirectional nn.LSTM,
 max, linear, cross-entropy, Adam), timed on a bench case. Prints one JSON object.
 
-usage: peer_torch.py CASE_DIR --threads N [--warmup W] [--repeats R]"""
+usage: peer_torch.py CASE_DIR --threads N [--warmup W] [--repeats R] [--device cpu|cuda] [--compile]
+
+--device cuda runs it on the GPU (cuDNN LSTM); --compile wraps the model in
+torch.compile(mode="reduce-overhead"), which replays CUDA graphs on a GPU."""
 import argparse
 import json
 
@@ -42,35 +45,44 @@ def main():
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--compile", action="store_true")
     args = parser.parse_args()
+    device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     c, weights, batch = load_case(args.case)
     model = Model(c)
     model.load_state_dict({name: torch.from_numpy(np.ascontiguousarray(value)) for name, value in weights.items()})
-    offsets_all = torch.from_numpy(batch["identifier_offsets"].astype(np.int64))
-    ids = torch.from_numpy(batch["identifier_ids"].astype(np.int64))
+    model.to(device)
+    offsets_all = torch.from_numpy(batch["identifier_offsets"].astype(np.int64)).to(device)
+    ids = torch.from_numpy(batch["identifier_ids"].astype(np.int64)).to(device)
     offsets = offsets_all[:-1].contiguous()
     counts = (offsets_all[1:] - offsets_all[:-1]).float()
-    cur = torch.from_numpy(batch["cur_word_ids"].astype(np.int64))
-    labels = torch.from_numpy(batch["labels"].astype(np.int64))
+    cur = torch.from_numpy(batch["cur_word_ids"].astype(np.int64)).to(device)
+    labels = torch.from_numpy(batch["labels"].astype(np.int64)).to(device)
     B, T = c["batch_size"], c["seq_len"]
     with torch.no_grad():
         loss = F.cross_entropy(model(ids, offsets, counts, cur, B, T), labels).item()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+    forward = torch.compile(model, mode="reduce-overhead") if args.compile else model
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
 
     def train_step():
         optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(model(ids, offsets, counts, cur, B, T), labels).backward()
+        F.cross_entropy(forward(ids, offsets, counts, cur, B, T), labels).backward()
         optimizer.step()
+        sync()
 
     def inference_step():
         with torch.no_grad():
-            model(ids, offsets, counts, cur, B, T)
+            forward(ids, offsets, counts, cur, B, T)
+        sync()
 
     inference = timed(inference_step, args.warmup, args.repeats)  # before training moves the weights
     train = timed(train_step, args.warmup, args.repeats)
-    print(json.dumps({"peer": "pytorch", "version": torch.__version__, "threads": args.threads, "loss": loss,
+    name = "pytorch" + ("-cuda" if args.device == "cuda" else "") + ("-compiled" if args.compile else "")
+    print(json.dumps({"peer": name, "version": torch.__version__, "threads": args.threads, "loss": loss,
                       "times": {"train step": train, "inference step": inference}}))
 
 

@@ -26,7 +26,8 @@ def run_json(command):
 
 
 def engine(args, shapes, case_dir=None, blend="mean", repeats=None, loader=False):
-    command = [args.bench, "--json", "--repeats", str(repeats or args.repeats), "--warmup", "2", "--blend", blend,
+    command = [args.bench, "--json", "--device", args.device, "--repeats", str(repeats or args.repeats), "--warmup", "2",
+               "--blend", blend,
                "-B", str(shapes["B"]), "-T", str(shapes["T"]), "-D", str(shapes["D"]), "-H", str(shapes["H"]),
                "-V", str(shapes["V"]), "-L", str(shapes["L"])]
     if case_dir:
@@ -71,6 +72,8 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", default="1,2")
     p.add_argument("--original-batch", type=int, default=2)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: the engine on the GPU against PyTorch on the GPU, eager and compiled (CUDA graphs)")
     p.add_argument("--sweep", action="store_true", help="also time engine and fastest peer against T and B, and plot")
     p.add_argument("--plots", default=None, help="directory for the sweep PNGs")
     args = p.parse_args()
@@ -90,6 +93,17 @@ def main():
     print(f"engine: timing B={args.B} T={args.T} D={args.D} H={args.H} V={args.V} L={args.L} ...", flush=True)
     mine = engine(args, shapes, case, loader=True)
     results = {"shapes": shapes, "engine": mine, "peers": {}}
+
+    if args.device == "cuda":
+        for name, extra in (("pytorch-cuda", ("--device", "cuda")), ("pytorch-cuda-compiled", ("--device", "cuda", "--compile"))):
+            print(f"{name} ({args.torch_python}) ...", flush=True)
+            run = peer(args.torch_python, "peer_torch.py", case, 1, args.repeats, extra)
+            run["loss_relative_error"] = check_loss(name, run["loss"], mine["initial_loss"])
+            results["peers"][name] = {"runs": [run], "best": best_of_threads([run])}
+        print_table(results)
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump(results, f, indent=2)
+        return
 
     runs = []
     for t in threads:
@@ -135,8 +149,9 @@ def main():
 def print_table(results):
     mine = results["engine"]
     s = results["shapes"]
-    print(f"\nB={s['B']} T={s['T']} D={s['D']} H={s['H']} V={s['V']} L={s['L']}; engine: {mine['threads']} threads, "
-          f"{mine['blas'].split(' NO_')[0]}; peers: the faster of their thread settings (median ms)")
+    where = f"{mine['threads']} threads, {mine['blas'].split(' NO_')[0]}" if mine["device"] == "cpu" else "cuda"
+    print(f"\nB={s['B']} T={s['T']} D={s['D']} H={s['H']} V={s['V']} L={s['L']}; engine: {where}; "
+          "peers: the faster of their thread settings (median ms)")
     names = list(results["peers"])
     print(f"{'figure':<16}{'engine':>10}" + "".join(f"{n:>24}" for n in names) + f"{'vs fastest peer':>18}")
     for figure in ("train step", "inference step"):
@@ -149,6 +164,8 @@ def print_table(results):
             cells += f"{ms:>18.1f} ({t['threads']}t)"
         print(f"{figure:<16}{engine_ms:>10.1f}{cells}{fastest / engine_ms:>17.2f}x")
     gemm = mine["gemm_gflops"]
+    if not gemm:  # on a GPU there is no CPU GEMM yardstick
+        return
     print(f"\nengine train step: {mine['train_gflops_achieved']:.1f} GFLOP/s = "
           f"{100 * mine['train_gflops_achieved'] / gemm:.0f}% of the machine's measured sgemm rate ({gemm:.1f} GFLOP/s)")
     if mine.get("loader_samples_per_s"):
