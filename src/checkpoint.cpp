@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "enhanced/batch.h"
@@ -25,11 +26,10 @@ int64_t parse_integer(const SafetensorsReader& file, const std::string& key) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const ParameterBuffer<float>& params,
-                     const std::map<std::string, std::string>& extra_metadata) {
+void add_model(SafetensorsWriter& writer, const ParameterBuffer<float>& params, const std::string& prefix) {
   const ModelConfig& c = params.config;
-  SafetensorsWriter writer;
-  for (const TensorSlot& slot : parameter_layout(c)) writer.add(slot.name, params.data.data() + slot.offset, slot.shape);
+  for (const TensorSlot& slot : parameter_layout(c))
+    writer.add(prefix + slot.name, params.data.data() + slot.offset, slot.shape);
   writer.set_metadata("format", "enhanced-checkpoint");
   writer.set_metadata("format_version", "1");
   writer.set_metadata("vocab_size", std::to_string(c.vocab_size));
@@ -39,6 +39,12 @@ void save_checkpoint(const std::string& path, const ParameterBuffer<float>& para
   writer.set_metadata("num_labels", std::to_string(c.num_labels));
   writer.set_metadata("blend", to_string(c.blend));
   writer.set_metadata("pool", to_string(c.pool));
+}
+
+void save_checkpoint(const std::string& path, const ParameterBuffer<float>& params,
+                     const std::map<std::string, std::string>& extra_metadata) {
+  SafetensorsWriter writer;
+  add_model(writer, params);
   for (const auto& [key, value] : extra_metadata) writer.set_metadata(key, value);
   writer.write(path);
 }
@@ -74,21 +80,27 @@ ModelConfig checkpoint_config(const SafetensorsReader& file) {
   return c;
 }
 
-ParameterBuffer<float> load_checkpoint(const std::string& path) {
-  const SafetensorsReader file(path);
+ParameterBuffer<float> read_model(const SafetensorsReader& file, const std::string& prefix) {
   ParameterBuffer<float> params(checkpoint_config(file));
   for (const TensorSlot& slot : parameter_layout(params.config)) {
-    const std::vector<float> values = file.floats(slot.name, slot.shape);
+    const std::vector<float> values = file.floats(prefix + slot.name, slot.shape);
     for (size_t i = 0; i < values.size(); ++i)
-      if (!std::isfinite(values[i])) fail(path, ": tensor '", slot.name, "' element ", i, " is ", values[i]);
+      if (!std::isfinite(values[i])) fail(file.path(), ": tensor '", slot.name, "' element ", i, " is ", values[i]);
     std::memcpy(params.data.data() + slot.offset, values.data(), values.size() * sizeof(float));
   }
   return params;
 }
 
+ParameterBuffer<float> load_checkpoint(const std::string& path) { return read_model(SafetensorsReader(path)); }
+
+int64_t metadata_integer(const SafetensorsReader& file, const std::string& key) { return parse_integer(file, key); }
+
 namespace {
 
 std::vector<char> read_all(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::exists(path, error) && !std::filesystem::is_regular_file(path, error))
+    fail(path, ": not a regular file");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail(path, ": cannot open (", std::strerror(errno), ")");
   std::vector<char> bytes(static_cast<size_t>(in.tellg()));
@@ -96,6 +108,12 @@ std::vector<char> read_all(const std::string& path) {
   in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (!in) fail(path, ": read error");
   return bytes;
+}
+
+// A table the model can use: ids are int32, and D is an int.
+void check_table_shape(const std::string& path, long long rows, long long dim) {
+  if (rows > (1ll << 31)) fail(path, ": ", rows, " rows, more than int32 token ids can address");
+  if (dim > (1 << 20)) fail(path, ": embedding dim ", dim, " is implausibly large");
 }
 
 void check_finite(const std::string& path, const EmbeddingTable& table) {
@@ -123,23 +141,40 @@ EmbeddingTable parse_npy(const std::string& path, const std::vector<char>& bytes
   }
   if (header_start + header_length > bytes.size()) fail(path, ": truncated .npy header");
   const std::string header(bytes.data() + header_start, header_length);
+  // The value of one key of the header's dict literal: a quoted string, a parenthesised tuple or
+  // a bare word, and nothing after it.
   auto field = [&](const std::string& key) {
     const size_t at = header.find("'" + key + "'");
     if (at == std::string::npos) fail(path, ": .npy header has no '", key, "': ", header);
-    return header.substr(header.find(':', at) + 1);
+    size_t begin = header.find(':', at);
+    if (begin == std::string::npos) fail(path, ": malformed .npy header: ", header);
+    begin = header.find_first_not_of(' ', begin + 1);
+    if (begin == std::string::npos) fail(path, ": malformed .npy header: ", header);
+    size_t end;
+    if (header[begin] == '\'' || header[begin] == '"') end = header.find(header[begin], begin + 1);
+    else if (header[begin] == '(') end = header.find(')', begin);
+    else {
+      end = header.find_first_of(",}", begin);
+      if (end == std::string::npos) fail(path, ": malformed .npy header: ", header);
+      end = header.find_last_not_of(' ', end - 1);
+    }
+    if (end == std::string::npos || end < begin) fail(path, ": malformed .npy header: ", header);
+    return header.substr(begin, end - begin + 1);
   };
   const std::string descr = field("descr");
   int width = 0;
-  if (descr.find("'<f4'") != std::string::npos) width = 4;
-  else if (descr.find("'<f8'") != std::string::npos) width = 8;
-  else fail(path, ": .npy dtype must be little-endian float32 or float64, header says ", header);
-  if (field("fortran_order").find("False") == std::string::npos) fail(path, ": .npy must be C order (fortran_order False)");
+  if (descr == "'<f4'") width = 4;
+  else if (descr == "'<f8'") width = 8;
+  else fail(path, ": .npy dtype must be little-endian float32 or float64 ('<f4' or '<f8'), header says ", descr);
+  if (field("fortran_order") != "False") fail(path, ": .npy must be C order (fortran_order False)");
   const std::string shape = field("shape");
   long long rows = 0, dim = 0;
-  if (std::sscanf(shape.c_str(), " (%lld, %lld)", &rows, &dim) != 2 || rows <= 0 || dim <= 0)
-    fail(path, ": .npy must hold a 2-D array, shape is ", shape.substr(0, shape.find(')') + 1));
+  char close = 0;
+  if (std::sscanf(shape.c_str(), "(%lld, %lld%c", &rows, &dim, &close) != 3 || close != ')' || rows <= 0 || dim <= 0)
+    fail(path, ": .npy must hold a 2-D array, shape is ", shape);
+  check_table_shape(path, rows, dim);
   const size_t data_start = header_start + header_length;
-  const size_t expected = static_cast<size_t>(rows) * static_cast<size_t>(dim) * static_cast<size_t>(width);
+  const size_t expected = static_cast<size_t>(rows) * static_cast<size_t>(dim) * static_cast<size_t>(width);  // bounded above
   if (bytes.size() - data_start != expected)
     fail(path, ": .npy data is ", bytes.size() - data_start, " bytes, shape (", rows, ", ", dim, ") needs ", expected);
   EmbeddingTable table{rows, static_cast<int>(dim), std::vector<float>(static_cast<size_t>(rows) * dim)};
@@ -165,6 +200,12 @@ bool parse_word2vec(const std::string& path, const std::vector<char>& bytes, Emb
   long long rows = 0, dim = 0;
   char extra = 0;
   if (std::sscanf(first.c_str(), "%lld %lld %c", &rows, &dim, &extra) != 2 || rows <= 0 || dim <= 0) return false;
+  check_table_shape(path, rows, dim);
+  // Each row holds at least a space and D floats: a header promising more than the file can hold
+  // is refused before anything is allocated.
+  const size_t remaining = bytes.size() - header_end - 1;
+  if (static_cast<unsigned long long>(rows) > remaining / (4 * static_cast<size_t>(dim) + 1))
+    fail(path, ": word2vec header says ", rows, " rows of ", dim, " floats, the file holds ", remaining, " bytes");
   table = EmbeddingTable{rows, static_cast<int>(dim), std::vector<float>(static_cast<size_t>(rows) * dim)};
   size_t at = header_end + 1;
   for (long long row = 0; row < rows; ++row) {

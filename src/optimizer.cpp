@@ -20,8 +20,14 @@ OptimizerKind parse_optimizer_kind(const std::string& text) {
 const char* to_string(OptimizerKind kind) { return kind == OptimizerKind::sgd ? "sgd" : "adam"; }
 
 Optimizer::Optimizer(const OptimizerConfig& config, const ModelConfig& model) : config_(config) {
-  if (!(config.learning_rate > 0)) fail("learning rate must be positive, got ", config.learning_rate);
-  if (config.momentum < 0 || config.momentum >= 1) fail("momentum must be in [0, 1), got ", config.momentum);
+  if (!(config.learning_rate > 0) || !std::isfinite(config.learning_rate))
+    fail("learning rate must be positive and finite, got ", config.learning_rate);
+  if (!(config.momentum >= 0 && config.momentum < 1)) fail("momentum must be in [0, 1), got ", config.momentum);
+  if (!(config.beta1 >= 0 && config.beta1 < 1)) fail("Adam beta1 must be in [0, 1), got ", config.beta1);
+  if (!(config.beta2 >= 0 && config.beta2 < 1)) fail("Adam beta2 must be in [0, 1), got ", config.beta2);
+  if (!(config.epsilon > 0) || !std::isfinite(config.epsilon))
+    fail("Adam epsilon must be positive and finite, got ", config.epsilon);
+  if (!(config.clip_norm >= 0)) fail("--clip-norm must be >= 0 (0: off), got ", config.clip_norm);
   if (config.kind == OptimizerKind::sgd) {
     if (config.momentum > 0) first_moment_ = ParameterBuffer<float>(model);
   } else {

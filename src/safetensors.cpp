@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,9 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }  // namespace
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  std::error_code error;
+  if (std::filesystem::exists(path, error) && !std::filesystem::is_regular_file(path, error))
+    fail(path, ": not a regular file");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail(path, ": cannot open (", std::strerror(errno), ")");
   const auto size = static_cast<size_t>(in.tellg());
@@ -190,6 +194,13 @@ void write_file_atomically(const std::string& path, const std::vector<std::pair<
     const int error = errno;
     ::unlink(temporary.c_str());
     fail(path, ": rename failed (", std::strerror(error), ")");
+  }
+  // The rename itself reaches the disk only with the directory: flush it too (best effort).
+  const std::string directory = std::filesystem::path(path).parent_path().string();
+  const int directory_fd = ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (directory_fd >= 0) {
+    ::fsync(directory_fd);
+    ::close(directory_fd);
   }
 }
 

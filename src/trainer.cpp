@@ -138,7 +138,8 @@ ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, 
   }
   ModelConfig c;
   c.embedding_dim = table.dim ? table.dim : (o.embedding_dim ? o.embedding_dim : 32);
-  const int64_t data_vocab = std::max<int64_t>(train.max_token_id(), valid ? valid->max_token_id() : -1) + 1;
+  const int64_t data_vocab =
+      std::max<int64_t>(train.max_model_token_id(), valid ? valid->max_model_token_id() : -1) + 1;
   c.vocab_size = o.vocab_size ? o.vocab_size : (table.rows ? table.rows : data_vocab);
   c.hidden = o.hidden;
   c.seq_len = train.seq_len();
@@ -173,20 +174,20 @@ class TrainingRun {
 #endif
   }
 
-  void resume() {
-    const SafetensorsReader state((dir_ / "optimizer.safetensors").string());
-    params_ = load_checkpoint((dir_ / "last.safetensors").string());
+  // Everything a resumed run needs is in the one state file (the weights included), written
+  // atomically: no crash can leave it half of one step and half of another.
+  void resume(const SafetensorsReader& state) {
+    params_ = read_model(state, "model.");
     grads_ = ParameterBuffer<float>(params_.config);
     optimizer_ = Optimizer(o_.optimizer, params_.config);
     optimizer_.load_state(state);
-    state_.epoch = std::stoll(state.metadata_value("epoch"));
-    state_.batch_in_epoch = std::stoll(state.metadata_value("batch_in_epoch"));
-    state_.step = std::stoll(state.metadata_value("step"));
-    state_.best_valid_loss = std::strtod(state.metadata_value("best_valid_loss").c_str(), nullptr);
-    const SafetensorsReader last((dir_ / "last.safetensors").string());
-    if (last.metadata_value("step") != std::to_string(state_.step))
-      fail(dir_.string(), ": last.safetensors (step ", last.metadata_value("step"), ") and optimizer.safetensors (step ",
-           state_.step, ") are from different steps");
+    state_.epoch = metadata_integer(state, "epoch");
+    state_.batch_in_epoch = metadata_integer(state, "batch_in_epoch");
+    state_.step = metadata_integer(state, "step");
+    const std::string best = state.metadata_value("best_valid_loss");
+    char* end = nullptr;
+    state_.best_valid_loss = std::strtod(best.c_str(), &end);
+    if (best.empty() || *end != '\0') fail(state.path(), ": metadata 'best_valid_loss' is not a number: '", best, "'");
     std::fprintf(stderr, "resuming %s at step %lld (epoch %lld, batch %lld)\n", dir_.c_str(),
                  static_cast<long long>(state_.step), static_cast<long long>(state_.epoch + 1),
                  static_cast<long long>(state_.batch_in_epoch));
@@ -199,7 +200,9 @@ class TrainingRun {
     LoaderOptions loader_options{o_.batch_size, o_.shuffle, o_.seed, o_.drop_last, true};
     BatchLoader loader(train_, loader_options);
     const int64_t batches = loader.batches_per_epoch();
-    if (batches == 0) fail(train_.path(), ": no complete batch of ", o_.batch_size, " (drop-last is on)");
+    if (batches == 0)
+      fail(train_.path(), ": no batch to train on (", train_.num_samples(), " samples, batch size ", o_.batch_size,
+           o_.drop_last ? ", drop-last on)" : ")");
     const int64_t total_steps = o_.steps > 0 ? o_.steps : o_.epochs * batches;
     Activations<float> activations;
     activations.reserve(c, o_.batch_size);
@@ -357,6 +360,7 @@ class TrainingRun {
              "checkpoint is ", (dir_ / "last.safetensors").string());
     SafetensorsWriter writer;
     optimizer_.save_state(writer);
+    add_model(writer, params_, "model.");
     writer.set_metadata("run_options", options_json(o_).dump());
     writer.set_metadata("epoch", std::to_string(state_.epoch));
     writer.set_metadata("batch_in_epoch", std::to_string(state_.batch_in_epoch));
@@ -396,7 +400,7 @@ class TrainingRun {
 
 int run_training(TrainOptions options) {
   if (options.out_dir.empty()) fail("--out is required");
-  std::unique_ptr<SafetensorsReader> saved_state;
+  std::unique_ptr<SafetensorsReader> saved_state;  // optimizer.safetensors of the run resumed
   if (options.resume) {
     saved_state = std::make_unique<SafetensorsReader>((fs::path(options.out_dir) / "optimizer.safetensors").string());
     options = resumed_options(options, *saved_state);
@@ -416,14 +420,16 @@ int run_training(TrainOptions options) {
       fail(options.valid_path, ": T = ", valid.seq_len(), " but ", options.data_path, " has T = ", train.seq_len());
   }
   const Dataset* valid_ptr = options.valid_path.empty() ? nullptr : &valid;
-  ParameterBuffer<float> params = options.resume ? load_checkpoint((fs::path(options.out_dir) / "last.safetensors").string())
-                                                 : build_model(options, train, valid_ptr);
+  ParameterBuffer<float> params = options.resume ? read_model(*saved_state, "model.") : build_model(options, train, valid_ptr);
   train.check_fits_model(params.config.vocab_size, params.config.num_labels);
   if (valid_ptr) valid.check_fits_model(params.config.vocab_size, params.config.num_labels);
 
   TrainingRun run(options, std::move(params), train, valid_ptr);
   run.set_threads(threads);
-  if (options.resume) run.resume();
+  if (options.resume) {
+    run.resume(*saved_state);
+    saved_state.reset();  // its moments now live in the optimizer: do not hold two copies
+  }
   run.use_device(device, options.tf32);
   return run.run(options.resume);
 }

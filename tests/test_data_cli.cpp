@@ -135,6 +135,18 @@ TEST(DataCliJsonl, LabelTooLarge) {
   expect_convert_error({R"({"label":4294967296,"tokens":[]})"}, "in.jsonl: line 1: label 4294967296 does not fit int32");
 }
 
+TEST(DataCliJsonl, LabelWhoseCountWouldNotFitInt32) {
+  expect_convert_error({R"({"label":2147483647,"tokens":[]})"}, "in.jsonl: line 1: label 2147483647 does not fit int32");
+}
+
+TEST(DataCliJsonl, OutputThatIsTheInputUnderAnotherName) {
+  const std::string dir = scratch_dir();
+  write_text(dir + "/in.jsonl", std::string(kGood) + "\n");
+  AppResult r = run_data_app("convert '" + dir + "/in.jsonl' '" + dir + "/./in.jsonl' --seq-len 4", dir);
+  expect_one_line_error(r, "output would overwrite the input");
+  EXPECT_EQ(read_text(dir + "/in.jsonl"), std::string(kGood) + "\n");
+}
+
 TEST(DataCliJsonl, NotAnObject) {
   expect_convert_error({kGood, "[1,2]"}, "in.jsonl: line 2: expected a JSON object, got array");
 }

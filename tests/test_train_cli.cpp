@@ -146,6 +146,17 @@ TEST_F(TrainCli, BadInputsGiveOneClearLineAndANonZeroExit) {
   std::ofstream(bad / "nan.bin", std::ios::binary).write(reinterpret_cast<const char*>(table.data()), 128 * 8 * 4);
   ASSERT_EQ(run_app("enhanced-train", base_flags() + "--steps 1 --out " + (bad / "ok").string()).exit_code, 0);
   std::ofstream(bad / "not-a-dir") << "x";
+  // A word2vec header promising 2^62 + 1 rows (a size that wraps if multiplied unchecked).
+  std::ofstream(bad / "huge.w2v", std::ios::binary) << "4611686018427387905 8\n" << std::string(64, 'x');
+  // An .npy of int32 whose header mentions '<f4' elsewhere.
+  {
+    std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (128, 8), 'x': '<f4', }";
+    header.append(118 - header.size(), ' ');
+    header += '\n';
+    std::ofstream npy(bad / "ints.npy", std::ios::binary);
+    npy << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(header.size()) << '\x00' << header
+        << std::string(128 * 8 * 4, '\0');
+  }
   const std::string data = "--data " + files_.train_ebin + " --hidden 4 --quiet --steps 1 ";
   const std::vector<BadInput> cases = {
       {"id >= V", data + "--vocab-size 50 --out " + (bad / "a").string(), {files_.train_ebin, "sample", "position"}},
@@ -160,6 +171,14 @@ TEST_F(TrainCli, BadInputsGiveOneClearLineAndANonZeroExit) {
       {"missing data", "--data " + (bad / "missing.ebin").string() + " --out " + (bad / "f").string(), {"missing.ebin"}},
       {"checkpoint is not safetensors", data + "--init-from " + files_.train_ebin + " --out " + (bad / "g").string(),
        {files_.train_ebin}},
+      {"word2vec header larger than the file", data + "--pretrained " + (bad / "huge.w2v").string() + " --out " + (bad / "h").string(),
+       {"huge.w2v", "4611686018427387905"}},
+      {".npy of int32", data + "--pretrained " + (bad / "ints.npy").string() + " --out " + (bad / "i").string(),
+       {"ints.npy", "'<i4'"}},
+      {"a directory as the embedding file", data + "--pretrained " + bad.string() + " --out " + (bad / "j").string(),
+       {"not a regular file"}},
+      {"Adam epsilon 0", data + "--epsilon 0 --out " + (bad / "k").string(), {"epsilon"}},
+      {"beta1 1", data + "--beta1 1 --out " + (bad / "l").string(), {"beta1"}},
   };
   for (const BadInput& c : cases) {
     const auto result = run_app("enhanced-train", c.arguments);
@@ -180,6 +199,37 @@ TEST_F(TrainCli, BadInputsGiveOneClearLineAndANonZeroExit) {
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find("T = 12"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("T = 16"), std::string::npos) << result.output;
+}
+
+// Resuming reads only optimizer.safetensors (weights included), written atomically: losing or
+// corrupting last.safetensors, as a crash between the two writes would, changes nothing.
+TEST_F(TrainCli, ResumeNeedsOnlyTheStateFile) {
+  const std::string flags = base_flags() + "--optimizer adam --lr 0.01 ";
+  ASSERT_EQ(run_app("enhanced-train", flags + "--epochs 2 --out " + dir("state-full").string()).exit_code, 0);
+  ASSERT_EQ(run_app("enhanced-train", flags + "--steps 3 --out " + dir("state-cut").string()).exit_code, 0);
+  std::ofstream(dir("state-cut") / "last.safetensors", std::ios::trunc) << "torn";
+  const auto result = run_app("enhanced-train", "--resume --epochs 2 --quiet --out " + dir("state-cut").string());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(read_bytes(dir("state-full") / "last.safetensors") == read_bytes(dir("state-cut") / "last.safetensors"));
+}
+
+// The vocabulary comes from the ids the model looks up (fields 0 and 2), not from field 1.
+TEST(TrainVocabulary, AuxiliaryIdsDoNotSizeTheTable) {
+  const fs::path dir = fs::path(ENHANCED_TEST_TMP) / ("vocab." + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    std::ofstream jsonl(dir / "in.jsonl");
+    jsonl << R"({"label": 0, "tokens": [[[3], [900000], [7]], [[], [], [9]]]})" << "\n"
+          << R"({"label": 1, "tokens": [[[11, 2], [5], [4]], [[1], [], [0]]]})" << "\n";
+  }
+  ASSERT_EQ(run_app("enhanced-data", "convert " + (dir / "in.jsonl").string() + " " + (dir / "in.ebin").string() +
+                                         " --seq-len 2").exit_code, 0);
+  const auto result = run_app("enhanced-train", "--data " + (dir / "in.ebin").string() + " --hidden 2 --steps 1 --quiet "
+                                                "--out " + (dir / "run").string());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(load_checkpoint((dir / "run" / "last.safetensors").string()).config.vocab_size, 12);
+  fs::remove_all(dir);
 }
 
 TEST(DeviceFlag, CudaWithoutAUsableGpuIsOneClearError) {

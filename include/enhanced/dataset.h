@@ -52,6 +52,8 @@ class Dataset {
   int seq_len() const { return static_cast<int>(header_->seq_len); }
   int num_labels() const { return static_cast<int>(header_->num_labels); }
   int32_t max_token_id() const { return header_->max_token_id; }
+  // The largest id the model looks up (fields 0 and 2; field 1 is carried, never used), -1 if none.
+  int32_t max_model_token_id() const { return max_model_token_id_; }
   uint64_t file_size() const { return header_->file_size; }
 
   int32_t label(int64_t sample) const { return labels_[sample]; }
@@ -78,6 +80,7 @@ class Dataset {
   const int32_t* identifier_ids_ = nullptr;
   const uint64_t* auxiliary_offsets_ = nullptr;
   const int32_t* auxiliary_ids_ = nullptr;
+  int32_t max_model_token_id_ = -1;
 };
 
 }  // namespace enhanced

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <limits>
 #include <utility>
 
@@ -127,6 +128,7 @@ Dataset Dataset::open(const std::string& path) {
     }
   };
   check_ids(ds.identifier_ids_, ds.identifier_offsets_, 0);
+  const int32_t max_identifier_id = max_id;
   check_ids(ds.auxiliary_ids_, ds.auxiliary_offsets_, 1);
   for (uint64_t p = 0; p < np; ++p) {
     if (ds.cur_word_[p] < 0)
@@ -136,6 +138,10 @@ Dataset Dataset::open(const std::string& path) {
   }
   if (max_id != h->max_token_id)
     fail(path, ": header says the largest id is ", h->max_token_id, " but the data holds ", max_id);
+  ds.max_model_token_id_ = max_identifier_id;
+  for (uint64_t p = 0; p < np; ++p) ds.max_model_token_id_ = std::max(ds.max_model_token_id_, ds.cur_word_[p]);
+  if (h->num_labels > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()))
+    fail(path, ": header says ", h->num_labels, " labels, more than an int32 count");
   int32_t max_label = -1;
   for (uint64_t s = 0; s < n; ++s) {
     if (ds.labels_[s] < 0) fail(path, ": sample ", s, ": negative label ", ds.labels_[s]);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -86,12 +87,18 @@ struct SectionWriters {
       : labels(l), cur_word(c), id_offsets(io), id_ids(ii), aux_offsets(ao), aux_ids(ai) {}
 };
 
+// The same file under two names (relative and absolute paths, links), not only the same string.
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code error;
+  return a == b || std::filesystem::equivalent(a, b, error);
+}
+
 }  // namespace
 
 ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::string& out_path,
                                    int seq_len, bool show_progress) {
   if (seq_len <= 0) fail(jsonl_path, ": sequence length must be positive, got ", seq_len);
-  if (jsonl_path == out_path) fail(out_path, ": output would overwrite the input");
+  if (same_file(jsonl_path, out_path)) fail(out_path, ": output would overwrite the input");
   std::ifstream in(jsonl_path, std::ios::binary);
   if (!in) fail(jsonl_path, ": cannot open: ", std::strerror(errno));
   std::vector<char> inbuf(1 << 20);
@@ -153,9 +160,10 @@ ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::str
     const json& label = *label_it;
     if (!label.is_number_integer())
       fail(file, ": line ", line_no, ": \"label\" holds ", type_name(label), ", expected an integer");
-    if (label.is_number_unsigned() ? label.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())
-                                   : label.get<int64_t>() > std::numeric_limits<int32_t>::max())
-      fail(file, ": line ", line_no, ": label ", label.dump(), " does not fit int32");
+    // The number of labels (largest + 1) must fit int32 too, hence the strict bound.
+    if (label.is_number_unsigned() ? label.get<uint64_t>() >= static_cast<uint64_t>(std::numeric_limits<int32_t>::max())
+                                   : label.get<int64_t>() >= std::numeric_limits<int32_t>::max())
+      fail(file, ": line ", line_no, ": label ", label.dump(), " does not fit int32 (nor may the label count, largest + 1)");
     if (!label.is_number_unsigned() && label.get<int64_t>() < 0)
       fail(file, ": line ", line_no, ": negative label ", label.get<int64_t>());
     const auto label_value = static_cast<int32_t>(label.get<int64_t>());
@@ -282,7 +290,7 @@ void append_list(std::string& s, std::span<const int32_t> ids) {
 }  // namespace
 
 ConvertStats convert_ebin_to_jsonl(const std::string& ebin_path, const std::string& out_path) {
-  if (ebin_path == out_path) fail(out_path, ": output would overwrite the input");
+  if (same_file(ebin_path, out_path)) fail(out_path, ": output would overwrite the input");
   Dataset ds = Dataset::open(ebin_path);
   TempFiles temps;
   const std::string tmp_out = temps.add(detail::temp_name(out_path, ""));
