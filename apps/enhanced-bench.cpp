@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   Shapes s;
   std::string device = "cpu", optimizer_name = "adam", dump_case, blend = "mean", pool = "feature";
   int threads = 0, warmup = 2, repeats = 7;
-  bool json = false, lazy = false, skip_loader = false, tf32 = false;
+  bool json = false, lazy = false, skip_loader = false, tf32 = false, skip_unavailable = false;
   app.add_option("--device", device, "cpu or cuda")->capture_default_str();
   app.add_option("--batch-size,-B", s.batch, "B")->capture_default_str();
   app.add_option("--seq-len,-T", s.seq_len, "T")->capture_default_str();
@@ -174,11 +174,17 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "Timed runs")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_flag("--no-loader", skip_loader, "Skip the loader throughput measurement");
   app.add_flag("--json", json, "Print one JSON object");
+  app.add_flag("--skip-unavailable", skip_unavailable,
+               "Exit 77 (CTest's skip) with the reason when the device cannot be used, instead of failing");
   app.add_option("--dump-case", dump_case,
                  "Write the initial weights and the batch to this directory (checkpoint.safetensors, "
                  "batch.safetensors) so peers time the same function on the same data");
   return run_app(app, argc, argv, [&] {
     if (device == "auto") fail("--device must be cpu or cuda: a benchmark names what it measures");
+    if (device == "cuda" && skip_unavailable && !cuda_unavailable_reason().empty()) {
+      std::printf("skipped: no usable GPU: %s\n", cuda_unavailable_reason().c_str());
+      return 77;
+    }
     const Device chosen = resolve_device(device, false);
     const int thread_count = configure_cpu_threads(threads);
     ModelConfig c;
