@@ -176,10 +176,9 @@ class TrainingRun {
 
   // Everything a resumed run needs is in the one state file (the weights included), written
   // atomically: no crash can leave it half of one step and half of another.
+  // The weights came from the same file when the run was built (run_training); this restores the
+  // rest.
   void resume(const SafetensorsReader& state) {
-    params_ = read_model(state, "model.");
-    grads_ = ParameterBuffer<float>(params_.config);
-    optimizer_ = Optimizer(o_.optimizer, params_.config);
     optimizer_.load_state(state);
     state_.epoch = metadata_integer(state, "epoch");
     state_.batch_in_epoch = metadata_integer(state, "batch_in_epoch");
