@@ -128,18 +128,19 @@ Dataset Dataset::open(const std::string& path) {
     }
   };
   check_ids(ds.identifier_ids_, ds.identifier_offsets_, 0);
-  const int32_t max_identifier_id = max_id;
+  // The largest id the model looks up: fields 0 and 2 (field 1 is only carried).
+  int32_t max_model_id = max_id;
   check_ids(ds.auxiliary_ids_, ds.auxiliary_offsets_, 1);
   for (uint64_t p = 0; p < np; ++p) {
     if (ds.cur_word_[p] < 0)
       fail(path, ": sample ", p / T, ": position ", p % T, ": field 2 (cur_word) has negative id ",
            ds.cur_word_[p]);
-    if (ds.cur_word_[p] > max_id) max_id = ds.cur_word_[p];
+    max_id = std::max(max_id, ds.cur_word_[p]);
+    max_model_id = std::max(max_model_id, ds.cur_word_[p]);
   }
   if (max_id != h->max_token_id)
     fail(path, ": header says the largest id is ", h->max_token_id, " but the data holds ", max_id);
-  ds.max_model_token_id_ = max_identifier_id;
-  for (uint64_t p = 0; p < np; ++p) ds.max_model_token_id_ = std::max(ds.max_model_token_id_, ds.cur_word_[p]);
+  ds.max_model_token_id_ = max_model_id;
   if (h->num_labels > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()))
     fail(path, ": header says ", h->num_labels, " labels, more than an int32 count");
   int32_t max_label = -1;

@@ -189,20 +189,18 @@ ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::str
       if (cur.size() != 1)
         fail(file, ": line ", line_no, ": position ", t, ": field 2 (cur_word) must hold exactly one id, got ",
              cur.size());
-      for (const json& v : pos[0]) {
-        int32_t id = get_id(v, t, 0);
-        sec.id_ids.put(id);
-        if (id > max_id) max_id = id;
-        ++num_id;
-      }
-      sec.id_offsets.put(num_id);
-      for (const json& v : pos[1]) {
-        int32_t id = get_id(v, t, 1);
-        sec.aux_ids.put(id);
-        if (id > max_id) max_id = id;
-        ++num_aux;
-      }
-      sec.aux_offsets.put(num_aux);
+      // Fields 0 and 1: ragged ids into their section, then the running count into its offsets.
+      auto put_field = [&](int field, auto& ids_out, auto& offsets_out, uint64_t& count) {
+        for (const json& v : pos[static_cast<size_t>(field)]) {
+          const int32_t id = get_id(v, t, field);
+          ids_out.put(id);
+          if (id > max_id) max_id = id;
+          ++count;
+        }
+        offsets_out.put(count);
+      };
+      put_field(0, sec.id_ids, sec.id_offsets, num_id);
+      put_field(1, sec.aux_ids, sec.aux_offsets, num_aux);
       int32_t cw = get_id(cur[0], t, 2);
       if (cw > max_id) max_id = cw;
       cur_words[static_cast<size_t>(t)] = cw;

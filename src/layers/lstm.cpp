@@ -4,8 +4,6 @@
 #include <cstring>
 #include <vector>
 
-#include <omp.h>
-
 #include "layers/blas.h"
 #include "layers/lstm_pointwise.h"
 #include "layers/small_gemm.h"
