@@ -78,7 +78,11 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", batch_size, "Samples per batch")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "CPU threads (default: every core)");
   app.add_option("--device", device, "auto, cpu or cuda")->capture_default_str();
+  CudaOptions cuda_options;
+  CudaFlags cuda_flags;
+  add_cuda_options(app, cuda_options, cuda_flags);
   return run_app(app, argc, argv, [&] {
+    finish_cuda_options(cuda_options, cuda_flags);
     const int thread_count = configure_cpu_threads(threads);
     const Device chosen = resolve_device(device, !json);
     const ParameterBuffer<float> params = load_checkpoint(checkpoint);
@@ -89,7 +93,8 @@ int main(int argc, char** argv) {
     EvalResult result;
 #ifdef ENHANCED_HAVE_CUDA
     if (chosen == Device::cuda) {
-      CudaModel model(params.config, OptimizerConfig{}, batch_size);
+      CudaModel model(params.config, OptimizerConfig{}, batch_size, cuda_options);
+      if (!json) std::fprintf(stderr, "cuda: %s\n", model.summary().c_str());
       model.upload_parameters(params);
       result = evaluate([&](const Batch& batch, float* logits) { return model.forward(batch, logits); }, dataset,
                         batch_size, params.config.num_labels, !predictions.empty());

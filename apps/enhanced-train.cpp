@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   app.add_flag("--drop-last", o.drop_last, "Drop the last partial batch of each epoch");
   app.add_option("--threads", o.threads, "CPU threads (default: every core)");
   app.add_option("--device", o.device, "auto, cpu or cuda")->capture_default_str();
-  app.add_flag("--tf32", o.tf32, "CUDA: allow TF32 tensor-core math (faster, looser than FP32)");
+  CudaFlags cuda_flags;
+  add_cuda_options(app, o.cuda, cuda_flags);
   app.add_option("--log-every", o.log_every, "Steps between metrics lines")->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: each epoch)")
       ->capture_default_str();
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet", quiet, "No progress line");
   return run_app(app, argc, argv, [&] {
     o.shuffle = !no_shuffle;
+    finish_cuda_options(o.cuda, cuda_flags);
     o.progress = !quiet;
     o.optimizer.kind = parse_optimizer_kind(optimizer);
     if (!o.resume && o.data_path.empty()) fail("--data is required (unless --resume)");

@@ -52,7 +52,8 @@ nlohmann::json options_json(const TrainOptions& o) {
           {"beta2", exact_text(o.optimizer.beta2)}, {"epsilon", exact_text(o.optimizer.epsilon)},
           {"lazy_embedding", o.optimizer.lazy_embedding}, {"clip_norm", exact_text(o.optimizer.clip_norm)},
           {"seed", o.seed}, {"shuffle", o.shuffle}, {"drop_last", o.drop_last}, {"threads", o.threads},
-          {"log_every", o.log_every}, {"checkpoint_every", o.checkpoint_every}};
+          {"log_every", o.log_every}, {"checkpoint_every", o.checkpoint_every},
+          {"tf32", o.cuda.tf32}, {"rnn_algorithm", to_string(o.cuda.rnn_algorithm)}};
 }
 
 float exact_float(const nlohmann::json& j, const char* key) {
@@ -93,6 +94,11 @@ TrainOptions resumed_options(const TrainOptions& caller, const SafetensorsReader
     o.threads = caller.threads ? caller.threads : j.at("threads").get<int>();
     o.log_every = j.at("log_every");
     o.checkpoint_every = j.at("checkpoint_every");
+    // A GPU run continues with the arithmetic it started with (runs before these were recorded
+    // have neither: the caller's flags stand).
+    o.cuda.tf32 = caller.cuda.tf32 || j.value("tf32", false);
+    if (caller.cuda.rnn_algorithm == RnnAlgorithm::automatic)
+      o.cuda.rnn_algorithm = parse_rnn_algorithm(j.value("rnn_algorithm", std::string("auto")));
   } catch (const nlohmann::json::exception& e) {
     fail(state_file.path(), ": run_options metadata is malformed (", e.what(), ")");
   }
@@ -161,16 +167,20 @@ class TrainingRun {
 
   // With a GPU the step runs on a CudaModel that holds the parameters and moments; the host
   // copies are refreshed from it before each checkpoint and validation.
-  void use_device(Device device, bool tf32) {
+  // Its steps are pipelined: queued without waiting, their loss and accuracy read back at each
+  // logging point, checkpoint and epoch end (collect_device).
+  void use_device(Device device) {
 #ifdef ENHANCED_HAVE_CUDA
     if (device == Device::cuda) {
-      cuda_ = std::make_unique<CudaModel>(params_.config, o_.optimizer, o_.batch_size, tf32);
+      cuda_ = std::make_unique<CudaModel>(params_.config, o_.optimizer, o_.batch_size, o_.cuda);
       cuda_->upload_parameters(params_);
       cuda_->upload_optimizer_state(optimizer_.first_moment(), optimizer_.second_moment(), optimizer_.steps());
+      // Recorded in the run's options: a resumed run uses the same algorithm, hence the same bits.
+      o_.cuda.rnn_algorithm = cuda_->rnn_algorithm();
+      std::fprintf(stderr, "cuda: %s\n", cuda_->summary().c_str());
     }
 #else
     if (device == Device::cuda) fail("this build has no CUDA backend");
-    (void)tf32;
 #endif
   }
 
@@ -216,35 +226,88 @@ class TrainingRun {
       loader.start_epoch(state_.epoch, state_.batch_in_epoch);
       bool epoch_done = true;
       while (const Batch* batch = loader.next()) {
-        const double loss = train_step(activations, rows, *batch);
-        if (!std::isfinite(loss)) return stop_non_finite(loss);
-        count_batch(activations, *batch, loss);
+        if (on_device()) {
+          enqueue_device_step(*batch);
+        } else {
+          const double loss = train_step(activations, rows, *batch);
+          if (!std::isfinite(loss)) return stop_non_finite(loss, state_.step + 1, state_.batch_in_epoch);
+          count_batch(activations, *batch, loss);
+        }
         ++state_.step;
         ++state_.batch_in_epoch;
-        if (state_.step % o_.log_every == 0 || state_.step == total_steps) log_interval(batches, total_steps, first_step, start);
-        if (o_.checkpoint_every > 0 && state_.step % o_.checkpoint_every == 0) save();
+        const bool log_now = state_.step % o_.log_every == 0 || state_.step == total_steps;
+        const bool checkpoint_now = o_.checkpoint_every > 0 && state_.step % o_.checkpoint_every == 0;
+        if (log_now || checkpoint_now)
+          if (const int code = collect_device()) return code;
+        if (log_now) log_interval(batches, total_steps, first_step, start);
+        if (checkpoint_now) save();
         if (state_.step == total_steps) {
           epoch_done = state_.batch_in_epoch == batches;
           break;
         }
       }
+      if (const int code = collect_device()) return code;
       if (epoch_done) end_epoch();
     }
     save();
     if (o_.progress) std::fprintf(stderr, "\n");
     std::fprintf(stderr, "done: %lld steps in %s; checkpoints in %s\n", static_cast<long long>(state_.step),
                  duration_text(seconds_since(start)).c_str(), dir_.c_str());
+#ifdef ENHANCED_HAVE_CUDA
+    if (cuda_) {
+      if (cuda_->graphs_off_reason().empty())
+        std::fprintf(stderr, "cuda: %lld steps replayed from CUDA graphs\n",
+                     static_cast<long long>(cuda_->graph_replays()));
+      else
+        std::fprintf(stderr, "cuda: CUDA graphs %s\n", cuda_->graphs_off_reason().c_str());
+    }
+#endif
     return 0;
   }
 
   void set_threads(int threads) { threads_ = threads; }
 
  private:
-  // One step on the chosen device; a non-finite loss is returned before any weight changes.
-  double train_step(Activations<float>& activations, std::vector<int32_t>& rows, const Batch& batch) {
+  bool on_device() const {
 #ifdef ENHANCED_HAVE_CUDA
-    if (cuda_) return cuda_->train_step(batch, activations.logits.data());
+    return cuda_ != nullptr;
+#else
+    return false;
 #endif
+  }
+
+  void enqueue_device_step([[maybe_unused]] const Batch& batch) {
+#ifdef ENHANCED_HAVE_CUDA
+    cuda_->enqueue_train_step(batch);
+#endif
+  }
+
+  // Waits for the queued device steps and adds their loss and accuracy to the interval and the
+  // epoch. A step that met a non-finite loss or gradient stopped the run there (it and every
+  // later step left the weights unchanged): report it as the CPU path does. No-op on the CPU.
+  int collect_device() {
+#ifdef ENHANCED_HAVE_CUDA
+    if (!cuda_) return 0;
+    const TrainTotals totals = cuda_->collect();
+    interval_loss_ += totals.loss_sum;
+    epoch_loss_ += totals.loss_sum;
+    interval_correct_ += totals.correct;
+    epoch_correct_ += totals.correct;
+    interval_samples_ += totals.samples;
+    epoch_samples_ += totals.samples;
+    if (totals.halted) {
+      // The halted step's index in this epoch: every collect happens within one epoch.
+      const int64_t batch_index = state_.batch_in_epoch - (state_.step - totals.halted_step) - 1;
+      if (totals.halted == 1) return stop_non_finite(totals.halted_value, totals.halted_step, batch_index);
+      fail("non-finite gradient (norm ", totals.halted_value, ") at step ", totals.halted_step,
+           "; weights left unchanged");
+    }
+#endif
+    return 0;
+  }
+
+  // One step on the CPU; a non-finite loss is returned before any weight changes.
+  double train_step(Activations<float>& activations, std::vector<int32_t>& rows, const Batch& batch) {
     embedding_touched_rows(rows, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
                            batch.cur_word_ids.data(), batch.positions());
     const double loss = model_forward(activations, params_, batch, threads_, true);
@@ -369,11 +432,12 @@ class TrainingRun {
     save_checkpoint((dir_ / "last.safetensors").string(), params_, checkpoint_metadata());
   }
 
-  int stop_non_finite(double loss) {
+  // step: the 1-based step that met the loss; batch_index: its batch's 0-based index in the epoch.
+  int stop_non_finite(double loss, int64_t step, int64_t batch_index) {
     const fs::path last = dir_ / "last.safetensors";
     std::fprintf(stderr, "\nerror: non-finite loss (%g) at step %lld (epoch %lld, batch %lld); training stopped. %s\n",
-                 loss, static_cast<long long>(state_.step + 1), static_cast<long long>(state_.epoch + 1),
-                 static_cast<long long>(state_.batch_in_epoch),
+                 loss, static_cast<long long>(step), static_cast<long long>(state_.epoch + 1),
+                 static_cast<long long>(batch_index),
                  fs::exists(last) ? ("The last good checkpoint is " + last.string()).c_str()
                                   : "No checkpoint had been written yet.");
     return 3;
@@ -429,7 +493,7 @@ int run_training(TrainOptions options) {
     run.resume(*saved_state);
     saved_state.reset();  // its moments now live in the optimizer: do not hold two copies
   }
-  run.use_device(device, options.tf32);
+  run.use_device(device);
   return run.run(options.resume);
 }
 

@@ -6,8 +6,9 @@
 // GTEST_SKIP() with the reason, so it shows as SKIPPED, never as a vacuous pass.
 //
 // Tolerances, from float32 arithmetic (unit roundoff u = 2^-24 ~ 6e-8):
-// - Embedding blend forward, max-pool, optimizer arithmetic: the device code does the CPU's
-//   operations in the CPU's order without FMA contraction, so these are compared bit for bit.
+// - Embedding blend forward and backward, max-pool, optimizer arithmetic: the device code does
+//   the CPU's operations in the CPU's order without FMA contraction, so these are compared bit
+//   for bit (the backward also against the double layer, as below).
 // - A sum of n float terms reordered differs from the exact sum by at most ~n*u*sum|terms|. The
 //   references are the CPU layers in DOUBLE, and "mag" is the same layer run on absolute values
 //   (= sum|terms| per output), so |gpu - ref| <= n*u*mag with n the number of terms, doubled
@@ -31,6 +32,7 @@
 #include "enhanced/device.h"
 #include "enhanced/network.h"
 #include "enhanced/optimizer.h"
+#include "cuda_test_util.h"
 #include "gradcheck.h"
 #include "layers/dense.h"
 #include "layers/embedding_blend.h"
@@ -46,19 +48,8 @@
 namespace enhanced {
 namespace {
 
-std::string gpu_unavailable() {
-#ifdef ENHANCED_HAVE_CUDA
-  return cuda_unavailable_reason();
-#else
-  return "this build has no CUDA backend (configured with ENHANCED_CUDA=OFF or no toolkit)";
-#endif
-}
-
-#define SKIP_WITHOUT_GPU()                                       \
-  do {                                                           \
-    const std::string skip_reason_ = gpu_unavailable();          \
-    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;     \
-  } while (0)
+using testing::small_config;
+using testing::training_batches;
 
 #ifdef ENHANCED_HAVE_CUDA
 
@@ -117,17 +108,6 @@ void expect_relative(std::span<const float> gpu, std::span<const double> ref, do
   for (size_t i = 0; i < gpu.size(); ++i) ASSERT_NEAR(gpu[i], ref[i], relative * scale) << what << " [" << i << "]";
 }
 
-ModelConfig small_config(BlendMode blend, PoolMode pool, int hidden = 5) {
-  ModelConfig c;
-  c.vocab_size = 23;
-  c.embedding_dim = 7;
-  c.hidden = hidden;
-  c.seq_len = 6;
-  c.num_labels = 4;
-  c.blend = blend;
-  c.pool = pool;
-  return c;
-}
 
 // ---- kernels ----------------------------------------------------------------------------------
 
@@ -161,20 +141,30 @@ void check_embedding(int B, int T, int D, BlendMode mode, uint64_t seed) {
   embedding_blend_backward(mag.data(), dx_abs.data(), batch.identifier_offsets.data(), batch.identifier_ids.data(),
                            batch.cur_word_ids.data(), P, D, mode);
   auto d_dx = to_device(to_float(dx), gpu.stream);
-  std::vector<float> runs[2];
+  // Runs 0 and 1: the exact entry count; run 2: padded to the workspace's room, as a captured
+  // CUDA graph sorts (the id count is then read on the device).
+  std::vector<float> runs[3];
   cuda::EmbeddingGradWorkspace workspace;
   const int64_t n = static_cast<int64_t>(batch.identifier_ids.size());
-  workspace.reserve(P, n, V);
-  for (std::vector<float>& result : runs) {
+  workspace.reserve(P, n + 17, V, gpu.stream);
+  for (int run = 0; run < 3; ++run) {
     DeviceBuffer<float> grad(table.size());
     ENHANCED_CUDA_CHECK(cudaMemsetAsync(grad.data(), 0, grad.bytes(), gpu.stream));
-    cuda::embedding_blend_backward(grad.data(), workspace, d_dx.data(), offsets.data(), ids.data(), cur.data(), P, n,
-                                   D, mode, gpu.stream);
-    result = to_host(grad, table.size(), gpu.stream);
+    const int64_t max_ids = run < 2 ? n : workspace.entry_capacity() - P;
+    cuda::embedding_blend_backward(grad.data(), workspace, d_dx.data(), offsets.data(), ids.data(), cur.data(), P,
+                                   max_ids, D, mode, gpu.stream);
+    runs[run] = to_host(grad, table.size(), gpu.stream);
   }
   // Terms per element: every occurrence of the row (scalar-mean: times D inside each share).
   expect_sum_close(runs[0], ref, mag, static_cast<double>(n + P) * D, "embedding backward");
   EXPECT_EQ(runs[0], runs[1]) << "embedding backward is not deterministic";
+  EXPECT_EQ(runs[2], runs[0]) << "padding the sort changed the embedding gradient";
+  // The entries are summed in the CPU layer's order: the float CPU layer's bits.
+  std::vector<float> cpu_grad(table.size(), 0.0f);
+  const std::vector<float> dx_f = to_float(dx);
+  embedding_blend_backward(cpu_grad.data(), dx_f.data(), batch.identifier_offsets.data(), batch.identifier_ids.data(),
+                           batch.cur_word_ids.data(), P, D, mode);
+  EXPECT_EQ(runs[0], cpu_grad) << "embedding backward differs from the CPU bits";
   // The touched rows the optimizer will visit.
   std::vector<int32_t> rows;
   embedding_touched_rows(rows, batch.identifier_ids.data(), n, batch.cur_word_ids.data(), P);
@@ -280,7 +270,7 @@ TEST(CudaParity, EmbeddingBlendAllIdentifiersEmpty) {
   cuda::embedding_blend_forward(x.data(), offsets.data(), no_ids.data(), cur.data(), d_table.data(), P, D,
                                 BlendMode::mean, gpu.stream);
   cuda::EmbeddingGradWorkspace workspace;
-  workspace.reserve(P, 0, V);
+  workspace.reserve(P, 0, V, gpu.stream);
   cuda::embedding_blend_backward(grad.data(), workspace, d_dx.data(), offsets.data(), no_ids.data(), cur.data(), P, 0,
                                  D, BlendMode::mean, gpu.stream);
   EXPECT_EQ(to_host(x, dx.size(), gpu.stream), cpu_x);
@@ -437,14 +427,6 @@ struct TrainCase {
   const char* name;
 };
 
-std::vector<Batch> training_batches(const ModelConfig& config, int count, uint64_t seed) {
-  Random random(seed);
-  std::vector<Batch> batches;
-  for (int i = 0; i < count; ++i)  // every fifth batch is smaller, as an epoch's last batch
-    batches.push_back(testing::random_batch(i % 5 == 4 ? 2 : 4, config.seq_len, static_cast<int>(config.vocab_size),
-                                            config.num_labels, random));
-  return batches;
-}
 
 void check_training(const TrainCase& c, BlendMode blend, PoolMode pool) {
   const ModelConfig config = small_config(blend, pool, 6);
@@ -511,8 +493,12 @@ TEST(CudaParity, SameRunTwiceGivesIdenticalBits) {
   initialize_parameters(initial, 3);
   std::vector<float> results[2];
   std::vector<double> losses[2];
+  // The second run uses the LSTM algorithm the first one's automatic choice settled on (as a
+  // resumed run does): determinism is promised for the same arithmetic.
+  CudaOptions options;
   for (int run = 0; run < 2; ++run) {
-    CudaModel model(config, OptimizerConfig{}, 4);
+    CudaModel model(config, OptimizerConfig{}, 4, options);
+    options.rnn_algorithm = model.rnn_algorithm();
     model.upload_parameters(initial);
     for (const Batch& batch : batches) losses[run].push_back(model.train_step(batch));
     ParameterBuffer<float> out(config);

@@ -48,7 +48,7 @@ class TrainCli : public ::testing::Test {
 
   static std::string base_flags() {
     return "--data " + files_.train_ebin + " --valid " + files_.valid_ebin + " --pretrained " + files_.embeddings +
-           " --embedding-dim 8 --hidden 6 --batch-size 16 --threads 2 --quiet ";
+           " --embedding-dim 8 --hidden 6 --batch-size 16 --threads 2 --quiet --device cpu ";
   }
   static fs::path dir(const std::string& name) { return root_ / name; }
 

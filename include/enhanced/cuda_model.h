@@ -1,9 +1,15 @@
 // The model on one CUDA device: device copies of the parameters, their gradients and the
 // optimizer moments (each ONE allocation carved like ParameterBuffer, so an optimizer step is
 // one kernel), activations and workspaces sized once for the largest batch, cuBLAS / cuDNN
-// handles and a stream. A training step uploads the batch (pinned staging, one async copy),
-// runs forward, backward and the optimizer step, and allocates nothing in the steady state
-// (only a batch with more identifier ids than any before grows the id buffers).
+// handles, a compute stream and a copy stream.
+//
+// Training is pipelined: enqueue_train_step copies the batch into one of two pinned staging
+// slots, uploads it on the copy stream (overlapping the step before) and queues the step on the
+// compute stream, replaying a captured CUDA graph once that batch shape has run eagerly once.
+// Nothing in the steady state allocates, blocks on the GPU or copies synchronously; the loss,
+// accuracy and any non-finite value are accumulated on the device and read by collect() (at the
+// logging interval). The synchronous calls (train_step, compute_gradients, forward) go through
+// the same path and then wait.
 //
 // Semantics follow the CPU path exactly: model_forward / model_backward (network.h), then
 // Optimizer::step (optimizer.h) with the touched embedding rows, then zero_gradients.
@@ -14,20 +20,37 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "enhanced/batch.h"
+#include "enhanced/device.h"
 #include "enhanced/model.h"
 #include "enhanced/optimizer.h"
 
 namespace enhanced {
 
+// What the training steps since the last collect() did (pipelined and synchronous alike).
+struct TrainTotals {
+  double loss_sum = 0;   // sum over steps of (mean loss * batch size)
+  int64_t samples = 0;
+  int64_t correct = 0;   // samples whose first largest logit is the label
+  int64_t steps = 0;     // optimizer steps applied
+  // Non-zero when a step stopped the run: 1 = non-finite loss, 2 = non-finite gradient norm
+  // with a finite loss. halted_step is that step's number (1-based optimizer step) and
+  // halted_value the value. That step and every later one left the weights unchanged (a kind 2
+  // step's finite loss and samples are counted above, its step is not).
+  int halted = 0;
+  int64_t halted_step = 0;
+  double halted_value = 0;
+};
+
 class CudaModel {
  public:
   // Allocates everything for batches of up to max_batch samples on the current CUDA device.
   // Parameters start at zero (call upload_parameters), optimizer moments at zero, step 0.
-  // tf32: allow TF32 tensor-core math in cuDNN (CUDNN_DEFAULT_MATH) and cuBLAS; off by default
-  // so results track the FP32 CPU engine.
-  CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch, bool tf32 = false);
+  // options.rnn_algorithm = automatic times cuDNN's LSTM algorithms here (a few ms).
+  CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch,
+            const CudaOptions& options = {});
   ~CudaModel();
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
@@ -36,8 +59,15 @@ class CudaModel {
 
   const ModelConfig& config() const;
   int max_batch() const;
+  // One line: the GPU, the LSTM algorithm (and what its selection measured), graphs on or off.
+  std::string summary() const;
+  RnnAlgorithm rnn_algorithm() const;
+  // Training steps replayed from a CUDA graph so far; why graphs are off ("" when they are on).
+  int64_t graph_replays() const;
+  const std::string& graphs_off_reason() const;
 
-  // Host <-> device copies of the whole parameter buffer (config must match). Synchronous.
+  // Host <-> device copies of the whole parameter buffer (config must match). Synchronous,
+  // ordered after every queued step.
   void upload_parameters(const ParameterBuffer<float>& params);
   void download_parameters(ParameterBuffer<float>& params) const;
 
@@ -50,12 +80,22 @@ class CudaModel {
   void upload_optimizer_state(const ParameterBuffer<float>* first, const ParameterBuffer<float>* second,
                               int64_t steps);
   void download_optimizer_state(ParameterBuffer<float>* first, ParameterBuffer<float>* second) const;
+  // Steps applied (after a collect that saw a halt: the steps before the halted one).
   int64_t optimizer_steps() const;
 
-  // One training step: forward, backward, optimizer step. Returns the mean loss. When the loss
-  // is not finite it is returned and the weights stay unchanged (the caller stops, as the CPU
-  // trainer does); a non-finite gradient norm with a finite loss throws Error (as
-  // Optimizer::step). logits_host (B, L), when not null, receives the logits (for accuracy).
+  // Pipelined training step: forward, backward, optimizer step, queued without waiting for the
+  // GPU (it waits only for the upload of the batch two steps back, whose staging slot it
+  // reuses). The batch's memory may be reused on return. Bad batches throw before anything is
+  // queued.
+  void enqueue_train_step(const Batch& batch);
+  // Waits for every queued step; returns the totals since the last collect and starts new ones.
+  // A halt stays in force (later steps keep being skipped): the caller stops training.
+  TrainTotals collect();
+
+  // One synchronous training step. Returns the mean loss. When the loss is not finite it is
+  // returned and the weights stay unchanged (the caller stops, as the CPU trainer does); a
+  // non-finite gradient norm with a finite loss throws Error (as Optimizer::step). Either way
+  // the halt is cleared. logits_host (B, L), when not null, receives the logits.
   double train_step(const Batch& batch, float* logits_host = nullptr);
 
   // Forward and backward only (no optimizer step): leaves the gradients for download_gradients.
@@ -64,7 +104,7 @@ class CudaModel {
   // Evaluation: forward only. Returns the mean loss; logits_host (B, L) when not null.
   double forward(const Batch& batch, float* logits_host);
 
-  // The global gradient norm (before clipping) of the last train_step.
+  // The global gradient norm (before clipping) of the last synchronous train_step.
   double last_gradient_norm() const;
 
   struct Impl;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "enhanced/device.h"
 #include "enhanced/optimizer.h"
 
 namespace enhanced {
@@ -32,7 +33,7 @@ struct TrainOptions {
   bool drop_last = false;
   int threads = 0;              // 0: every core
   std::string device = "auto";
-  bool tf32 = false;            // CUDA: allow TF32 tensor-core math
+  CudaOptions cuda;             // CUDA: TF32, graphs, LSTM algorithm
   int64_t log_every = 20;       // steps between metrics lines
   int64_t checkpoint_every = 0; // steps between last.safetensors writes (0: each epoch only)
   bool progress = true;

@@ -181,6 +181,16 @@ using UniqueTensorDesc = UniqueHandle<cudnnTensorDescriptor_t, cudnnDestroyTenso
 using UniqueRnnDesc = UniqueHandle<cudnnRNNDescriptor_t, cudnnDestroyRNNDescriptor>;
 using UniqueRnnDataDesc = UniqueHandle<cudnnRNNDataDescriptor_t, cudnnDestroyRNNDataDescriptor>;
 using UniqueDropoutDesc = UniqueHandle<cudnnDropoutDescriptor_t, cudnnDestroyDropoutDescriptor>;
+using UniqueEvent = UniqueHandle<cudaEvent_t, cudaEventDestroy>;
+using UniqueGraph = UniqueHandle<cudaGraph_t, cudaGraphDestroy>;
+using UniqueGraphExec = UniqueHandle<cudaGraphExec_t, cudaGraphExecDestroy>;
+
+// An event for ordering only (no timing): the cheapest kind to record and wait on.
+inline UniqueEvent make_event(bool timing = false) {
+  cudaEvent_t event = nullptr;
+  ENHANCED_CUDA_CHECK(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
+  return UniqueEvent(event);
+}
 
 inline UniqueStream make_stream() {
   cudaStream_t stream = nullptr;

@@ -1,9 +1,13 @@
-// CudaModel: the CPU model step (network.cpp + Optimizer::step + zero_gradients) on one device.
+// CudaModel: the CPU model step (network.cpp + Optimizer::step + zero_gradients) on one device,
+// pipelined: batch uploads on a copy stream, steps on the compute stream, CUDA graph replay.
 #include "enhanced/cuda_model.h"
+
+#include <cub/block/block_reduce.cuh>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/layers.h"
 
@@ -11,6 +15,71 @@ namespace enhanced {
 
 using cuda::DeviceBuffer;
 using cuda::PinnedBuffer;
+using cuda::StepScalars;
+
+namespace {
+
+constexpr int kAccountThreads = 256;
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // cuBLAS's advice for Hopper
+
+// Device-side run totals. The first four fields are what collect() hands out and resets; the
+// rest is the halt, sticky until a synchronous call reports and clears it.
+struct DeviceTotals {
+  double loss_sum;
+  int64_t samples;
+  int64_t correct;
+  int64_t steps;
+  double halted_value;
+  int64_t halted_step;
+  int32_t halted;
+  int32_t reserved;
+};
+constexpr size_t kCountersBytes = offsetof(DeviceTotals, halted_value);
+constexpr size_t kHaltBytes = sizeof(DeviceTotals) - kCountersBytes;
+
+// After the loss: counts the samples whose first largest logit is the label (as
+// std::max_element on the host) and adds the batch to the totals, or halts on a non-finite loss.
+__global__ void account_kernel(DeviceTotals* __restrict__ totals, const double* __restrict__ mean_loss,
+                               const float* __restrict__ logits, const int32_t* __restrict__ labels,
+                               const StepScalars* __restrict__ scalars, int batch, int num_labels) {
+  using Reduce = cub::BlockReduce<int, kAccountThreads>;
+  __shared__ typename Reduce::TempStorage storage;
+  int correct = 0;
+  for (int b = static_cast<int>(threadIdx.x); b < batch; b += kAccountThreads) {
+    const float* row = logits + static_cast<int64_t>(b) * num_labels;
+    int best = 0;
+    for (int l = 1; l < num_labels; ++l)
+      if (row[l] > row[best]) best = l;
+    correct += best == labels[b];
+  }
+  const int total = Reduce(storage).Sum(correct);
+  if (threadIdx.x != 0 || totals->halted) return;
+  const double loss = *mean_loss;
+  if (!isfinite(loss)) {
+    totals->halted = 1;
+    totals->halted_step = scalars->step;
+    totals->halted_value = loss;
+    return;
+  }
+  // Rounded as the host's `sum += loss * B` (no fused multiply-add).
+  totals->loss_sum = __dadd_rn(totals->loss_sum, __dmul_rn(loss, static_cast<double>(batch)));
+  totals->samples += batch;
+  totals->correct += total;
+}
+
+// After the update: counts the step, or halts on a non-finite gradient norm (the update kernels
+// skipped it already).
+__global__ void finish_step_kernel(DeviceTotals* __restrict__ totals, const double* __restrict__ norm,
+                                   const StepScalars* __restrict__ scalars) {
+  if (totals->halted) return;
+  if (!isfinite(*norm)) {
+    totals->halted = 2;
+    totals->halted_step = scalars->step;
+    totals->halted_value = *norm;
+    return;
+  }
+  totals->steps += 1;
+}
 
 // Pointers into one device allocation, carved as ParameterBuffer is (parameter_layout offsets).
 struct DeviceParameters {
@@ -39,17 +108,56 @@ struct DeviceParameters {
   }
 };
 
+// The batch block, pinned on the host and on the device, int32 units: the step's scalars, then
+// offsets (P_max + 1), cur words (P_max), labels (B_max), identifier ids (capacity). Fixed
+// offsets for every batch size, so a graph captured for a slot finds its batch at the same
+// addresses on every replay.
+constexpr size_t kHeaderInts = 8;
+static_assert(sizeof(StepScalars) <= kHeaderInts * sizeof(int32_t), "the step scalars must fit the header");
+
+struct BatchLayout {
+  size_t offsets = 0, cur = 0, labels = 0, ids = 0;  // in int32 units from the block's start
+  BatchLayout() = default;
+  BatchLayout(size_t max_positions, size_t max_batch)
+      : offsets(kHeaderInts),
+        cur(kHeaderInts + max_positions + 1),
+        labels(cur + max_positions),
+        ids(labels + max_batch) {}
+};
+
+// One of two staging slots: the host fills `staging` while the other slot's batch is in flight.
+struct Slot {
+  PinnedBuffer<int32_t> staging;
+  DeviceBuffer<int32_t> block;
+  cuda::UniqueEvent uploaded;  // recorded on the copy stream after the upload
+  cuda::UniqueEvent consumed;  // recorded on the compute stream after the step that read it
+  bool used = false;
+};
+
+// A captured training step for one (batch size, slot), valid while the buffers it names live.
+struct StepGraph {
+  int batch = 0;
+  int slot = 0;
+  uint64_t generation = 0;
+  int eager_runs = 0;
+  cuda::UniqueGraphExec exec;
+};
+
+enum class StepKind { forward, gradients, train };
+
+}  // namespace
+
 struct CudaModel::Impl {
   ModelConfig config;
   OptimizerConfig optimizer;
+  CudaOptions options;
   int max_batch = 0;
-  int64_t steps = 0;
-  bool grads_dirty = false;  // grads hold a backward's values (zero them before the next)
-  bool have_norm = false;
+  int64_t steps = 0;  // optimizer steps queued (all applied unless a collect says otherwise)
   double last_norm = 0;
 
-  cuda::UniqueStream stream;
+  cuda::UniqueStream stream, copy_stream;
   cuda::UniqueCublas cublas;
+  DeviceBuffer<unsigned char> cublas_workspace;
   cuda::UniqueCudnn cudnn;
   std::unique_ptr<cuda::CudnnBiLstm> lstm;
   cuda::EmbeddingGradWorkspace embedding_workspace;
@@ -61,26 +169,31 @@ struct CudaModel::Impl {
   DeviceBuffer<int32_t> argmax;
   DeviceBuffer<double> scalars;  // [0] mean loss, [1] gradient norm, [2..258) norm partials
   DeviceBuffer<float> clip_scale;
-
-  // The batch: one int32 block [offsets (P+1) | cur (P) | labels (B) | ids], pinned and device.
-  PinnedBuffer<int32_t> staging;
-  DeviceBuffer<int32_t> batch_ints;
-  size_t id_capacity = 0;
+  DeviceBuffer<DeviceTotals> totals;
+  PinnedBuffer<DeviceTotals> totals_host;
   PinnedBuffer<double> scalars_host;  // loss, norm
   PinnedBuffer<float> logits_host;
 
+  BatchLayout layout;
+  size_t id_capacity = 0;
+  uint64_t batch_generation = 0;
+  Slot slots[2];
+  int next_slot = 0;
+
+  std::vector<StepGraph> graphs;
+  std::string graphs_off;
+  int64_t replays = 0;
+  std::string device_name;
+
   struct BatchView {
     int size = 0, positions = 0;
-    int64_t ids = 0;
+    const StepScalars* scalars = nullptr;
     const int32_t *offsets = nullptr, *cur = nullptr, *labels = nullptr, *identifiers = nullptr;
   };
 
   cudaStream_t s() const { return stream.get(); }
   int F() const { return config.pooled_features(); }
-  size_t fixed_ints() const {
-    const size_t P = static_cast<size_t>(max_batch) * config.seq_len;
-    return 2 * P + 1 + static_cast<size_t>(max_batch);
-  }
+  uint64_t generation() const { return batch_generation + embedding_workspace.generation() + lstm->generation(); }
 
   cuda::StepRange range(bool rows_only) const {
     cuda::StepRange r;
@@ -94,15 +207,24 @@ struct CudaModel::Impl {
     return r;
   }
 
-  BatchView upload(const Batch& batch);
+  void validate(const Batch& batch) const;
+  void allocate_batch_blocks();
+  void grow_ids(size_t ids);
+  StepScalars next_scalars() const;
+  BatchView enqueue(const Batch& batch, StepKind kind);
+  void run_step(const BatchView& b, StepKind kind, int slot);
+  void run_eager(const BatchView& b, StepKind kind);
   void forward_pass(const BatchView& b, bool with_gradient);
-  void clear_gradients();
   void backward_pass(const BatchView& b);
-  void step();
-  void finish(const BatchView& b, float* logits_out);
+  void step(const BatchView& b);
+  void wait_and_read(const BatchView& b, float* logits_out);
+  void drain() const {
+    ENHANCED_CUDA_CHECK(cudaStreamSynchronize(copy_stream.get()));
+    ENHANCED_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  }
 };
 
-CudaModel::Impl::BatchView CudaModel::Impl::upload(const Batch& batch) {
+void CudaModel::Impl::validate(const Batch& batch) const {
   const ModelConfig& c = config;
   if (batch.seq_len != c.seq_len) fail("batch has T = ", batch.seq_len, ", the model expects T = ", c.seq_len);
   if (batch.size < 1 || batch.size > max_batch)
@@ -120,45 +242,143 @@ CudaModel::Impl::BatchView CudaModel::Impl::upload(const Batch& batch) {
     fail("batch has a token id outside [0, ", c.vocab_size, ")");
   if (std::any_of(batch.labels.begin(), batch.labels.end(), [&](int32_t l) { return l < 0 || l >= c.num_labels; }))
     fail("batch has a label outside [0, ", c.num_labels, ")");
+}
 
+void CudaModel::Impl::allocate_batch_blocks() {
+  for (Slot& slot : slots) {
+    slot.staging.resize(layout.ids + id_capacity);
+    slot.block.resize(layout.ids + id_capacity);
+    slot.used = false;
+  }
+  ++batch_generation;
+}
+
+// Rare: a batch with more identifier ids than the buffers hold. Everything in flight finishes,
+// the previous backward's gradients are cleared (growing the workspace forgets its touched
+// rows), and the buffers grow with headroom; captured graphs become stale and are recaptured.
+void CudaModel::Impl::grow_ids(size_t ids) {
+  drain();
+  cuda::zero_gradients(grads.data.data(), range(true), s());
+  ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
+  id_capacity = ids + ids / 2;
+  allocate_batch_blocks();
+  const int max_positions = max_batch * config.seq_len;
+  embedding_workspace.reserve(max_positions, static_cast<int64_t>(id_capacity), config.vocab_size, s());
+  ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
+}
+
+// optimizer.cpp's host arithmetic for the next step, bit for bit.
+StepScalars CudaModel::Impl::next_scalars() const {
+  StepScalars out;
+  out.step = steps + 1;
+  out.first_step = out.step == 1 ? 1 : 0;
+  if (optimizer.kind == OptimizerKind::adam) {
+    const double t = static_cast<double>(out.step);
+    out.adam_step_size =
+        static_cast<float>(optimizer.learning_rate / (1.0 - std::pow(static_cast<double>(optimizer.beta1), t)));
+    out.adam_bias_correction2_sqrt =
+        static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(optimizer.beta2), t)));
+  }
+  return out;
+}
+
+CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind kind) {
+  validate(batch);
+  const size_t P = static_cast<size_t>(batch.positions());
   const size_t ids = batch.identifier_ids.size();
-  if (ids > id_capacity) {  // rare: more identifier ids than any batch before
-    ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
-    id_capacity = ids + ids / 2;
-    staging.resize(fixed_ints() + id_capacity);
-    batch_ints.resize(fixed_ints() + id_capacity);
-  }
-  if (static_cast<int64_t>(P + ids) > embedding_workspace.entry_capacity()) {
-    // Growing the workspace loses the previous batch's touched rows: clear their gradients first.
-    clear_gradients();
-    ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
-  }
-  embedding_workspace.reserve(static_cast<int>(P), static_cast<int64_t>(ids), c.vocab_size);
-  // The staging buffer is free: every public call ends with a stream synchronisation.
-  int32_t* at = staging.data();
-  std::memcpy(at, batch.identifier_offsets.data(), (P + 1) * sizeof(int32_t));
-  std::memcpy(at + P + 1, batch.cur_word_ids.data(), P * sizeof(int32_t));
-  std::memcpy(at + 2 * P + 1, batch.labels.data(), batch.labels.size() * sizeof(int32_t));
-  const size_t used = 2 * P + 1 + batch.labels.size();
-  if (ids) std::memcpy(at + used, batch.identifier_ids.data(), ids * sizeof(int32_t));
-  ENHANCED_CUDA_CHECK(cudaMemcpyAsync(batch_ints.data(), staging.data(), (used + ids) * sizeof(int32_t),
-                                      cudaMemcpyHostToDevice, s()));
+  if (ids > id_capacity) grow_ids(ids);
+
+  const int index = next_slot;
+  next_slot ^= 1;
+  Slot& slot = slots[index];
+  // The staging memory is free once its previous upload finished (two steps back).
+  if (slot.used) ENHANCED_CUDA_CHECK(cudaEventSynchronize(slot.uploaded));
+  int32_t* at = slot.staging.data();
+  const StepScalars header = next_scalars();
+  std::memcpy(at, &header, sizeof header);
+  std::memcpy(at + layout.offsets, batch.identifier_offsets.data(), (P + 1) * sizeof(int32_t));
+  std::memcpy(at + layout.cur, batch.cur_word_ids.data(), P * sizeof(int32_t));
+  std::memcpy(at + layout.labels, batch.labels.data(), batch.labels.size() * sizeof(int32_t));
+  if (ids) std::memcpy(at + layout.ids, batch.identifier_ids.data(), ids * sizeof(int32_t));
+  // The device block is free once the step that read it finished.
+  if (slot.used) ENHANCED_CUDA_CHECK(cudaStreamWaitEvent(copy_stream.get(), slot.consumed, 0));
+  ENHANCED_CUDA_CHECK(cudaMemcpyAsync(slot.block.data(), at, (layout.ids + ids) * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, copy_stream.get()));
+  ENHANCED_CUDA_CHECK(cudaEventRecord(slot.uploaded, copy_stream.get()));
+  ENHANCED_CUDA_CHECK(cudaStreamWaitEvent(s(), slot.uploaded, 0));
+  slot.used = true;  // from here the next use of the slot must wait for this one
+
   BatchView view;
   view.size = batch.size;
   view.positions = static_cast<int>(P);
-  view.ids = static_cast<int64_t>(ids);
-  view.offsets = batch_ints.data();
-  view.cur = batch_ints.data() + P + 1;
-  view.labels = batch_ints.data() + 2 * P + 1;
-  view.identifiers = batch_ints.data() + used;
+  const int32_t* block = slot.block.data();
+  view.scalars = reinterpret_cast<const StepScalars*>(block);
+  view.offsets = block + layout.offsets;
+  view.cur = block + layout.cur;
+  view.labels = block + layout.labels;
+  view.identifiers = block + layout.ids;
+  try {
+    run_step(view, kind, index);
+  } catch (...) {
+    static_cast<void>(cudaEventRecord(slot.consumed, s()));  // whatever was queued still reads the slot
+    throw;
+  }
+  ENHANCED_CUDA_CHECK(cudaEventRecord(slot.consumed, s()));
+  if (kind == StepKind::train) ++steps;
   return view;
 }
 
-void CudaModel::Impl::clear_gradients() {
-  // Zeroes what the previous backward wrote: its touched rows (still in the workspace) and
-  // everything after the embedding table.
-  if (grads_dirty) cuda::zero_gradients(grads.data.data(), range(true), s());
-  grads_dirty = false;
+// A training step replays its (batch size, slot) graph; the first run of a shape is eager (it
+// also brings every kernel in, which capture must not do), the second is captured. A capture
+// that fails turns graphs off for this model, with the reason, and the step runs eagerly.
+void CudaModel::Impl::run_step(const BatchView& b, StepKind kind, int slot) {
+  if (kind != StepKind::train || !graphs_off.empty()) return run_eager(b, kind);
+  auto found = std::find_if(graphs.begin(), graphs.end(),
+                            [&](const StepGraph& g) { return g.batch == b.size && g.slot == slot; });
+  if (found == graphs.end()) {
+    graphs.push_back(StepGraph{b.size, slot, generation(), 0, {}});
+    found = graphs.end() - 1;
+  }
+  StepGraph& graph = *found;
+  if (graph.generation != generation()) graph = StepGraph{b.size, slot, generation(), 0, {}};
+  if (graph.exec) {
+    ENHANCED_CUDA_CHECK(cudaGraphLaunch(graph.exec, s()));
+    ++replays;
+    return;
+  }
+  if (graph.eager_runs++ == 0) return run_eager(b, kind);
+  cudaGraph_t captured = nullptr;
+  ENHANCED_CUDA_CHECK(cudaStreamBeginCapture(s(), cudaStreamCaptureModeThreadLocal));
+  std::string failure;
+  try {
+    run_eager(b, kind);
+  } catch (const Error& e) {
+    failure = e.what();
+  }
+  const cudaError_t ended = cudaStreamEndCapture(s(), &captured);
+  cuda::UniqueGraph owner(captured);
+  if (failure.empty() && ended != cudaSuccess) failure = cat("cudaStreamEndCapture: ", cudaGetErrorString(ended));
+  cudaGraphExec_t exec = nullptr;
+  if (failure.empty()) {
+    const cudaError_t made = cudaGraphInstantiate(&exec, captured, 0);
+    if (made != cudaSuccess) failure = cat("cudaGraphInstantiate: ", cudaGetErrorString(made));
+  }
+  if (!failure.empty()) {
+    static_cast<void>(cudaGetLastError());
+    graphs_off = "capture failed: " + failure;
+    graphs.clear();
+    return run_eager(b, kind);
+  }
+  graph.exec = cuda::UniqueGraphExec(exec);
+  ENHANCED_CUDA_CHECK(cudaGraphLaunch(graph.exec, s()));
+  ++replays;
+}
+
+void CudaModel::Impl::run_eager(const BatchView& b, StepKind kind) {
+  forward_pass(b, kind != StepKind::forward);
+  if (kind == StepKind::forward) return;
+  backward_pass(b);
+  if (kind == StepKind::train) step(b);
 }
 
 void CudaModel::Impl::forward_pass(const BatchView& b, bool with_gradient) {
@@ -175,47 +395,51 @@ void CudaModel::Impl::forward_pass(const BatchView& b, bool with_gradient) {
                               logits.data(), b.labels, B, c.num_labels, s());
 }
 
+// The embedding backward sorts room for the most ids a slot holds (the batch's own count is read
+// on the device): the same kernels for every batch, so a captured graph serves them all and the
+// eager warm-up run before a capture has already loaded each of them.
 void CudaModel::Impl::backward_pass(const BatchView& b) {
   const ModelConfig& c = config;
   const int B = b.size, T = c.seq_len, D = c.embedding_dim, H = c.hidden;
-  // grads must start at zero; the new batch's sort below replaces the previous touched rows.
-  clear_gradients();
+  // grads start at zero: clear what the previous backward wrote (its touched rows, still in the
+  // workspace, and everything after the table); the sort below replaces the touched rows.
+  cuda::zero_gradients(grads.data.data(), range(true), s());
   cuda::dense_backward(dpooled.data(), grads.dense_weight, grads.dense_bias, dlogits.data(), pooled.data(),
                        params.dense_weight, B, F(), c.num_labels, cublas, s());
   cuda::maxpool_backward(dy.data(), argmax.data(), dpooled.data(), B, T, 2 * H, c.pool, s());
   cuda::bilstm_backward(dx.data(), grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, *lstm, y.data(),
                         dy.data(), x.data(), B, T, D, H, s());
   cuda::embedding_blend_backward(grads.embedding, embedding_workspace, dx.data(), b.offsets, b.identifiers, b.cur,
-                                 b.positions, b.ids, D, c.blend, s());
-  grads_dirty = true;
+                                 b.positions, static_cast<int64_t>(id_capacity), D, c.blend, s());
 }
 
-void CudaModel::Impl::step() {
+void CudaModel::Impl::step(const BatchView& b) {
   const OptimizerConfig& o = optimizer;
   double* loss = scalars.data();
   double* norm = scalars.data() + 1;
   double* partials = scalars.data() + 2;
-  cuda::gradient_norm(norm, clip_scale.data(), partials, grads.data.data(), loss, range(true), o.clip_norm, s());
-  ++steps;
-  const float lr = o.learning_rate;
+  account_kernel<<<1, kAccountThreads, 0, s()>>>(totals.data(), loss, logits.data(), b.labels, b.scalars, b.size,
+                                                 config.num_labels);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+  cuda::gradient_norm(norm, clip_scale.data(), partials, grads.data.data(), &totals.data()->halted, range(true),
+                      o.clip_norm, s());
   if (o.kind == OptimizerKind::sgd) {
     // Plain SGD moves only rows with a gradient: skipping the rest is exact (as on the CPU).
     const bool rows_only = o.lazy_embedding || o.momentum == 0;
     cuda::sgd_step(params.data.data(), o.momentum > 0 ? first_moment.data.data() : nullptr, grads.data.data(),
-                   clip_scale.data(), norm, range(rows_only), lr, o.momentum, steps == 1, s());
+                   clip_scale.data(), norm, b.scalars, range(rows_only), o.learning_rate, o.momentum, s());
   } else {
-    // optimizer.cpp's host arithmetic, bit for bit.
-    const double t = static_cast<double>(steps);
-    const float step_size = static_cast<float>(lr / (1.0 - std::pow(static_cast<double>(o.beta1), t)));
-    const float bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(o.beta2), t)));
     cuda::adam_step(params.data.data(), first_moment.data.data(), second_moment.data.data(), grads.data.data(),
-                    clip_scale.data(), norm, range(o.lazy_embedding), o.beta1, o.beta2, o.epsilon, step_size,
-                    bias_correction2_sqrt, s());
+                    clip_scale.data(), norm, b.scalars, range(o.lazy_embedding), o.beta1, o.beta2, o.epsilon, s());
   }
+  finish_step_kernel<<<1, 1, 0, s()>>>(totals.data(), norm, b.scalars);
+  ENHANCED_CUDA_CHECK_LAUNCH();
 }
 
-void CudaModel::Impl::finish(const BatchView& b, float* logits_out) {
+void CudaModel::Impl::wait_and_read(const BatchView& b, float* logits_out) {
   ENHANCED_CUDA_CHECK(cudaMemcpyAsync(scalars_host.data(), scalars.data(), 2 * sizeof(double), cudaMemcpyDeviceToHost,
+                                      s()));
+  ENHANCED_CUDA_CHECK(cudaMemcpyAsync(totals_host.data(), totals.data(), sizeof(DeviceTotals), cudaMemcpyDeviceToHost,
                                       s()));
   const size_t logit_count = static_cast<size_t>(b.size) * config.num_labels;
   if (logits_out)
@@ -225,22 +449,29 @@ void CudaModel::Impl::finish(const BatchView& b, float* logits_out) {
   if (logits_out) std::memcpy(logits_out, logits_host.data(), logit_count * sizeof(float));
 }
 
-CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch, bool tf32)
+CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch,
+                     const CudaOptions& options)
     : impl_(std::make_unique<Impl>()) {
   config.validate();
   if (max_batch < 1) fail("CUDA model: max batch must be positive, got ", max_batch);
   Impl& m = *impl_;
   m.config = config;
   m.optimizer = optimizer;
+  m.options = options;
   m.max_batch = max_batch;
   m.stream = cuda::make_stream();
-  m.cublas = cuda::make_cublas(m.s(), tf32);
+  m.copy_stream = cuda::make_stream();
+  m.cublas = cuda::make_cublas(m.s(), options.tf32);
+  // An explicit cuBLAS workspace: nothing for cuBLAS to allocate inside a captured step.
+  m.cublas_workspace.resize(kCublasWorkspaceBytes);
+  ENHANCED_CUBLAS_CHECK(cublasSetWorkspace(m.cublas, m.cublas_workspace.data(), m.cublas_workspace.bytes()));
   m.cudnn = cuda::make_cudnn(m.s());
   const ModelConfig& c = config;
   const size_t P = static_cast<size_t>(max_batch) * c.seq_len;
   const size_t D = c.embedding_dim, H = c.hidden, L = c.num_labels;
   const size_t F = static_cast<size_t>(max_batch) * c.pooled_features();
-  m.lstm = std::make_unique<cuda::CudnnBiLstm>(m.cudnn.get(), max_batch, c.seq_len, c.embedding_dim, c.hidden, tf32);
+  m.lstm = std::make_unique<cuda::CudnnBiLstm>(m.cudnn.get(), max_batch, c.seq_len, c.embedding_dim, c.hidden,
+                                               options.tf32, options.rnn_algorithm);
   m.params.allocate(c, m.s());
   m.grads.allocate(c, m.s());
   if (optimizer.kind == OptimizerKind::adam || optimizer.momentum > 0) m.first_moment.allocate(c, m.s());
@@ -257,18 +488,33 @@ CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer
   m.dx.resize(P * D);
   m.scalars.resize(2 + 256);
   m.clip_scale.resize(1);
+  m.totals.resize(1);
+  ENHANCED_CUDA_CHECK(cudaMemsetAsync(m.totals.data(), 0, sizeof(DeviceTotals), m.s()));
+  m.totals_host.resize(1);
   // Identifier ids: start with room for 4 per position; a batch with more grows the buffers once.
+  m.layout = BatchLayout(P, static_cast<size_t>(max_batch));
   m.id_capacity = 4 * P;
-  m.staging.resize(m.fixed_ints() + m.id_capacity);
-  m.batch_ints.resize(m.fixed_ints() + m.id_capacity);
-  m.embedding_workspace.reserve(static_cast<int>(P), static_cast<int64_t>(m.id_capacity), c.vocab_size);
+  for (Slot& slot : m.slots) {
+    slot.uploaded = cuda::make_event();
+    slot.consumed = cuda::make_event();
+  }
+  m.allocate_batch_blocks();
+  m.embedding_workspace.reserve(static_cast<int>(P), static_cast<int64_t>(m.id_capacity), c.vocab_size, m.s());
   m.scalars_host.resize(2);
   m.logits_host.resize(max_batch * L);
+  if (!options.graphs) m.graphs_off = "turned off (--cuda-graphs off)";
+  int device = 0;
+  cudaDeviceProp properties{};
+  ENHANCED_CUDA_CHECK(cudaGetDevice(&device));
+  ENHANCED_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  m.device_name = properties.name;
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(m.s()));
 }
 
 CudaModel::~CudaModel() {
-  if (impl_ && impl_->stream.get()) static_cast<void>(cudaStreamSynchronize(impl_->stream.get()));
+  if (!impl_) return;
+  if (impl_->copy_stream.get()) static_cast<void>(cudaStreamSynchronize(impl_->copy_stream.get()));
+  if (impl_->stream.get()) static_cast<void>(cudaStreamSynchronize(impl_->stream.get()));
 }
 CudaModel::CudaModel(CudaModel&&) noexcept = default;
 CudaModel& CudaModel::operator=(CudaModel&&) noexcept = default;
@@ -277,6 +523,16 @@ const ModelConfig& CudaModel::config() const { return impl_->config; }
 int CudaModel::max_batch() const { return impl_->max_batch; }
 int64_t CudaModel::optimizer_steps() const { return impl_->steps; }
 double CudaModel::last_gradient_norm() const { return impl_->last_norm; }
+RnnAlgorithm CudaModel::rnn_algorithm() const { return impl_->lstm->algorithm(); }
+int64_t CudaModel::graph_replays() const { return impl_->replays; }
+const std::string& CudaModel::graphs_off_reason() const { return impl_->graphs_off; }
+
+std::string CudaModel::summary() const {
+  const Impl& m = *impl_;
+  return cat(m.device_name, "; LSTM algorithm ", to_string(m.lstm->algorithm()), " (", m.lstm->selection(),
+             "); CUDA graphs ", m.graphs_off.empty() ? std::string("on") : "off: " + m.graphs_off,
+             m.options.tf32 ? "; TF32 allowed" : "");
+}
 
 namespace {
 void check_same_model(const ModelConfig& model, const ParameterBuffer<float>& buffer, const char* what) {
@@ -331,37 +587,59 @@ void CudaModel::download_optimizer_state(ParameterBuffer<float>* first, Paramete
   }
 }
 
+void CudaModel::enqueue_train_step(const Batch& batch) { impl_->enqueue(batch, StepKind::train); }
+
+TrainTotals CudaModel::collect() {
+  Impl& m = *impl_;
+  ENHANCED_CUDA_CHECK(cudaMemcpyAsync(m.totals_host.data(), m.totals.data(), sizeof(DeviceTotals),
+                                      cudaMemcpyDeviceToHost, m.s()));
+  ENHANCED_CUDA_CHECK(cudaMemsetAsync(m.totals.data(), 0, kCountersBytes, m.s()));
+  ENHANCED_CUDA_CHECK(cudaStreamSynchronize(m.s()));
+  const DeviceTotals& t = *m.totals_host.data();
+  TrainTotals out;
+  out.loss_sum = t.loss_sum;
+  out.samples = t.samples;
+  out.correct = t.correct;
+  out.steps = t.steps;
+  out.halted = t.halted;
+  out.halted_step = t.halted_step;
+  out.halted_value = t.halted_value;
+  if (t.halted) m.steps = t.halted_step - 1;  // that step and the ones queued after it were skipped
+  return out;
+}
+
 double CudaModel::train_step(const Batch& batch, float* logits_host) {
   Impl& m = *impl_;
-  const Impl::BatchView view = m.upload(batch);
-  m.forward_pass(view, true);
-  m.backward_pass(view);
-  m.step();
-  m.finish(view, logits_host);
+  const Impl::BatchView view = m.enqueue(batch, StepKind::train);
+  m.wait_and_read(view, logits_host);
   const double loss = m.scalars_host.data()[0];
   const double norm = m.scalars_host.data()[1];
-  if (!std::isfinite(loss) || !std::isfinite(norm)) --m.steps;  // the device skipped the update
-  if (!std::isfinite(loss)) return loss;
+  const DeviceTotals& t = *m.totals_host.data();
+  if (t.halted) {
+    // Report and clear the halt: the caller decides (the trainer stops), the model stays usable.
+    m.steps = t.halted_step - 1;
+    const int64_t halted_step = t.halted_step;
+    ENHANCED_CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<unsigned char*>(m.totals.data()) + kCountersBytes, 0,
+                                        kHaltBytes, m.s()));
+    ENHANCED_CUDA_CHECK(cudaStreamSynchronize(m.s()));
+    if (!std::isfinite(loss)) return loss;
+    fail("non-finite gradient (norm ", norm, ") at step ", halted_step, "; weights left unchanged");
+  }
   m.last_norm = norm;
-  if (!std::isfinite(norm))
-    fail("non-finite gradient (norm ", norm, ") at step ", m.steps + 1, "; weights left unchanged");
   return loss;
 }
 
 double CudaModel::compute_gradients(const Batch& batch, float* logits_host) {
   Impl& m = *impl_;
-  const Impl::BatchView view = m.upload(batch);
-  m.forward_pass(view, true);
-  m.backward_pass(view);
-  m.finish(view, logits_host);
+  const Impl::BatchView view = m.enqueue(batch, StepKind::gradients);
+  m.wait_and_read(view, logits_host);
   return m.scalars_host.data()[0];
 }
 
 double CudaModel::forward(const Batch& batch, float* logits_host) {
   Impl& m = *impl_;
-  const Impl::BatchView view = m.upload(batch);
-  m.forward_pass(view, false);
-  m.finish(view, logits_host);
+  const Impl::BatchView view = m.enqueue(batch, StepKind::forward);
+  m.wait_and_read(view, logits_host);
   return m.scalars_host.data()[0];
 }
 

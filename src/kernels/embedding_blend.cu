@@ -58,17 +58,31 @@ __global__ void blend_scalar_kernel(float* __restrict__ x, const int32_t* __rest
   for (int d = 0; d < dim; ++d) out[d] = __fadd_rn(half_mean, __fmul_rn(0.5f, current[d]));
 }
 
-// Per position: the position of each of its ids, the ids' coefficient and the cur word's weight.
-// Mean: an id entry contributes id_coefficient[p] * dx[p, d]; scalar-mean: id_coefficient[p]
-// itself (the same share for every d). The cur entry contributes cur_coefficient[p] * dx[p, d].
-__global__ void backward_prepare_kernel(int32_t* __restrict__ id_position, float* __restrict__ id_coefficient,
+// Entries are laid out in the CPU layer's order of accumulation: position p owns entries
+// offsets[p] + p (its cur word) and the next end - begin (its identifier ids, in order). After
+// the stable sort each row's entries are still in that order, so the segment sum below adds the
+// same terms in the same order as the CPU's `dE[row] += ...` loop: the same bits.
+// One thread per position also writes the coefficients: an id entry contributes
+// id_coefficient[p] * dx[p, d] (mean) or id_coefficient[p] itself (scalar-mean: the same share
+// for every d); the cur entry cur_coefficient[p] * dx[p, d].
+__global__ void backward_entries_kernel(int32_t* __restrict__ keys, int32_t* __restrict__ values,
+                                        int32_t* __restrict__ entry_position, float* __restrict__ id_coefficient,
                                         float* __restrict__ cur_coefficient, const float* __restrict__ dx,
-                                        const int32_t* __restrict__ offsets, int positions, int dim, bool scalar) {
+                                        const int32_t* __restrict__ offsets, const int32_t* __restrict__ ids,
+                                        const int32_t* __restrict__ cur, int positions, int dim, bool scalar) {
   const int p = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (p >= positions) return;
   const int begin = offsets[p], end = offsets[p + 1];
   const int count = end - begin;
-  for (int j = begin; j < end; ++j) id_position[j] = p;
+  const int first = begin + p;
+  keys[first] = cur[p];
+  values[first] = first;
+  entry_position[first] = p;
+  for (int j = 0; j < count; ++j) {
+    keys[first + 1 + j] = ids[begin + j];
+    values[first + 1 + j] = first + 1 + j;
+    entry_position[first + 1 + j] = p;
+  }
   cur_coefficient[p] = count == 0 ? 1.0f : 0.5f;
   if (count == 0) {
     id_coefficient[p] = 0.0f;
@@ -83,10 +97,16 @@ __global__ void backward_prepare_kernel(int32_t* __restrict__ id_position, float
   }
 }
 
-// Entry e < num_ids is identifier id e; e >= num_ids is the cur word of position e - num_ids.
-__global__ void backward_entries_kernel(int32_t* __restrict__ values, int64_t entries) {
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e < entries) values[e] = static_cast<int32_t>(e);
+// Entries past the batch's own (P + number of ids, read on the device) up to `entries` get the
+// sentinel row V: they sort last and form no run. This lets a captured CUDA graph sort a fixed
+// number of entries whatever the batch's id count.
+__global__ void backward_padding_kernel(int32_t* __restrict__ keys, int32_t* __restrict__ values,
+                                        const int32_t* __restrict__ offsets, int positions, int64_t entries,
+                                        int32_t sentinel) {
+  const int64_t e = positions + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= entries || e < positions + static_cast<int64_t>(offsets[positions])) return;
+  keys[e] = sentinel;
+  values[e] = static_cast<int32_t>(e);
 }
 
 // Marks the first entry of each row's run in the sorted keys.
@@ -96,46 +116,48 @@ __global__ void run_heads_kernel(int32_t* __restrict__ heads, const int32_t* __r
 }
 
 // run_index = exclusive sum of heads: each head writes its run's row and start; the last entry
-// writes the number of runs.
+// closes the last run (run_offsets[runs] = entries) and counts the runs, leaving out the
+// sentinel's: its start is then the end of the last real run.
 __global__ void run_starts_kernel(int32_t* __restrict__ rows, int32_t* __restrict__ run_offsets,
                                   int32_t* __restrict__ run_count, const int32_t* __restrict__ heads,
                                   const int32_t* __restrict__ run_index, const int32_t* __restrict__ keys,
-                                  int entries) {
+                                  int entries, int32_t sentinel) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= entries) return;
   if (heads[i]) {
     rows[run_index[i]] = keys[i];
     run_offsets[run_index[i]] = i;
   }
-  if (i == entries - 1) *run_count = run_index[i] + heads[i];
+  if (i == entries - 1) {
+    const int runs = run_index[i] + heads[i];
+    run_offsets[runs] = entries;
+    *run_count = keys[i] == sentinel ? runs - 1 : runs;
+  }
 }
 
-// One thread per (distinct row, d): sums the row's entries in sorted (= entry) order, then adds
+// One thread per (distinct row, d): sums the row's entries in sorted (= CPU) order, then adds
 // the total into dembedding. Each (row, d) has exactly one writer: no atomics, same bits every run.
 __global__ void backward_segments_kernel(float* __restrict__ dembedding, const int32_t* __restrict__ rows,
                                          const int32_t* __restrict__ run_offsets,
                                          const int32_t* __restrict__ run_count, const int32_t* __restrict__ entries,
-                                         const int32_t* __restrict__ id_position,
+                                         const int32_t* __restrict__ entry_position,
+                                         const int32_t* __restrict__ offsets,
                                          const float* __restrict__ id_coefficient,
                                          const float* __restrict__ cur_coefficient, const float* __restrict__ dx,
-                                         int64_t num_ids, int num_entries, int dim, bool scalar) {
+                                         int dim, bool scalar) {
   const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t run = index / dim;
   const int d = static_cast<int>(index % dim);
-  const int runs = *run_count;
-  if (run >= runs) return;
-  const int begin = run_offsets[run], end = run + 1 < runs ? run_offsets[run + 1] : num_entries;
+  if (run >= *run_count) return;
+  const int begin = run_offsets[run], end = run_offsets[run + 1];
   float sum = 0.0f;
   for (int k = begin; k < end; ++k) {
-    const int64_t e = entries[k];
+    const int e = entries[k];
+    const int p = entry_position[e];
+    const float grad = dx[static_cast<int64_t>(p) * dim + d];
     float value;
-    if (e < num_ids) {
-      const int p = id_position[e];
-      value = scalar ? id_coefficient[p] : __fmul_rn(id_coefficient[p], dx[static_cast<int64_t>(p) * dim + d]);
-    } else {
-      const int64_t p = e - num_ids;
-      value = __fmul_rn(cur_coefficient[p], dx[p * dim + d]);
-    }
+    if (e == offsets[p] + p) value = __fmul_rn(cur_coefficient[p], grad);
+    else value = scalar ? id_coefficient[p] : __fmul_rn(id_coefficient[p], grad);
     sum = __fadd_rn(sum, value);
   }
   float* out = dembedding + static_cast<int64_t>(rows[run]) * dim + d;
@@ -164,9 +186,12 @@ void embedding_blend_forward(float* x, const int32_t* identifier_offsets, const 
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 
-void EmbeddingGradWorkspace::reserve(int positions, int64_t identifier_ids, int64_t vocab_size) {
-  end_bit_ = bits_for(vocab_size);
+void EmbeddingGradWorkspace::reserve(int positions, int64_t identifier_ids, int64_t vocab_size, cudaStream_t stream) {
+  sentinel_ = static_cast<int32_t>(vocab_size);
+  end_bit_ = bits_for(vocab_size + 1);  // keys 0 .. V, V being the padding sentinel
+  if (run_count_.size() == 0) run_count_.resize(1);
   const size_t entries = static_cast<size_t>(positions) + static_cast<size_t>(identifier_ids);
+  bool grown = generation_ == 0;
   if (entries > keys_in_.size()) {
     // Generous headroom so a batch with a few more ids than the last does not allocate again.
     const size_t capacity = entries + entries / 2;
@@ -174,17 +199,24 @@ void EmbeddingGradWorkspace::reserve(int positions, int64_t identifier_ids, int6
     keys_out_.resize(capacity);
     values_in_.resize(capacity);
     values_out_.resize(capacity);
-    id_position_.resize(capacity);
+    entry_position_.resize(capacity);
     unique_rows_.resize(capacity);
     run_heads_.resize(capacity);
     run_index_.resize(capacity);
-    run_offsets_.resize(capacity);
+    run_offsets_.resize(capacity + 1);
+    grown = true;
   }
   if (static_cast<size_t>(positions) > id_coefficient_.size()) {
     id_coefficient_.resize(static_cast<size_t>(positions));
     cur_coefficient_.resize(static_cast<size_t>(positions));
+    grown = true;
   }
-  if (run_count_.size() == 0) run_count_.resize(1);
+  if (grown) {
+    // The touched rows are forgotten (the caller zeroed their gradients first): none are
+    // touched, so a gradient zeroing before the next backward visits none.
+    ENHANCED_CUDA_CHECK(cudaMemsetAsync(run_count_.data(), 0, sizeof(int32_t), stream));
+    ++generation_;
+  }
   // CUB's temporary storage for the larger of its two passes at the current capacity.
   const int capacity = static_cast<int>(keys_in_.size());
   size_t sort_bytes = 0, scan_bytes = 0;
@@ -192,35 +224,34 @@ void EmbeddingGradWorkspace::reserve(int positions, int64_t identifier_ids, int6
                                                       values_in_.data(), values_out_.data(), capacity, 0, end_bit_));
   ENHANCED_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, run_heads_.data(), run_index_.data(),
                                                     capacity));
-  temp_.reserve(std::max(sort_bytes, scan_bytes));
+  if (std::max(sort_bytes, scan_bytes) > temp_.size()) {
+    temp_.resize(std::max(sort_bytes, scan_bytes));
+    ++generation_;
+  }
 }
 
 void embedding_blend_backward(float* dembedding, EmbeddingGradWorkspace& w, const float* dx,
                               const int32_t* identifier_offsets, const int32_t* identifier_ids,
-                              const int32_t* cur_word_ids, int positions, int64_t num_identifier_ids, int dim,
+                              const int32_t* cur_word_ids, int positions, int64_t max_identifier_ids, int dim,
                               BlendMode mode, cudaStream_t stream) {
   if (positions == 0) return;
-  const int64_t entries = positions + num_identifier_ids;
+  const int64_t entries = positions + max_identifier_ids;
   if (entries > w.entry_capacity() || static_cast<size_t>(positions) > w.id_coefficient_.size())
     fail("internal: embedding backward workspace holds ", w.entry_capacity(), " entries, the batch needs ", entries,
          " (call reserve first)");
   if (entries > INT32_MAX) fail("embedding backward: ", entries, " entries exceed int32 indexing");
   const int count = static_cast<int>(entries);
   const bool scalar = mode == BlendMode::scalar_mean;
-  // Keys: the ids, then the cur words; values: the entry index.
-  if (num_identifier_ids > 0)
-    ENHANCED_CUDA_CHECK(cudaMemcpyAsync(w.keys_in_.data(), identifier_ids, num_identifier_ids * sizeof(int32_t),
-                                        cudaMemcpyDeviceToDevice, stream));
-  ENHANCED_CUDA_CHECK(cudaMemcpyAsync(w.keys_in_.data() + num_identifier_ids, cur_word_ids,
-                                      static_cast<size_t>(positions) * sizeof(int32_t), cudaMemcpyDeviceToDevice,
-                                      stream));
-  backward_entries_kernel<<<blocks_for(entries), kThreads, 0, stream>>>(w.values_in_.data(), entries);
+  backward_entries_kernel<<<blocks_for(positions), kThreads, 0, stream>>>(
+      w.keys_in_.data(), w.values_in_.data(), w.entry_position_.data(), w.id_coefficient_.data(),
+      w.cur_coefficient_.data(), dx, identifier_offsets, identifier_ids, cur_word_ids, positions, dim, scalar);
   ENHANCED_CUDA_CHECK_LAUNCH();
-  backward_prepare_kernel<<<blocks_for(positions), kThreads, 0, stream>>>(
-      w.id_position_.data(), w.id_coefficient_.data(), w.cur_coefficient_.data(), dx, identifier_offsets, positions,
-      dim, scalar);
-  ENHANCED_CUDA_CHECK_LAUNCH();
-  // LSD radix sort is stable: within one row the entries stay in index order.
+  if (max_identifier_ids > 0) {
+    backward_padding_kernel<<<blocks_for(max_identifier_ids), kThreads, 0, stream>>>(
+        w.keys_in_.data(), w.values_in_.data(), identifier_offsets, positions, entries, w.sentinel_);
+    ENHANCED_CUDA_CHECK_LAUNCH();
+  }
+  // LSD radix sort is stable: within one row the entries stay in index (= CPU) order.
   size_t bytes = w.temp_.size();
   ENHANCED_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(w.temp_.data(), bytes, w.keys_in_.data(), w.keys_out_.data(),
                                                       w.values_in_.data(), w.values_out_.data(), count, 0, w.end_bit_,
@@ -233,11 +264,12 @@ void embedding_blend_backward(float* dembedding, EmbeddingGradWorkspace& w, cons
                                                     count, stream));
   run_starts_kernel<<<blocks_for(entries), kThreads, 0, stream>>>(w.unique_rows_.data(), w.run_offsets_.data(),
                                                                   w.run_count_.data(), w.run_heads_.data(),
-                                                                  w.run_index_.data(), w.keys_out_.data(), count);
+                                                                  w.run_index_.data(), w.keys_out_.data(), count,
+                                                                  w.sentinel_);
   ENHANCED_CUDA_CHECK_LAUNCH();
   backward_segments_kernel<<<blocks_for(entries * dim), kThreads, 0, stream>>>(
       dembedding, w.unique_rows_.data(), w.run_offsets_.data(), w.run_count_.data(), w.values_out_.data(),
-      w.id_position_.data(), w.id_coefficient_.data(), w.cur_coefficient_.data(), dx, num_identifier_ids, count, dim,
+      w.entry_position_.data(), identifier_offsets, w.id_coefficient_.data(), w.cur_coefficient_.data(), dx, dim,
       scalar);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }

@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
+#include "enhanced/device.h"
 #include "enhanced/model.h"
 #include "kernels/cuda_check.h"
 
@@ -26,39 +28,49 @@ void embedding_blend_forward(float* x, const int32_t* identifier_offsets, const 
 // Scratch of the deterministic embedding backward, sized for the largest batch (grows, with an
 // allocation, only when a batch has more identifier ids than any before). After a backward it
 // also holds the batch's distinct rows: touched_rows()[0 .. *touched_count()) on the device,
-// sorted ascending (what embedding_touched_rows gives on the CPU).
+// sorted ascending (what embedding_touched_rows gives on the CPU); before the first backward
+// *touched_count() is 0.
 class EmbeddingGradWorkspace {
  public:
   EmbeddingGradWorkspace() = default;
   // Ensures room for `positions` positions and `identifier_ids` ids (entries = their sum).
-  void reserve(int positions, int64_t identifier_ids, int64_t vocab_size);
+  // Asynchronous on `stream`; synchronise first when growing may free memory still in use.
+  // Growing forgets the touched rows (*touched_count() becomes 0): zero their gradients first.
+  void reserve(int positions, int64_t identifier_ids, int64_t vocab_size, cudaStream_t stream);
 
   const int32_t* touched_rows() const { return unique_rows_.data(); }
   const int32_t* touched_count() const { return run_count_.data(); }  // one int on the device
   int64_t entry_capacity() const { return static_cast<int64_t>(keys_in_.size()); }
+  // Changes whenever reserve reallocates (a captured CUDA graph holding the old pointers is stale).
+  uint64_t generation() const { return generation_; }
 
  private:
   friend void embedding_blend_backward(float*, EmbeddingGradWorkspace&, const float*, const int32_t*,
                                        const int32_t*, const int32_t*, int, int64_t, int, BlendMode,
                                        cudaStream_t);
-  int end_bit_ = 32;                    // radix bits that cover ids < V
+  int end_bit_ = 32;                    // radix bits that cover keys 0 .. V
+  int32_t sentinel_ = 0;                // V: the key of padding entries
+  uint64_t generation_ = 0;
   DeviceBuffer<int32_t> keys_in_, keys_out_;      // (N) embedding row of each entry, then sorted
   DeviceBuffer<int32_t> values_in_, values_out_;  // (N) entry index, sorted along with its row
-  DeviceBuffer<int32_t> id_position_;   // (num ids) position p of each identifier id
+  DeviceBuffer<int32_t> entry_position_;  // (N) position p of each entry
   DeviceBuffer<float> id_coefficient_;  // (P) 0.5/n (mean) or the scalar-mean share of p
   DeviceBuffer<float> cur_coefficient_; // (P) 1 (n == 0) or 0.5
   DeviceBuffer<int32_t> run_heads_, run_index_;  // (N) 1 at each row's first sorted entry; its run number
-  DeviceBuffer<int32_t> unique_rows_, run_offsets_;  // (N) per distinct row: the row, its first entry
+  DeviceBuffer<int32_t> unique_rows_, run_offsets_;  // per distinct row: the row; its first entry (N + 1)
   DeviceBuffer<int32_t> run_count_;     // (1)
   DeviceBuffer<unsigned char> temp_;    // CUB temporary storage
 };
 
-// dembedding (V, D) += d loss / d E; only rows named in the batch change. Deterministic: the
-// (row, entry) pairs are radix-sorted (stable) and each row's segment is summed in entry order
-// by one thread per (row, d); no atomics. `num_identifier_ids` = identifier_offsets[P] (host).
+// dembedding (V, D) += d loss / d E; only rows named in the batch change. Deterministic and
+// bit-identical to the float CPU layer: the (row, entry) pairs, laid out in the CPU's order of
+// accumulation, are radix-sorted (stable) and each row's segment is summed in that order by one
+// thread per (row, d); no atomics. max_identifier_ids: identifier_offsets[P] (host) or any bound
+// on it up to the workspace's room; the count itself is read on the device and the rest of the
+// sort padded, so a captured CUDA graph serves every batch within that bound.
 void embedding_blend_backward(float* dembedding, EmbeddingGradWorkspace& workspace, const float* dx,
                               const int32_t* identifier_offsets, const int32_t* identifier_ids,
-                              const int32_t* cur_word_ids, int positions, int64_t num_identifier_ids, int dim,
+                              const int32_t* cur_word_ids, int positions, int64_t max_identifier_ids, int dim,
                               BlendMode mode, cudaStream_t stream);
 
 // ---- BiLSTM through cuDNN (layers/lstm.h) -------------------------------------------------------
@@ -69,14 +81,20 @@ void embedding_blend_backward(float* dembedding, EmbeddingGradWorkspace& workspa
 class CudnnBiLstm {
  public:
   // tf32 = false: CUDNN_FMA_MATH (plain FP32, matches the CPU engine); true: CUDNN_DEFAULT_MATH,
-  // which lets cuDNN use TF32 tensor cores on Ampere and later.
-  CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int input, int hidden, bool tf32);
+  // which lets cuDNN use TF32 tensor cores on Ampere and later. algorithm: automatic times each
+  // algorithm cuDNN accepts at max_batch (checking its results against standard's) and keeps the
+  // fastest; a named one is used as is (an Error when cuDNN refuses it).
+  CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int input, int hidden, bool tf32,
+              RnnAlgorithm algorithm = RnnAlgorithm::standard);
   ~CudnnBiLstm();
   CudnnBiLstm(const CudnnBiLstm&) = delete;
   CudnnBiLstm& operator=(const CudnnBiLstm&) = delete;
 
   size_t weight_space_bytes() const;
   int max_batch() const;
+  RnnAlgorithm algorithm() const;
+  const std::string& selection() const;  // what the automatic selection measured, one line
+  uint64_t generation() const;           // changes when the workspace or reserve is reallocated
 
   struct Impl;
   Impl& impl() { return *impl_; }
@@ -141,22 +159,34 @@ struct StepRange {
   int64_t max_rows = 0;                 // bound on *row_count, sizes the launch
 };
 
+// Per-step optimizer scalars, read on the device so that a captured CUDA graph replays any step.
+// The host fills them as optimizer.cpp computes them (in double, then rounded), so the device
+// update has the CPU's bits.
+struct StepScalars {
+  float adam_step_size = 0;              // lr / (1 - beta1^t)
+  float adam_bias_correction2_sqrt = 0;  // sqrt(1 - beta2^t)
+  int32_t first_step = 0;                // SGD momentum: the buffer starts at g on step 1
+  int32_t reserved = 0;
+  int64_t step = 0;                      // t, 1-based
+};
+
 // norm (1, double) = sqrt(sum of squares of grads over the touched rows and the rest), in a
 // fixed order (fixed grid, then one block): deterministic. scale (1, float) = the clipping
 // factor (1 when clip_norm <= 0 or norm <= clip_norm). partials: 256 doubles of scratch.
-// loss (nullable, device): when it is not finite, *norm = *loss, so the step below is skipped.
-void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const double* loss,
+// halted (nullable, device): when non-zero, *norm = NaN, so the update below is skipped.
+void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const int32_t* halted,
                    const StepRange& range, float clip_norm, cudaStream_t stream);
 
-// PyTorch SGD (momentum buffer starts at g on step 1). Skips the update when *norm is not finite.
+// PyTorch SGD (momentum buffer starts at g when scalars->first_step). Skips the update when
+// *norm is not finite.
 void sgd_step(float* params, float* velocity, const float* grads, const float* scale, const double* norm,
-              const StepRange& range, float learning_rate, float momentum, bool first_step, cudaStream_t stream);
+              const StepScalars* scalars, const StepRange& range, float learning_rate, float momentum,
+              cudaStream_t stream);
 
-// PyTorch Adam: w -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps), with step_size and
-// bias_correction2_sqrt computed on the host in double exactly as optimizer.cpp does.
+// PyTorch Adam: w -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps), the two from scalars.
 void adam_step(float* params, float* first_moment, float* second_moment, const float* grads, const float* scale,
-               const double* norm, const StepRange& range, float beta1, float beta2, float epsilon, float step_size,
-               float bias_correction2_sqrt, cudaStream_t stream);
+               const double* norm, const StepScalars* scalars, const StepRange& range, float beta1, float beta2,
+               float epsilon, cudaStream_t stream);
 
 // grads = 0 over the range (rows_only: touched rows and everything after the table).
 void zero_gradients(float* grads, const StepRange& range, cudaStream_t stream);

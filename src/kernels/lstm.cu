@@ -1,11 +1,15 @@
 // BiLSTM through cuDNN 9's v8 RNN API (see /work/shared/notes/cudnn-rnn.md and
-// docs/cuda-backend.md): one layer, LSTM, bidirectional, double bias, FP32, ALGO_STANDARD,
-// batch-major unpacked data with every sequence length = T, zero initial states (NULL hx/cx).
+// docs/cuda-backend.md): one layer, LSTM, bidirectional, double bias, FP32, batch-major unpacked
+// data with every sequence length = T, zero initial states (NULL hx/cx). The algorithm for full
+// batches is chosen by timing (or named); every other batch size runs ALGO_STANDARD, which
+// cuDNN supports for any shape.
 //
 // The SPEC's tensors live in the carved parameter buffer; cuDNN wants its own weight space. The
 // map between them comes from cudnnGetRNNWeightParams (never hard-coded offsets) and is applied
 // by one gather kernel before forward (pack) and one scatter-add kernel after backward (unpack).
 #include <algorithm>
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "kernels/layers.h"
@@ -76,13 +80,32 @@ int64_t described_elements(cudnnTensorDescriptor_t desc, const char* what) {
   return elements;
 }
 
+// One cuDNN RNN descriptor (one algorithm) and the map between its weight space and the SPEC's
+// tensors.
+struct Variant {
+  UniqueRnnDesc rnn;
+  PieceTable pieces;
+  RnnAlgorithm algorithm = RnnAlgorithm::standard;
+};
+
+cudnnRNNAlgo_t cudnn_algorithm(RnnAlgorithm algorithm) {
+  switch (algorithm) {
+    case RnnAlgorithm::persistent: return CUDNN_RNN_ALGO_PERSIST_STATIC;
+    case RnnAlgorithm::persistent_small_h: return CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H;
+    default: return CUDNN_RNN_ALGO_STANDARD;
+  }
+}
+
 }  // namespace
 
 struct CudnnBiLstm::Impl {
   cudnnHandle_t handle = nullptr;
   int max_batch = 0, seq_len = 0, input = 0, hidden = 0;
+  bool tf32 = false;
   UniqueDropoutDesc dropout;
-  UniqueRnnDesc rnn;
+  Variant chosen;    // runs batches of max_batch
+  Variant standard;  // runs every other batch size
+  Variant* active = nullptr;  // the described batch's
   UniqueRnnDataDesc x_desc, y_desc;
   UniqueTensorDesc h_desc, c_desc;
   size_t weight_bytes = 0;
@@ -91,12 +114,19 @@ struct CudnnBiLstm::Impl {
   size_t workspace_bytes = 0, reserve_bytes = 0;  // for the described batch
   DeviceBuffer<int32_t> device_lengths;           // (max_batch) all T
   std::vector<int> host_lengths;                  // (max_batch) all T
-  PieceTable pieces;
   int described_batch = -1;
   int forward_batch = -1;  // batch of the forward whose reserve space is live; -1 when consumed
+  std::string selection;   // what automatic selection measured
+  uint64_t generation = 0; // bumped when the workspace or reserve is reallocated
 
-  void map_weight_space();
+  void configure(Variant& variant, RnnAlgorithm algorithm);
+  void map_weight_space(Variant& variant);
   void describe(int batch, cudaStream_t stream);
+  void pack(const TensorPointers& tensors, cudaStream_t stream);
+  void unpack_add(const TensorPointers& tensors, cudaStream_t stream);
+  void run_forward(const float* x, float* y);
+  void run_backward(float* dx, const float* y, const float* dy, const float* x);
+  void select_fastest(cudaStream_t stream);
   void check_shape(int batch, int seq, int in, int h) const {
     if (seq != seq_len || in != input || h != hidden)
       fail("internal: cuDNN BiLSTM built for T=", seq_len, " D=", input, " H=", hidden, ", called with T=", seq,
@@ -106,17 +136,18 @@ struct CudnnBiLstm::Impl {
   }
 };
 
-void CudnnBiLstm::Impl::map_weight_space() {
+void CudnnBiLstm::Impl::map_weight_space(Variant& variant) {
   const int64_t H = hidden, D = input;
   UniqueTensorDesc m_desc = make_tensor_desc(), b_desc = make_tensor_desc();
   const char* base = reinterpret_cast<const char*>(weights.data());
+  PieceTable& pieces = variant.pieces;
   pieces.count = 0;
   for (int direction = 0; direction < 2; ++direction) {
     for (int id = 0; id < 8; ++id) {
       void* m_addr = nullptr;
       void* b_addr = nullptr;
-      ENHANCED_CUDNN_CHECK(cudnnGetRNNWeightParams(handle, rnn, direction, weight_bytes, weights.data(), id, m_desc,
-                                                   &m_addr, b_desc, &b_addr));
+      ENHANCED_CUDNN_CHECK(cudnnGetRNNWeightParams(handle, variant.rnn, direction, weight_bytes, weights.data(), id,
+                                                   m_desc, &m_addr, b_desc, &b_addr));
       if (!m_addr || !b_addr) fail("cuDNN weight space: no matrix or bias for pseudo-layer ", direction, " id ", id);
       const bool recurrent = id >= 4;
       const int gate = id % 4;  // i, f, g, o: the SPEC's row blocks, in cuDNN's id order
@@ -160,8 +191,42 @@ void CudnnBiLstm::Impl::map_weight_space() {
     fail("cuDNN weight space: the SPEC tensors hold ", total * 4, " bytes, cuDNN's space has ", weight_bytes);
 }
 
+// Sets the variant's descriptor for `algorithm` and maps the weight space it implies. Both
+// variants share one weight space (and its gradient): every forward packs it anew.
+void CudnnBiLstm::Impl::configure(Variant& variant, RnnAlgorithm algorithm) {
+  described_batch = -1;  // temp space sizes depend on the algorithm
+  forward_batch = -1;
+  active = nullptr;
+  if (!variant.rnn) {
+    cudnnRNNDescriptor_t rnn = nullptr;
+    ENHANCED_CUDNN_CHECK(cudnnCreateRNNDescriptor(&rnn));
+    variant.rnn = UniqueRnnDesc(rnn);
+  }
+  ENHANCED_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(variant.rnn, cudnn_algorithm(algorithm), CUDNN_LSTM,
+                                                CUDNN_RNN_DOUBLE_BIAS, CUDNN_BIDIRECTIONAL, CUDNN_LINEAR_INPUT,
+                                                CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT,
+                                                tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, input, hidden,
+                                                hidden /* projSize = hidden: no projection */, 1, dropout,
+                                                CUDNN_RNN_PADDED_IO_ENABLED));
+  size_t bytes = 0;
+  ENHANCED_CUDNN_CHECK(cudnnGetRNNWeightSpaceSize(handle, variant.rnn, &bytes));
+  const size_t expected = 2 * (4 * static_cast<size_t>(hidden) * input + 4 * static_cast<size_t>(hidden) * hidden +
+                               8 * static_cast<size_t>(hidden)) * sizeof(float);
+  if (bytes != expected) fail("cuDNN weight space is ", bytes, " bytes, a double-bias BiLSTM needs ", expected);
+  if (bytes != weight_bytes) {
+    ++generation;
+    weight_bytes = bytes;
+    weights.resize(weight_bytes / sizeof(float));
+    dweights.resize(weight_bytes / sizeof(float));
+  }
+  map_weight_space(variant);
+  variant.algorithm = algorithm;
+}
+
 void CudnnBiLstm::Impl::describe(int batch, cudaStream_t stream) {
   if (batch == described_batch) return;
+  described_batch = -1;  // until every descriptor below is set: an exception leaves none half-set
+  active = batch == max_batch ? &chosen : &standard;
   const float padding = 0.0f;
   ENHANCED_CUDNN_CHECK(cudnnSetRNNDataDescriptor(x_desc, CUDNN_DATA_FLOAT, CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED,
                                                  seq_len, batch, input, host_lengths.data(),
@@ -174,23 +239,172 @@ void CudnnBiLstm::Impl::describe(int batch, cudaStream_t stream) {
   ENHANCED_CUDNN_CHECK(cudnnSetTensorNdDescriptor(h_desc, CUDNN_DATA_FLOAT, 3, dims, strides));
   ENHANCED_CUDNN_CHECK(cudnnSetTensorNdDescriptor(c_desc, CUDNN_DATA_FLOAT, 3, dims, strides));
   size_t work = 0, reserved = 0;
-  ENHANCED_CUDNN_CHECK(cudnnGetRNNTempSpaceSizes(handle, rnn, CUDNN_FWD_MODE_TRAINING, x_desc, &work, &reserved));
+  ENHANCED_CUDNN_CHECK(
+      cudnnGetRNNTempSpaceSizes(handle, active->rnn, CUDNN_FWD_MODE_TRAINING, x_desc, &work, &reserved));
   // The sizes are not monotonic in the batch: grow when a new batch size needs more. This
   // allocates only the first time a batch size is seen (the constructor sizes for max_batch).
   if (work > workspace.size() || reserved > reserve.size()) {
     ENHANCED_CUDA_CHECK(cudaStreamSynchronize(stream));
+    ++generation;  // first: a captured graph must never keep a freed buffer
+    forward_batch = -1;
     workspace.reserve(work);
-    if (reserved > reserve.size()) {
-      reserve.resize(reserved);
-      forward_batch = -1;  // the old reserve is gone
-    }
+    reserve.reserve(reserved);
   }
   workspace_bytes = work;
   reserve_bytes = reserved;
   described_batch = batch;
 }
 
-CudnnBiLstm::CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int input, int hidden, bool tf32)
+void CudnnBiLstm::Impl::pack(const TensorPointers& tensors, cudaStream_t stream) {
+  const PieceTable& pieces = active->pieces;
+  const dim3 grid(static_cast<unsigned>(std::max(1, (4 * hidden * std::max(input, hidden) + kThreads - 1) / kThreads)),
+                  static_cast<unsigned>(pieces.count));
+  pack_kernel<<<grid, kThreads, 0, stream>>>(weights.data(), pieces, tensors);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+}
+
+void CudnnBiLstm::Impl::unpack_add(const TensorPointers& tensors, cudaStream_t stream) {
+  const PieceTable& pieces = active->pieces;
+  const dim3 grid(static_cast<unsigned>(std::max(1, (4 * hidden * std::max(input, hidden) + kThreads - 1) / kThreads)),
+                  static_cast<unsigned>(pieces.count));
+  unpack_add_kernel<<<grid, kThreads, 0, stream>>>(dweights.data(), pieces, tensors);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+}
+
+void CudnnBiLstm::Impl::run_forward(const float* x, float* y) {
+  ENHANCED_CUDNN_CHECK(cudnnRNNForward(handle, active->rnn, CUDNN_FWD_MODE_TRAINING, device_lengths.data(), x_desc, x,
+                                       y_desc, y, h_desc, nullptr, nullptr, c_desc, nullptr, nullptr, weight_bytes,
+                                       weights.data(), workspace_bytes, workspace.data(), reserve_bytes,
+                                       reserve.data()));
+}
+
+// Data first (it reads and mutates the reserve), then weights. NULL hx/cx = zero initial state;
+// NULL dhy/dcy = no gradient from the final states; NULL dhx/dcx = not wanted.
+void CudnnBiLstm::Impl::run_backward(float* dx, const float* y, const float* dy, const float* x) {
+  ENHANCED_CUDNN_CHECK(cudnnRNNBackwardData_v8(handle, active->rnn, device_lengths.data(), y_desc, y, dy, x_desc, dx,
+                                               h_desc, nullptr, nullptr, nullptr, c_desc, nullptr, nullptr, nullptr,
+                                               weight_bytes, weights.data(), workspace_bytes, workspace.data(),
+                                               reserve_bytes, reserve.data()));
+  // BackwardWeights only accumulates (CUDNN_WGRAD_MODE_ADD): start from zero every time.
+  cudaStream_t stream = nullptr;
+  ENHANCED_CUDNN_CHECK(cudnnGetStream(handle, &stream));
+  ENHANCED_CUDA_CHECK(cudaMemsetAsync(dweights.data(), 0, weight_bytes, stream));
+  ENHANCED_CUDNN_CHECK(cudnnRNNBackwardWeights_v8(handle, active->rnn, CUDNN_WGRAD_MODE_ADD, device_lengths.data(),
+                                                  x_desc, x, h_desc, nullptr, y_desc, y, weight_bytes,
+                                                  dweights.data(), workspace_bytes, workspace.data(), reserve_bytes,
+                                                  reserve.data()));
+}
+
+namespace {
+
+// Deterministic pseudo-random values in [-scale, scale] for the timing runs.
+__global__ void fill_kernel(float* __restrict__ out, int64_t count, uint32_t seed, float scale) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    out[i] = scale * (static_cast<float>(h & 0xffffff) / 8388608.0f - 1.0f);
+  }
+}
+
+void fill(float* out, size_t count, uint32_t seed, float scale, cudaStream_t stream) {
+  fill_kernel<<<256, kThreads, 0, stream>>>(out, static_cast<int64_t>(count), seed, scale);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+}
+
+// Largest |a - b| relative to the largest |b|.
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 1e-12, worst = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
+    worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+  }
+  return worst / scale;
+}
+
+}  // namespace
+
+// Times forward + both backwards at max_batch for every algorithm cuDNN accepts, checks each
+// one's y, dx and weight gradient (in the SPEC's layout, so the weight spaces' layouts may
+// differ) against the standard algorithm's on the same synthetic inputs and weights, and keeps
+// the fastest that agrees. The model's own weights are packed in at each forward later.
+void CudnnBiLstm::Impl::select_fastest(cudaStream_t stream) {
+  const size_t x_count = static_cast<size_t>(max_batch) * seq_len * input;
+  const size_t y_count = static_cast<size_t>(max_batch) * seq_len * 2 * hidden;
+  const size_t H = hidden, D = input;
+  const size_t spec_count = 2 * (4 * H * D + 4 * H * H + 8 * H);
+  DeviceBuffer<float> x(x_count), dx(x_count), y(y_count), dy(y_count), spec(spec_count), dspec(spec_count);
+  fill(x.data(), x_count, 1, 1.0f, stream);
+  fill(dy.data(), y_count, 2, 1e-2f, stream);
+  fill(spec.data(), spec_count, 3, 1.0f / std::sqrt(static_cast<float>(hidden)), stream);
+  const auto carve = [&](float* base) {
+    return TensorPointers{{base, base + 2 * 4 * H * D, base + 2 * 4 * H * (D + H), base + 2 * 4 * H * (D + H) + 8 * H}};
+  };
+  const UniqueEvent start = make_event(true), stop = make_event(true);
+  // FMA math: the algorithms differ by rounding only; TF32 rounds inputs to 10 bits.
+  const double tolerance = tf32 ? 2e-2 : 1e-4;
+  std::vector<float> reference[3];
+  RnnAlgorithm best = RnnAlgorithm::standard;
+  double best_ms = 0;
+  selection.clear();
+  for (RnnAlgorithm candidate :
+       {RnnAlgorithm::standard, RnnAlgorithm::persistent_small_h, RnnAlgorithm::persistent}) {
+    std::string outcome;
+    try {
+      configure(chosen, candidate);
+      describe(max_batch, stream);
+      const auto step = [&] {
+        pack(carve(spec.data()), stream);
+        run_forward(x.data(), y.data());
+        run_backward(dx.data(), y.data(), dy.data(), x.data());
+      };
+      step();
+      ENHANCED_CUDA_CHECK(cudaMemsetAsync(dspec.data(), 0, dspec.bytes(), stream));
+      unpack_add(carve(dspec.data()), stream);
+      std::vector<float> got[3] = {std::vector<float>(y_count), std::vector<float>(x_count),
+                                   std::vector<float>(spec_count)};
+      copy_to_host(got[0].data(), y.data(), y_count, stream);
+      copy_to_host(got[1].data(), dx.data(), x_count, stream);
+      copy_to_host(got[2].data(), dspec.data(), spec_count, stream);
+      double worst = 0;
+      if (candidate == RnnAlgorithm::standard) {
+        for (int k = 0; k < 3; ++k) reference[k] = std::move(got[k]);
+      } else {
+        for (int k = 0; k < 3; ++k) worst = std::max(worst, relative_difference(got[k], reference[k]));
+      }
+      constexpr int kRuns = 5;
+      ENHANCED_CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int run = 0; run < kRuns; ++run) step();
+      ENHANCED_CUDA_CHECK(cudaEventRecord(stop, stream));
+      ENHANCED_CUDA_CHECK(cudaEventSynchronize(stop));
+      float total_ms = 0;
+      ENHANCED_CUDA_CHECK(cudaEventElapsedTime(&total_ms, start, stop));
+      const double ms = total_ms / kRuns;
+      outcome = cat(ms, " ms");
+      // Another algorithm must win by 10%: a choice that flips with timing noise would change
+      // the bits of otherwise identical runs.
+      if (worst > tolerance) {
+        outcome += cat(" but differs from standard by ", worst, " (relative): not used");
+      } else if (candidate == RnnAlgorithm::standard || ms < 0.9 * best_ms) {
+        best = candidate;
+        best_ms = ms;
+      }
+    } catch (const Error& e) {
+      static_cast<void>(cudaGetLastError());
+      if (candidate == RnnAlgorithm::standard) throw;
+      outcome = "unavailable (" + std::string(e.what()) + ")";
+    }
+    selection += cat(selection.empty() ? "" : "; ", to_string(candidate), " ", outcome);
+  }
+  selection += cat(" -> ", to_string(best));
+  configure(chosen, best);
+  ENHANCED_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+CudnnBiLstm::CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int input, int hidden, bool tf32,
+                         RnnAlgorithm algorithm)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   if (max_batch < 1 || seq_len < 1 || input < 1 || hidden < 1)
@@ -200,6 +414,7 @@ CudnnBiLstm::CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int i
   s.seq_len = seq_len;
   s.input = input;
   s.hidden = hidden;
+  s.tf32 = tf32;
   cudaStream_t stream = nullptr;
   ENHANCED_CUDNN_CHECK(cudnnGetStream(handle, &stream));
 
@@ -207,23 +422,6 @@ CudnnBiLstm::CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int i
   ENHANCED_CUDNN_CHECK(cudnnCreateDropoutDescriptor(&dropout));
   s.dropout = UniqueDropoutDesc(dropout);
   ENHANCED_CUDNN_CHECK(cudnnSetDropoutDescriptor(dropout, handle, 0.0f, nullptr, 0, 0));
-  cudnnRNNDescriptor_t rnn = nullptr;
-  ENHANCED_CUDNN_CHECK(cudnnCreateRNNDescriptor(&rnn));
-  s.rnn = UniqueRnnDesc(rnn);
-  ENHANCED_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(rnn, CUDNN_RNN_ALGO_STANDARD, CUDNN_LSTM, CUDNN_RNN_DOUBLE_BIAS,
-                                                CUDNN_BIDIRECTIONAL, CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT,
-                                                CUDNN_DATA_FLOAT, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, input,
-                                                hidden, hidden /* projSize = hidden: no projection */, 1, dropout,
-                                                CUDNN_RNN_PADDED_IO_ENABLED));
-  ENHANCED_CUDNN_CHECK(cudnnGetRNNWeightSpaceSize(handle, rnn, &s.weight_bytes));
-  const size_t expected = 2 * (4 * static_cast<size_t>(hidden) * input + 4 * static_cast<size_t>(hidden) * hidden +
-                               8 * static_cast<size_t>(hidden)) * sizeof(float);
-  if (s.weight_bytes != expected)
-    fail("cuDNN weight space is ", s.weight_bytes, " bytes, a double-bias BiLSTM needs ", expected);
-  s.weights.resize(s.weight_bytes / sizeof(float));
-  s.dweights.resize(s.weight_bytes / sizeof(float));
-  s.map_weight_space();
-
   s.x_desc = make_rnn_data_desc();
   s.y_desc = make_rnn_data_desc();
   s.h_desc = make_tensor_desc();
@@ -231,6 +429,13 @@ CudnnBiLstm::CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int i
   s.host_lengths.assign(static_cast<size_t>(max_batch), seq_len);
   s.device_lengths.resize(static_cast<size_t>(max_batch));
   copy_to_device(s.device_lengths.data(), s.host_lengths.data(), s.host_lengths.size(), stream);
+  s.configure(s.standard, RnnAlgorithm::standard);
+  if (algorithm == RnnAlgorithm::automatic) {
+    s.select_fastest(stream);
+  } else {
+    s.configure(s.chosen, algorithm);
+    s.selection = cat(to_string(algorithm), " (as asked)");
+  }
   s.describe(max_batch, stream);
 }
 
@@ -238,6 +443,9 @@ CudnnBiLstm::~CudnnBiLstm() = default;
 
 size_t CudnnBiLstm::weight_space_bytes() const { return impl_->weight_bytes; }
 int CudnnBiLstm::max_batch() const { return impl_->max_batch; }
+RnnAlgorithm CudnnBiLstm::algorithm() const { return impl_->chosen.algorithm; }
+const std::string& CudnnBiLstm::selection() const { return impl_->selection; }
+uint64_t CudnnBiLstm::generation() const { return impl_->generation; }
 
 void bilstm_forward(float* y, CudnnBiLstm& saved, const float* x, const float* weight_ih, const float* weight_hh,
                     const float* bias_ih, const float* bias_hh, int batch, int seq_len, int input, int hidden,
@@ -246,16 +454,10 @@ void bilstm_forward(float* y, CudnnBiLstm& saved, const float* x, const float* w
   s.check_shape(batch, seq_len, input, hidden);
   ENHANCED_CUDNN_CHECK(cudnnSetStream(s.handle, stream));
   s.describe(batch, stream);
-  const TensorPointers tensors{{const_cast<float*>(weight_ih), const_cast<float*>(weight_hh),
-                                const_cast<float*>(bias_ih), const_cast<float*>(bias_hh)}};
-  const dim3 grid(static_cast<unsigned>(std::max(1, (4 * hidden * std::max(input, hidden) + kThreads - 1) / kThreads)),
-                  static_cast<unsigned>(s.pieces.count));
-  pack_kernel<<<grid, kThreads, 0, stream>>>(s.weights.data(), s.pieces, tensors);
-  ENHANCED_CUDA_CHECK_LAUNCH();
-  ENHANCED_CUDNN_CHECK(cudnnRNNForward(s.handle, s.rnn, CUDNN_FWD_MODE_TRAINING, s.device_lengths.data(), s.x_desc, x,
-                                       s.y_desc, y, s.h_desc, nullptr, nullptr, s.c_desc, nullptr, nullptr,
-                                       s.weight_bytes, s.weights.data(), s.workspace_bytes, s.workspace.data(),
-                                       s.reserve_bytes, s.reserve.data()));
+  s.pack(TensorPointers{{const_cast<float*>(weight_ih), const_cast<float*>(weight_hh), const_cast<float*>(bias_ih),
+                         const_cast<float*>(bias_hh)}},
+         stream);
+  s.run_forward(x, y);
   s.forward_batch = batch;
 }
 
@@ -267,24 +469,9 @@ void bilstm_backward(float* dx, float* dweight_ih, float* dweight_hh, float* dbi
   if (s.forward_batch != batch || s.described_batch != batch)
     fail("internal: bilstm_backward needs the matching bilstm_forward (batch ", batch, ") just before");
   ENHANCED_CUDNN_CHECK(cudnnSetStream(s.handle, stream));
-  // Data first (it reads and mutates the reserve), then weights. NULL hx/cx = zero initial
-  // state; NULL dhy/dcy = no gradient from the final states; NULL dhx/dcx = not wanted.
-  ENHANCED_CUDNN_CHECK(cudnnRNNBackwardData_v8(s.handle, s.rnn, s.device_lengths.data(), s.y_desc, y, dy, s.x_desc,
-                                               dx, s.h_desc, nullptr, nullptr, nullptr, s.c_desc, nullptr, nullptr,
-                                               nullptr, s.weight_bytes, s.weights.data(), s.workspace_bytes,
-                                               s.workspace.data(), s.reserve_bytes, s.reserve.data()));
-  // BackwardWeights only accumulates (CUDNN_WGRAD_MODE_ADD): start from zero every time.
-  ENHANCED_CUDA_CHECK(cudaMemsetAsync(s.dweights.data(), 0, s.weight_bytes, stream));
-  ENHANCED_CUDNN_CHECK(cudnnRNNBackwardWeights_v8(s.handle, s.rnn, CUDNN_WGRAD_MODE_ADD, s.device_lengths.data(),
-                                                  s.x_desc, x, s.h_desc, nullptr, s.y_desc, y, s.weight_bytes,
-                                                  s.dweights.data(), s.workspace_bytes, s.workspace.data(),
-                                                  s.reserve_bytes, s.reserve.data()));
+  s.run_backward(dx, y, dy, x);
   s.forward_batch = -1;  // the reserve is consumed
-  const TensorPointers tensors{{dweight_ih, dweight_hh, dbias_ih, dbias_hh}};
-  const dim3 grid(static_cast<unsigned>(std::max(1, (4 * hidden * std::max(input, hidden) + kThreads - 1) / kThreads)),
-                  static_cast<unsigned>(s.pieces.count));
-  unpack_add_kernel<<<grid, kThreads, 0, stream>>>(s.dweights.data(), s.pieces, tensors);
-  ENHANCED_CUDA_CHECK_LAUNCH();
+  s.unpack_add(TensorPointers{{dweight_ih, dweight_hh, dbias_ih, dbias_hh}}, stream);
 }
 
 }  // namespace enhanced::cuda

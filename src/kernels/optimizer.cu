@@ -3,6 +3,7 @@
 // operation for operation with round-to-nearest intrinsics (no FMA contraction), so from the
 // same inputs the device step gives the CPU step's bits.
 #include <cub/block/block_reduce.cuh>
+#include <math_constants.h>
 
 #include <algorithm>
 
@@ -50,13 +51,13 @@ __global__ void norm_partials_kernel(double* __restrict__ partials, const float*
 }
 
 __global__ void norm_finish_kernel(double* __restrict__ norm, float* __restrict__ scale,
-                                   const double* __restrict__ partials, const double* __restrict__ loss,
+                                   const double* __restrict__ partials, const int32_t* __restrict__ halted,
                                    float clip_norm) {
   using Reduce = cub::BlockReduce<double, kNormBlocks>;
   __shared__ typename Reduce::TempStorage storage;
   const double total = Reduce(storage).Sum(partials[threadIdx.x]);
   if (threadIdx.x == 0) {
-    const double value = (loss && !isfinite(*loss)) ? *loss : sqrt(total);
+    const double value = (halted && *halted) ? CUDART_NAN : sqrt(total);
     *norm = value;
     float factor = 1.0f;
     if (clip_norm > 0 && value > clip_norm) factor = static_cast<float>(clip_norm / (value + 1e-6));
@@ -65,10 +66,11 @@ __global__ void norm_finish_kernel(double* __restrict__ norm, float* __restrict_
 }
 
 __global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ velocity, const float* __restrict__ g,
-                           const float* __restrict__ scale_ptr, const double* __restrict__ norm, StepRange r,
-                           float lr, float mu, bool first_step) {
+                           const float* __restrict__ scale_ptr, const double* __restrict__ norm,
+                           const StepScalars* __restrict__ scalars, StepRange r, float lr, float mu) {
   if (!isfinite(*norm)) return;  // the host reports the error; weights stay unchanged
   const float scale = *scale_ptr;
+  const bool first_step = scalars->first_step != 0;
   const Space s = space_of(r, r.rows_only);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.size;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -86,10 +88,12 @@ __global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ velocity, 
 
 __global__ void adam_kernel(float* __restrict__ w, float* __restrict__ m, float* __restrict__ v,
                             const float* __restrict__ g, const float* __restrict__ scale_ptr,
-                            const double* __restrict__ norm, StepRange r, float b1, float b2, float eps,
-                            float step_size, float bias_correction2_sqrt) {
+                            const double* __restrict__ norm, const StepScalars* __restrict__ scalars,
+                            StepRange r, float b1, float b2, float eps) {
   if (!isfinite(*norm)) return;
   const float scale = *scale_ptr;
+  const float step_size = scalars->adam_step_size;
+  const float bias_correction2_sqrt = scalars->adam_bias_correction2_sqrt;
   const float one_minus_b1 = __fsub_rn(1.0f, b1), one_minus_b2 = __fsub_rn(1.0f, b2);
   const Space s = space_of(r, r.rows_only);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.size;
@@ -126,32 +130,32 @@ void check_range(const StepRange& r, bool needs_rows) {
 
 }  // namespace
 
-void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const double* loss,
+void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const int32_t* halted,
                    const StepRange& range, float clip_norm, cudaStream_t stream) {
   const bool rows_only = range.rows != nullptr;  // as on the CPU: untouched rows are zero
   check_range(range, false);
   norm_partials_kernel<<<kNormBlocks, kThreads, 0, stream>>>(partials, grads, range, rows_only);
   ENHANCED_CUDA_CHECK_LAUNCH();
-  norm_finish_kernel<<<1, kNormBlocks, 0, stream>>>(norm, scale, partials, loss, clip_norm);
+  norm_finish_kernel<<<1, kNormBlocks, 0, stream>>>(norm, scale, partials, halted, clip_norm);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 
 void sgd_step(float* params, float* velocity, const float* grads, const float* scale, const double* norm,
-              const StepRange& range, float learning_rate, float momentum, bool first_step, cudaStream_t stream) {
+              const StepScalars* scalars, const StepRange& range, float learning_rate, float momentum,
+              cudaStream_t stream) {
   check_range(range, range.rows_only);
   if (momentum > 0 && !velocity) fail("internal: SGD with momentum needs a velocity buffer");
-  sgd_kernel<<<blocks_for(range, range.rows_only), kThreads, 0, stream>>>(params, velocity, grads, scale, norm, range,
-                                                                         learning_rate, momentum, first_step);
+  sgd_kernel<<<blocks_for(range, range.rows_only), kThreads, 0, stream>>>(params, velocity, grads, scale, norm,
+                                                                         scalars, range, learning_rate, momentum);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 
 void adam_step(float* params, float* first_moment, float* second_moment, const float* grads, const float* scale,
-               const double* norm, const StepRange& range, float beta1, float beta2, float epsilon, float step_size,
-               float bias_correction2_sqrt, cudaStream_t stream) {
+               const double* norm, const StepScalars* scalars, const StepRange& range, float beta1, float beta2,
+               float epsilon, cudaStream_t stream) {
   check_range(range, range.rows_only);
   adam_kernel<<<blocks_for(range, range.rows_only), kThreads, 0, stream>>>(
-      params, first_moment, second_moment, grads, scale, norm, range, beta1, beta2, epsilon, step_size,
-      bias_correction2_sqrt);
+      params, first_moment, second_moment, grads, scale, norm, scalars, range, beta1, beta2, epsilon);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 

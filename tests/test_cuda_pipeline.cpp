@@ -1,0 +1,334 @@
+// The CUDA training pipeline: pipelined steps replayed from CUDA graphs against synchronous eager
+// steps (bit for bit), the device-side loss/accuracy totals, the halt on a non-finite loss,
+// every cuDNN LSTM algorithm against the CPU, and enhanced-train / enhanced-eval on the GPU
+// against the CPU run, with resume bit for bit.
+//
+// Why bit for bit: a graph replays the same kernels on the same data as the eager step; the
+// one difference, the embedding sort padded to a fixed size, provably leaves every row's
+// segment (and so its sum) unchanged (CudaParity.EmbeddingBlendMatchesCpu checks that too).
+//
+// Compiled in every build; without a usable GPU each test reports SKIPPED with the reason.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <span>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "app_runner.h"
+#include "cuda_test_util.h"
+#include "enhanced/checkpoint.h"
+#include "enhanced/common.h"
+#include "enhanced/demo.h"
+#include "enhanced/network.h"
+#include "enhanced/safetensors.h"
+
+#ifdef ENHANCED_HAVE_CUDA
+#include "enhanced/cuda_model.h"
+#endif
+
+namespace enhanced {
+namespace {
+
+using testing::small_config;
+using testing::training_batches;
+
+#ifdef ENHANCED_HAVE_CUDA
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct ModelState {
+  std::vector<float> params, first, second;
+};
+
+ModelState state_of(const CudaModel& model, const OptimizerConfig& optimizer) {
+  const ModelConfig& config = model.config();
+  ParameterBuffer<float> params(config), first(config), second(config);
+  model.download_parameters(params);
+  const bool has_first = optimizer.kind == OptimizerKind::adam || optimizer.momentum > 0;
+  model.download_optimizer_state(has_first ? &first : nullptr,
+                                 optimizer.kind == OptimizerKind::adam ? &second : nullptr);
+  const auto copy = [](const ParameterBuffer<float>& buffer) {
+    return std::vector<float>(buffer.data.begin(), buffer.data.end());
+  };
+  return {copy(params), copy(first), copy(second)};
+}
+
+int64_t correct_count(const std::vector<float>& logits, const Batch& batch, int num_labels) {
+  int64_t correct = 0;
+  for (int b = 0; b < batch.size; ++b) {
+    const float* row = logits.data() + static_cast<size_t>(b) * num_labels;
+    correct += (std::max_element(row, row + num_labels) - row) == batch.labels[b];
+  }
+  return correct;
+}
+
+// A batch whose positions hold 10 identifier ids each: more than the model's initial room
+// (4 per position), so the id buffers grow and every captured graph is recaptured.
+Batch dense_batch(const ModelConfig& config, uint64_t seed) {
+  Random random(seed);
+  Batch batch = testing::random_batch(4, config.seq_len, static_cast<int>(config.vocab_size), config.num_labels,
+                                      random);
+  batch.identifier_ids.clear();
+  batch.identifier_offsets.assign(1, 0);
+  for (int p = 0; p < batch.positions(); ++p) {
+    for (int j = 0; j < 10; ++j)
+      batch.identifier_ids.push_back(static_cast<int32_t>(random.below(config.vocab_size)));
+    batch.identifier_offsets.push_back(static_cast<int32_t>(batch.identifier_ids.size()));
+  }
+  return batch;
+}
+
+void check_pipeline(const OptimizerConfig& optimizer, const char* name) {
+  const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature, 6);
+  std::vector<Batch> batches = training_batches(config, 40, 71);
+  batches[23] = dense_batch(config, 72);
+  ParameterBuffer<float> initial(config);
+  initialize_parameters(initial, 8);
+  CudaOptions eager_options;
+  eager_options.graphs = false;
+  eager_options.rnn_algorithm = RnnAlgorithm::standard;
+  CudaOptions graph_options = eager_options;
+  graph_options.graphs = true;
+  CudaModel eager(config, optimizer, 4, eager_options), piped(config, optimizer, 4, graph_options);
+  eager.upload_parameters(initial);
+  piped.upload_parameters(initial);
+  constexpr size_t kInterval = 10;
+  std::vector<float> logits(static_cast<size_t>(4) * config.num_labels);
+  TrainTotals want;
+  for (size_t step = 0; step < batches.size(); ++step) {
+    const Batch& batch = batches[step];
+    const double loss = eager.train_step(batch, logits.data());
+    want.loss_sum += loss * batch.size;
+    want.samples += batch.size;
+    want.correct += correct_count(logits, batch, config.num_labels);
+    want.steps += 1;
+    piped.enqueue_train_step(batch);
+    if ((step + 1) % kInterval == 0) {
+      const TrainTotals got = piped.collect();
+      // Summed on the device in the same order with the same roundings: equal, not close.
+      EXPECT_EQ(got.loss_sum, want.loss_sum) << name << " interval ending at step " << step + 1;
+      EXPECT_EQ(got.samples, want.samples) << name;
+      EXPECT_EQ(got.correct, want.correct) << name;
+      EXPECT_EQ(got.steps, want.steps) << name;
+      EXPECT_EQ(got.halted, 0) << name;
+      want = TrainTotals{};
+    }
+  }
+  EXPECT_EQ(piped.optimizer_steps(), eager.optimizer_steps());
+  EXPECT_TRUE(piped.graphs_off_reason().empty()) << name << ": " << piped.graphs_off_reason();
+  // 40 steps over (batch 4 | 2) x 2 slots, each shape eager once and captured once, recaptured
+  // after the buffers grew: most steps are replays.
+  EXPECT_GT(piped.graph_replays(), 20) << name;
+  EXPECT_EQ(eager.graph_replays(), 0) << name;
+  const ModelState a = state_of(eager, optimizer), b = state_of(piped, optimizer);
+  EXPECT_TRUE(same_bits(a.params, b.params)) << name << ": graph replays changed the weights";
+  EXPECT_TRUE(same_bits(a.first, b.first)) << name << ": first moments differ";
+  EXPECT_TRUE(same_bits(a.second, b.second)) << name << ": second moments differ";
+  EXPECT_FALSE(same_bits(a.params, initial.data)) << name << ": training did not move the weights";
+}
+
+TEST(CudaPipeline, GraphReplayedStepsMatchSynchronousEagerStepsBitForBit) {
+  SKIP_WITHOUT_GPU();
+  OptimizerConfig adam;
+  adam.learning_rate = 3e-3f;
+  check_pipeline(adam, "adam");
+  OptimizerConfig lazy = adam;
+  lazy.lazy_embedding = true;
+  lazy.clip_norm = 0.05f;
+  check_pipeline(lazy, "lazy adam, clipped");
+  OptimizerConfig momentum;
+  momentum.kind = OptimizerKind::sgd;
+  momentum.learning_rate = 0.02f;
+  momentum.momentum = 0.9f;
+  check_pipeline(momentum, "sgd momentum");
+}
+
+TEST(CudaPipeline, NonFiniteLossHaltsAndKeepsTheLastGoodWeights) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature, 6);
+  // Ids below V - 1, except one cur word of batch 5: row V - 1 is NaN and first read there.
+  std::vector<Batch> batches = training_batches(config, 9, 81, config.vocab_size - 1);
+  batches[5].cur_word_ids[0] = static_cast<int32_t>(config.vocab_size - 1);
+  ParameterBuffer<float> initial(config);
+  initialize_parameters(initial, 4);
+  for (int d = 0; d < config.embedding_dim; ++d)
+    initial.embedding[(config.vocab_size - 1) * config.embedding_dim + d] = std::numeric_limits<float>::quiet_NaN();
+  OptimizerConfig adam;
+  CudaOptions options;
+  options.rnn_algorithm = RnnAlgorithm::standard;  // both models: the same arithmetic
+  CudaModel reference(config, adam, 4, options), piped(config, adam, 4, options);
+  reference.upload_parameters(initial);
+  piped.upload_parameters(initial);
+  int64_t good_samples = 0;
+  for (int step = 0; step < 5; ++step) {
+    ASSERT_TRUE(std::isfinite(reference.train_step(batches[step])));
+    good_samples += batches[step].size;
+  }
+  for (int step = 0; step < 8; ++step) piped.enqueue_train_step(batches[step]);
+  const TrainTotals totals = piped.collect();
+  EXPECT_EQ(totals.halted, 1);
+  EXPECT_EQ(totals.halted_step, 6);
+  EXPECT_TRUE(std::isnan(totals.halted_value));
+  EXPECT_EQ(totals.steps, 5);
+  EXPECT_EQ(totals.samples, good_samples);
+  EXPECT_EQ(piped.optimizer_steps(), 5);
+  EXPECT_TRUE(same_bits(state_of(piped, adam).params, state_of(reference, adam).params))
+      << "the halted step or the ones after it changed the weights";
+  // The halt stays until a synchronous call reports it: later steps change nothing.
+  piped.enqueue_train_step(batches[8]);
+  const TrainTotals later = piped.collect();
+  EXPECT_EQ(later.halted, 1);
+  EXPECT_EQ(later.steps, 0);
+  EXPECT_TRUE(same_bits(state_of(piped, adam).params, state_of(reference, adam).params));
+}
+
+// Each algorithm cuDNN accepts for this shape gives the CPU's loss and gradients; standard must
+// be accepted; automatic picks one of them and says what it measured.
+TEST(CudaPipeline, EveryLstmAlgorithmCudnnAcceptsMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature, 8);
+  Random random(91);
+  const Batch batch = testing::random_batch(3, config.seq_len, static_cast<int>(config.vocab_size),
+                                            config.num_labels, random);
+  ParameterBuffer<float> params(config);
+  initialize_parameters(params, 6);
+  ParameterBuffer<double> params_d(config), grads_d(config);
+  std::copy(params.data.begin(), params.data.end(), params_d.data.begin());
+  Activations<double> activations;
+  activations.reserve(config, 3);
+  const double loss = model_forward(activations, params_d, batch, 1, true);
+  model_backward(grads_d, activations, params_d, batch, 1);
+  double scale = 1e-6;
+  for (double g : grads_d.data) scale = std::max(scale, std::fabs(g));
+  for (RnnAlgorithm algorithm :
+       {RnnAlgorithm::standard, RnnAlgorithm::persistent, RnnAlgorithm::persistent_small_h, RnnAlgorithm::automatic}) {
+    CudaOptions options;
+    options.rnn_algorithm = algorithm;
+    std::unique_ptr<CudaModel> model;
+    try {
+      model = std::make_unique<CudaModel>(config, OptimizerConfig{}, 3, options);
+    } catch (const Error& e) {
+      ASSERT_NE(algorithm, RnnAlgorithm::standard) << e.what();
+      ASSERT_NE(algorithm, RnnAlgorithm::automatic) << e.what();
+      std::printf("[ info ] %s: not accepted here: %s\n", to_string(algorithm), e.what());
+      continue;
+    }
+    std::printf("[ info ] %s: %s\n", to_string(algorithm), model->summary().c_str());
+    if (algorithm == RnnAlgorithm::automatic) EXPECT_NE(model->rnn_algorithm(), RnnAlgorithm::automatic);
+    else EXPECT_EQ(model->rnn_algorithm(), algorithm);
+    model->upload_parameters(params);
+    const double gpu_loss = model->compute_gradients(batch);
+    EXPECT_NEAR(gpu_loss, loss, 1e-4 * std::max(1.0, loss)) << to_string(algorithm);
+    ParameterBuffer<float> grads(config);
+    model->download_gradients(grads);
+    for (size_t i = 0; i < grads.size(); ++i)
+      ASSERT_NEAR(grads.data[i], grads_d.data[i], 2e-4 * scale) << to_string(algorithm) << " gradient " << i;
+  }
+}
+
+// ---- the apps on the GPU ------------------------------------------------------------------------
+
+namespace fs = std::filesystem;
+using testing::run_app;
+
+class CudaTrainCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::path(ENHANCED_TEST_TMP) / ("cuda_train_cli." + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    DemoOptions options;
+    options.train_samples = 80;
+    options.valid_samples = 24;
+    options.test_samples = 24;
+    options.seq_len = 16;
+    options.vocab_size = 128;
+    options.embedding_dim = 8;
+    files_ = write_demo((root_ / "data").string(), options);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  std::string flags() const {
+    return "--data " + files_.train_ebin + " --valid " + files_.valid_ebin + " --pretrained " + files_.embeddings +
+           " --embedding-dim 8 --hidden 6 --batch-size 16 --threads 2 --quiet --log-every 3 ";
+  }
+
+  fs::path root_;
+  DemoFiles files_;
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST_F(CudaTrainCli, TrainsLikeTheCpuAndResumesBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const fs::path gpu = root_ / "gpu", cpu = root_ / "cpu", cut = root_ / "cut";
+  // Stopped mid-epoch (5 batches an epoch) with the LSTM algorithm chosen by timing; the resumed
+  // run reads the choice from the state file.
+  const auto first = run_app("enhanced-train", flags() + "--steps 7 --device cuda --out " + cut.string());
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("replayed from CUDA graphs"), std::string::npos) << first.output;
+  const SafetensorsReader state((cut / "optimizer.safetensors").string());
+  const std::string algorithm = nlohmann::json::parse(state.metadata_value("run_options"))["rnn_algorithm"];
+  EXPECT_NE(algorithm, "auto") << "the chosen LSTM algorithm is not recorded";
+  const auto resumed = run_app("enhanced-train", "--resume --epochs 3 --quiet --device cuda --out " + cut.string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  // The uninterrupted run with that algorithm: the same bits.
+  const auto trained = run_app("enhanced-train", flags() + "--epochs 3 --device cuda --rnn-algorithm " + algorithm +
+                                                     " --out " + gpu.string());
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_TRUE(read_file(gpu / "last.safetensors") == read_file(cut / "last.safetensors"));
+  EXPECT_TRUE(read_file(gpu / "optimizer.safetensors") == read_file(cut / "optimizer.safetensors"));
+  // And close to the CPU's run: rounding differences only.
+  ASSERT_EQ(run_app("enhanced-train", flags() + "--epochs 3 --device cpu --out " + cpu.string()).exit_code, 0);
+  const ParameterBuffer<float> a = load_checkpoint((gpu / "last.safetensors").string());
+  const ParameterBuffer<float> b = load_checkpoint((cpu / "last.safetensors").string());
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a.data[i], b.data[i], 1e-3) << "parameter " << i;
+  // The GPU's checkpoint evaluates on either device to the same loss.
+  const std::string eval = "--json --data " + files_.test_ebin + " --checkpoint " + (gpu / "last.safetensors").string();
+  const auto on_gpu = run_app("enhanced-eval", eval + " --device cuda");
+  const auto on_cpu = run_app("enhanced-eval", eval + " --device cpu");
+  ASSERT_EQ(on_gpu.exit_code, 0) << on_gpu.output;
+  ASSERT_EQ(on_cpu.exit_code, 0) << on_cpu.output;
+  const double gpu_loss = nlohmann::json::parse(on_gpu.output)["loss"].get<double>();
+  const double cpu_loss = nlohmann::json::parse(on_cpu.output)["loss"].get<double>();
+  EXPECT_NEAR(gpu_loss, cpu_loss, 1e-4 * std::max(1.0, cpu_loss));
+}
+
+TEST_F(CudaTrainCli, DivergenceStopsWithTheStepAndKeepsTheLastGoodCheckpoint) {
+  SKIP_WITHOUT_GPU();
+  const fs::path out = root_ / "diverge";
+  const auto result = run_app("enhanced-train", flags() + "--optimizer sgd --lr 1e38 --epochs 5 --checkpoint-every 1 "
+                                                          "--device cuda --out " + out.string());
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("non-finite"), std::string::npos) << result.output;
+  ASSERT_TRUE(fs::exists(out / "last.safetensors")) << result.output;
+  EXPECT_NO_THROW(load_checkpoint((out / "last.safetensors").string()));
+}
+
+#else  // no CUDA backend: the same test names, each skipped with the reason.
+
+TEST(CudaPipeline, GraphReplayedStepsMatchSynchronousEagerStepsBitForBit) { SKIP_WITHOUT_GPU(); }
+TEST(CudaPipeline, NonFiniteLossHaltsAndKeepsTheLastGoodWeights) { SKIP_WITHOUT_GPU(); }
+TEST(CudaPipeline, EveryLstmAlgorithmCudnnAcceptsMatchesTheCpu) { SKIP_WITHOUT_GPU(); }
+TEST(CudaTrainCli, TrainsLikeTheCpuAndResumesBitForBit) { SKIP_WITHOUT_GPU(); }
+TEST(CudaTrainCli, DivergenceStopsWithTheStepAndKeepsTheLastGoodCheckpoint) { SKIP_WITHOUT_GPU(); }
+
+#endif
+
+}  // namespace
+}  // namespace enhanced
