@@ -5,7 +5,10 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+
+#include "enhanced/demo.h"
 
 namespace enhanced::testing {
 
@@ -25,6 +28,24 @@ inline AppResult run_app(const std::string& app, const std::string& arguments) {
   const int status = ::pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// The tiny demo set the CLI tests train on (80 / 24 / 24 samples, T = 16, V = 128, D = 8).
+inline DemoFiles write_small_demo(const std::filesystem::path& dir) {
+  DemoOptions options;
+  options.train_samples = 80;
+  options.valid_samples = 24;
+  options.test_samples = 24;
+  options.seq_len = 16;
+  options.vocab_size = 128;
+  options.embedding_dim = 8;
+  return write_demo(dir.string(), options);
+}
+
+// enhanced-train flags for a small model on that set (5 batches an epoch), device not named.
+inline std::string small_train_flags(const DemoFiles& files) {
+  return "--data " + files.train_ebin + " --valid " + files.valid_ebin + " --pretrained " + files.embeddings +
+         " --embedding-dim 8 --hidden 6 --batch-size 16 --threads 2 --quiet ";
 }
 
 }  // namespace enhanced::testing

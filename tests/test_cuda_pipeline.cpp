@@ -248,21 +248,11 @@ class CudaTrainCli : public ::testing::Test {
   void SetUp() override {
     root_ = fs::path(ENHANCED_TEST_TMP) / ("cuda_train_cli." + std::to_string(::getpid()));
     fs::remove_all(root_);
-    DemoOptions options;
-    options.train_samples = 80;
-    options.valid_samples = 24;
-    options.test_samples = 24;
-    options.seq_len = 16;
-    options.vocab_size = 128;
-    options.embedding_dim = 8;
-    files_ = write_demo((root_ / "data").string(), options);
+    files_ = testing::write_small_demo(root_ / "data");
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  std::string flags() const {
-    return "--data " + files_.train_ebin + " --valid " + files_.valid_ebin + " --pretrained " + files_.embeddings +
-           " --embedding-dim 8 --hidden 6 --batch-size 16 --threads 2 --quiet --log-every 3 ";
-  }
+  std::string flags() const { return testing::small_train_flags(files_) + "--log-every 3 "; }
 
   fs::path root_;
   DemoFiles files_;

@@ -34,22 +34,12 @@ class TrainCli : public ::testing::Test {
     // CTest runs each test in its own process, possibly in parallel: one directory a process.
     root_ = fs::path(ENHANCED_TEST_TMP) / ("train_cli." + std::to_string(::getpid()));
     fs::remove_all(root_);
-    DemoOptions options;
-    options.train_samples = 80;
-    options.valid_samples = 24;
-    options.test_samples = 24;
-    options.seq_len = 16;
-    options.vocab_size = 128;
-    options.embedding_dim = 8;
-    files_ = write_demo((root_ / "data").string(), options);
+    files_ = testing::write_small_demo(root_ / "data");
   }
 
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
-  static std::string base_flags() {
-    return "--data " + files_.train_ebin + " --valid " + files_.valid_ebin + " --pretrained " + files_.embeddings +
-           " --embedding-dim 8 --hidden 6 --batch-size 16 --threads 2 --quiet --device cpu ";
-  }
+  static std::string base_flags() { return testing::small_train_flags(files_) + "--device cpu "; }
   static fs::path dir(const std::string& name) { return root_ / name; }
 
   static fs::path root_;
@@ -238,6 +228,25 @@ TEST(DeviceFlag, CudaWithoutAUsableGpuIsOneClearError) {
     GTEST_SKIP() << "a usable GPU is present: " << result.output;
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find("error: --device cuda"), std::string::npos) << result.output;
+}
+
+// The CUDA flags are checked in every app on every machine, before any work: a typo is one
+// clear line, never ignored because the run happens to be on the CPU.
+TEST(DeviceFlag, CudaFlagsAreCheckedByEveryApp) {
+  for (const std::string app : {"enhanced-train", "enhanced-eval", "enhanced-bench"}) {
+    const std::string base = app == "enhanced-train"  ? "--data x.ebin --out /tmp/enhanced-flag-test --device cpu"
+                             : app == "enhanced-eval" ? "--data x.ebin --checkpoint x.safetensors --device cpu"
+                                                      : "--device cpu";
+    const auto graphs = run_app(app, base + " --cuda-graphs maybe");
+    EXPECT_NE(graphs.exit_code, 0) << app;
+    EXPECT_NE(graphs.output.find("error: --cuda-graphs must be on or off, got 'maybe'"), std::string::npos)
+        << app << ": " << graphs.output;
+    const auto algorithm = run_app(app, base + " --rnn-algorithm fastest");
+    EXPECT_NE(algorithm.exit_code, 0) << app;
+    EXPECT_NE(algorithm.output.find("error: --rnn-algorithm must be auto, standard, persistent or persistent-small-h"),
+              std::string::npos)
+        << app << ": " << algorithm.output;
+  }
 }
 
 }  // namespace
