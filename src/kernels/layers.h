@@ -83,7 +83,8 @@ class CudnnBiLstm {
   // tf32 = false: CUDNN_FMA_MATH (plain FP32, matches the CPU engine); true: CUDNN_DEFAULT_MATH,
   // which lets cuDNN use TF32 tensor cores on Ampere and later. algorithm: automatic times each
   // algorithm cuDNN accepts at max_batch (checking its results against standard's) and keeps the
-  // fastest; a named one is used as is (an Error when cuDNN refuses it).
+  // fastest; a named one is checked the same way and used (an Error when cuDNN refuses it or it
+  // disagrees). Either way it runs batches of max_batch; other sizes run the standard one.
   CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int input, int hidden, bool tf32,
               RnnAlgorithm algorithm = RnnAlgorithm::standard);
   ~CudnnBiLstm();

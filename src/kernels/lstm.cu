@@ -122,11 +122,12 @@ struct CudnnBiLstm::Impl {
   void configure(Variant& variant, RnnAlgorithm algorithm);
   void map_weight_space(Variant& variant);
   void describe(int batch, cudaStream_t stream);
+  dim3 piece_grid(const PieceTable& pieces) const;
   void pack(const TensorPointers& tensors, cudaStream_t stream);
   void unpack_add(const TensorPointers& tensors, cudaStream_t stream);
   void run_forward(const float* x, float* y);
   void run_backward(float* dx, const float* y, const float* dy, const float* x);
-  void select_fastest(cudaStream_t stream);
+  void select(RnnAlgorithm asked, cudaStream_t stream);
   void check_shape(int batch, int seq, int in, int h) const {
     if (seq != seq_len || in != input || h != hidden)
       fail("internal: cuDNN BiLSTM built for T=", seq_len, " D=", input, " H=", hidden, ", called with T=", seq,
@@ -255,18 +256,23 @@ void CudnnBiLstm::Impl::describe(int batch, cudaStream_t stream) {
   described_batch = batch;
 }
 
+// blockIdx.y = piece; x covers the largest piece, an H x max(D, H) matrix.
+dim3 CudnnBiLstm::Impl::piece_grid(const PieceTable& pieces) const {
+  const int64_t largest = static_cast<int64_t>(hidden) * std::max(input, hidden);
+  return dim3(static_cast<unsigned>(std::max<int64_t>(1, (largest + kThreads - 1) / kThreads)),
+              static_cast<unsigned>(pieces.count));
+}
+
 void CudnnBiLstm::Impl::pack(const TensorPointers& tensors, cudaStream_t stream) {
   const PieceTable& pieces = active->pieces;
-  const dim3 grid(static_cast<unsigned>(std::max(1, (4 * hidden * std::max(input, hidden) + kThreads - 1) / kThreads)),
-                  static_cast<unsigned>(pieces.count));
+  const dim3 grid = piece_grid(pieces);
   pack_kernel<<<grid, kThreads, 0, stream>>>(weights.data(), pieces, tensors);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 
 void CudnnBiLstm::Impl::unpack_add(const TensorPointers& tensors, cudaStream_t stream) {
   const PieceTable& pieces = active->pieces;
-  const dim3 grid(static_cast<unsigned>(std::max(1, (4 * hidden * std::max(input, hidden) + kThreads - 1) / kThreads)),
-                  static_cast<unsigned>(pieces.count));
+  const dim3 grid = piece_grid(pieces);
   unpack_add_kernel<<<grid, kThreads, 0, stream>>>(dweights.data(), pieces, tensors);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
@@ -314,10 +320,11 @@ void fill(float* out, size_t count, uint32_t seed, float scale, cudaStream_t str
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 
-// Largest |a - b| relative to the largest |b|.
+// Largest |a - b| relative to the largest |b|; infinite when either holds a NaN or an infinity.
 double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
   double scale = 1e-12, worst = 0;
   for (size_t i = 0; i < b.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return HUGE_VAL;
     scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
     worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
   }
@@ -326,11 +333,17 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 
 }  // namespace
 
-// Times forward + both backwards at max_batch for every algorithm cuDNN accepts, checks each
-// one's y, dx and weight gradient (in the SPEC's layout, so the weight spaces' layouts may
-// differ) against the standard algorithm's on the same synthetic inputs and weights, and keeps
-// the fastest that agrees. The model's own weights are packed in at each forward later.
-void CudnnBiLstm::Impl::select_fastest(cudaStream_t stream) {
+// Runs forward + both backwards at max_batch with each candidate algorithm on the same synthetic
+// inputs and weights, and checks its y, dx and weight gradient (in the SPEC's layout, so the
+// weight spaces' layouts may differ) against the standard algorithm's. automatic: every
+// algorithm cuDNN accepts is timed (5 runs) and the fastest that agrees is kept. A named one is
+// checked the same way (not timed) and kept, or refused with the reason. The model's own
+// weights are packed in at each forward later.
+void CudnnBiLstm::Impl::select(RnnAlgorithm asked, cudaStream_t stream) {
+  const bool automatic = asked == RnnAlgorithm::automatic;
+  std::vector<RnnAlgorithm> candidates{RnnAlgorithm::standard};
+  if (automatic) candidates.insert(candidates.end(), {RnnAlgorithm::persistent_small_h, RnnAlgorithm::persistent});
+  else if (asked != RnnAlgorithm::standard) candidates.push_back(asked);
   const size_t x_count = static_cast<size_t>(max_batch) * seq_len * input;
   const size_t y_count = static_cast<size_t>(max_batch) * seq_len * 2 * hidden;
   const size_t H = hidden, D = input;
@@ -349,8 +362,7 @@ void CudnnBiLstm::Impl::select_fastest(cudaStream_t stream) {
   RnnAlgorithm best = RnnAlgorithm::standard;
   double best_ms = 0;
   selection.clear();
-  for (RnnAlgorithm candidate :
-       {RnnAlgorithm::standard, RnnAlgorithm::persistent_small_h, RnnAlgorithm::persistent}) {
+  for (RnnAlgorithm candidate : candidates) {
     std::string outcome;
     try {
       configure(chosen, candidate);
@@ -360,6 +372,9 @@ void CudnnBiLstm::Impl::select_fastest(cudaStream_t stream) {
         run_forward(x.data(), y.data());
         run_backward(dx.data(), y.data(), dy.data(), x.data());
       };
+      // NaN first: outputs a candidate failed to write cannot pass for the reference's.
+      ENHANCED_CUDA_CHECK(cudaMemsetAsync(y.data(), 0xff, y.bytes(), stream));
+      ENHANCED_CUDA_CHECK(cudaMemsetAsync(dx.data(), 0xff, dx.bytes(), stream));
       step();
       ENHANCED_CUDA_CHECK(cudaMemsetAsync(dspec.data(), 0, dspec.bytes(), stream));
       unpack_add(carve(dspec.data()), stream);
@@ -370,30 +385,40 @@ void CudnnBiLstm::Impl::select_fastest(cudaStream_t stream) {
       copy_to_host(got[2].data(), dspec.data(), spec_count, stream);
       double worst = 0;
       if (candidate == RnnAlgorithm::standard) {
-        for (int k = 0; k < 3; ++k) reference[k] = std::move(got[k]);
+        for (int k = 0; k < 3; ++k) {
+          if (relative_difference(got[k], got[k]) != 0) fail("cuDNN's standard LSTM gave non-finite values");
+          reference[k] = std::move(got[k]);
+        }
       } else {
         for (int k = 0; k < 3; ++k) worst = std::max(worst, relative_difference(got[k], reference[k]));
       }
-      constexpr int kRuns = 5;
-      ENHANCED_CUDA_CHECK(cudaEventRecord(start, stream));
-      for (int run = 0; run < kRuns; ++run) step();
-      ENHANCED_CUDA_CHECK(cudaEventRecord(stop, stream));
-      ENHANCED_CUDA_CHECK(cudaEventSynchronize(stop));
-      float total_ms = 0;
-      ENHANCED_CUDA_CHECK(cudaEventElapsedTime(&total_ms, start, stop));
-      const double ms = total_ms / kRuns;
-      outcome = cat(ms, " ms");
-      // Another algorithm must win by 10%: a choice that flips with timing noise would change
-      // the bits of otherwise identical runs.
-      if (worst > tolerance) {
-        outcome += cat(" but differs from standard by ", worst, " (relative): not used");
-      } else if (candidate == RnnAlgorithm::standard || ms < 0.9 * best_ms) {
+      if (!(worst <= tolerance)) {
+        outcome = cat("differs from standard by ", worst, " (relative)");
+        if (!automatic) fail("cuDNN's ", to_string(candidate), " LSTM ", outcome);
+        outcome += ": not used";
+      } else if (!automatic) {
         best = candidate;
-        best_ms = ms;
+        outcome = candidate == RnnAlgorithm::standard ? "as asked" : "as asked, agrees with standard";
+      } else {
+        constexpr int kRuns = 5;
+        ENHANCED_CUDA_CHECK(cudaEventRecord(start, stream));
+        for (int run = 0; run < kRuns; ++run) step();
+        ENHANCED_CUDA_CHECK(cudaEventRecord(stop, stream));
+        ENHANCED_CUDA_CHECK(cudaEventSynchronize(stop));
+        float total_ms = 0;
+        ENHANCED_CUDA_CHECK(cudaEventElapsedTime(&total_ms, start, stop));
+        const double ms = total_ms / kRuns;
+        outcome = cat(ms, " ms");
+        // Another algorithm must win by 10%: a choice that flips with timing noise would change
+        // the bits of otherwise identical runs.
+        if (candidate == RnnAlgorithm::standard || ms < 0.9 * best_ms) {
+          best = candidate;
+          best_ms = ms;
+        }
       }
     } catch (const Error& e) {
       static_cast<void>(cudaGetLastError());
-      if (candidate == RnnAlgorithm::standard) throw;
+      if (candidate == RnnAlgorithm::standard || !automatic) throw;
       outcome = "unavailable (" + std::string(e.what()) + ")";
     }
     selection += cat(selection.empty() ? "" : "; ", to_string(candidate), " ", outcome);
@@ -430,12 +455,7 @@ CudnnBiLstm::CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int i
   s.device_lengths.resize(static_cast<size_t>(max_batch));
   copy_to_device(s.device_lengths.data(), s.host_lengths.data(), s.host_lengths.size(), stream);
   s.configure(s.standard, RnnAlgorithm::standard);
-  if (algorithm == RnnAlgorithm::automatic) {
-    s.select_fastest(stream);
-  } else {
-    s.configure(s.chosen, algorithm);
-    s.selection = cat(to_string(algorithm), " (as asked)");
-  }
+  s.select(algorithm, stream);
   s.describe(max_batch, stream);
 }
 
