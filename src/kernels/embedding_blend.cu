@@ -3,6 +3,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
+#include "kernels/embedding_backward_steps.h"
 #include "kernels/layers.h"
 
 namespace enhanced::cuda {
@@ -58,85 +59,38 @@ __global__ void blend_scalar_kernel(float* __restrict__ x, const int32_t* __rest
   for (int d = 0; d < dim; ++d) out[d] = __fadd_rn(half_mean, __fmul_rn(0.5f, current[d]));
 }
 
-// Entries are laid out in the CPU layer's order of accumulation: position p owns entries
-// offsets[p] + p (its cur word) and the next end - begin (its identifier ids, in order). After
-// the stable sort each row's entries are still in that order, so the segment sum below adds the
-// same terms in the same order as the CPU's `dE[row] += ...` loop: the same bits.
-// One thread per position also writes the coefficients: an id entry contributes
-// id_coefficient[p] * dx[p, d] (mean) or id_coefficient[p] itself (scalar-mean: the same share
-// for every d); the cur entry cur_coefficient[p] * dx[p, d].
+// The backward's kernels: a thread index and one step of embedding_backward_steps.h each.
 __global__ void backward_entries_kernel(int32_t* __restrict__ keys, int32_t* __restrict__ values,
                                         int32_t* __restrict__ entry_position, float* __restrict__ id_coefficient,
                                         float* __restrict__ cur_coefficient, const float* __restrict__ dx,
                                         const int32_t* __restrict__ offsets, const int32_t* __restrict__ ids,
                                         const int32_t* __restrict__ cur, int positions, int dim, bool scalar) {
   const int p = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (p >= positions) return;
-  const int begin = offsets[p], end = offsets[p + 1];
-  const int count = end - begin;
-  const int first = begin + p;
-  keys[first] = cur[p];
-  values[first] = first;
-  entry_position[first] = p;
-  for (int j = 0; j < count; ++j) {
-    keys[first + 1 + j] = ids[begin + j];
-    values[first + 1 + j] = first + 1 + j;
-    entry_position[first + 1 + j] = p;
-  }
-  cur_coefficient[p] = count == 0 ? 1.0f : 0.5f;
-  if (count == 0) {
-    id_coefficient[p] = 0.0f;
-  } else if (!scalar) {
-    id_coefficient[p] = __fdiv_rn(0.5f, static_cast<float>(count));
-  } else {
-    const float* grad = dx + static_cast<int64_t>(p) * dim;
-    float total = 0.0f;
-    for (int d = 0; d < dim; ++d) total = __fadd_rn(total, grad[d]);
-    id_coefficient[p] =
-        __fdiv_rn(__fmul_rn(0.5f, total), __fmul_rn(static_cast<float>(count), static_cast<float>(dim)));
-  }
+  if (p < positions)
+    steps::write_entries(p, keys, values, entry_position, id_coefficient, cur_coefficient, dx, offsets, ids, cur, dim,
+                         scalar);
 }
 
-// Entries past the batch's own (P + number of ids, read on the device) up to `entries` get the
-// sentinel row V: they sort last and form no run. This lets a captured CUDA graph sort a fixed
-// number of entries whatever the batch's id count.
 __global__ void backward_padding_kernel(int32_t* __restrict__ keys, int32_t* __restrict__ values,
                                         const int32_t* __restrict__ offsets, int positions, int64_t entries,
                                         int32_t sentinel) {
   const int64_t e = positions + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= entries || e < positions + static_cast<int64_t>(offsets[positions])) return;
-  keys[e] = sentinel;
-  values[e] = static_cast<int32_t>(e);
+  if (e < entries) steps::pad_entry(e, keys, values, offsets, positions, sentinel);
 }
 
-// Marks the first entry of each row's run in the sorted keys.
 __global__ void run_heads_kernel(int32_t* __restrict__ heads, const int32_t* __restrict__ keys, int entries) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i < entries) heads[i] = (i == 0 || keys[i] != keys[i - 1]) ? 1 : 0;
+  if (i < entries) steps::mark_run_head(i, heads, keys);
 }
 
-// run_index = exclusive sum of heads: each head writes its run's row and start; the last entry
-// closes the last run (run_offsets[runs] = entries) and counts the runs, leaving out the
-// sentinel's: its start is then the end of the last real run.
 __global__ void run_starts_kernel(int32_t* __restrict__ rows, int32_t* __restrict__ run_offsets,
                                   int32_t* __restrict__ run_count, const int32_t* __restrict__ heads,
                                   const int32_t* __restrict__ run_index, const int32_t* __restrict__ keys,
                                   int entries, int32_t sentinel) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i >= entries) return;
-  if (heads[i]) {
-    rows[run_index[i]] = keys[i];
-    run_offsets[run_index[i]] = i;
-  }
-  if (i == entries - 1) {
-    const int runs = run_index[i] + heads[i];
-    run_offsets[runs] = entries;
-    *run_count = keys[i] == sentinel ? runs - 1 : runs;
-  }
+  if (i < entries) steps::record_run_start(i, rows, run_offsets, run_count, heads, run_index, keys, entries, sentinel);
 }
 
-// One thread per (distinct row, d): sums the row's entries in sorted (= CPU) order, then adds
-// the total into dembedding. Each (row, d) has exactly one writer: no atomics, same bits every run.
 __global__ void backward_segments_kernel(float* __restrict__ dembedding, const int32_t* __restrict__ rows,
                                          const int32_t* __restrict__ run_offsets,
                                          const int32_t* __restrict__ run_count, const int32_t* __restrict__ entries,
@@ -144,24 +98,11 @@ __global__ void backward_segments_kernel(float* __restrict__ dembedding, const i
                                          const int32_t* __restrict__ offsets,
                                          const float* __restrict__ id_coefficient,
                                          const float* __restrict__ cur_coefficient, const float* __restrict__ dx,
-                                         int dim, bool scalar) {
+                                         int64_t threads, int dim, bool scalar) {
   const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t run = index / dim;
-  const int d = static_cast<int>(index % dim);
-  if (run >= *run_count) return;
-  const int begin = run_offsets[run], end = run_offsets[run + 1];
-  float sum = 0.0f;
-  for (int k = begin; k < end; ++k) {
-    const int e = entries[k];
-    const int p = entry_position[e];
-    const float grad = dx[static_cast<int64_t>(p) * dim + d];
-    float value;
-    if (e == offsets[p] + p) value = __fmul_rn(cur_coefficient[p], grad);
-    else value = scalar ? id_coefficient[p] : __fmul_rn(id_coefficient[p], grad);
-    sum = __fadd_rn(sum, value);
-  }
-  float* out = dembedding + static_cast<int64_t>(rows[run]) * dim + d;
-  *out = __fadd_rn(*out, sum);
+  if (index < threads)
+    steps::sum_segment(index, dembedding, rows, run_offsets, run_count, entries, entry_position, offsets,
+                       id_coefficient, cur_coefficient, dx, dim, scalar);
 }
 
 int bits_for(int64_t vocab_size) {
@@ -269,8 +210,8 @@ void embedding_blend_backward(float* dembedding, EmbeddingGradWorkspace& w, cons
   ENHANCED_CUDA_CHECK_LAUNCH();
   backward_segments_kernel<<<blocks_for(entries * dim), kThreads, 0, stream>>>(
       dembedding, w.unique_rows_.data(), w.run_offsets_.data(), w.run_count_.data(), w.values_out_.data(),
-      w.entry_position_.data(), identifier_offsets, w.id_coefficient_.data(), w.cur_coefficient_.data(), dx, dim,
-      scalar);
+      w.entry_position_.data(), identifier_offsets, w.id_coefficient_.data(), w.cur_coefficient_.data(), dx,
+      entries * dim, dim, scalar);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 

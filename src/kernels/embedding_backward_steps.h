@@ -1,0 +1,135 @@
+// The per-thread steps of the CUDA embedding backward (embedding_blend.cu), written once for the
+// device and the host: each kernel is a thread index and a call to one of these, and a CPU test
+// (tests/test_embedding_backward_steps.cpp) runs them thread by thread, a stable sort standing in
+// for CUB's, against the CPU layer bit for bit. So the index arithmetic (entry layout, padding,
+// runs, the sentinel) is tested on every machine, not only where there is a GPU.
+//
+// The algorithm: entries are laid out in the CPU layer's order of accumulation (position p owns
+// entries offsets[p] + p, its cur word, and the next n_p, its identifier ids in order); keys are
+// embedding rows, values entry indices. After a stable sort by key each row's entries are still
+// in that order, so summing a row's run in order adds the CPU's terms in the CPU's order.
+#pragma once
+
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define ENHANCED_HOST_DEVICE __host__ __device__
+#else
+#define ENHANCED_HOST_DEVICE
+#endif
+
+namespace enhanced::cuda::steps {
+
+// Round-to-nearest float arithmetic, never contracted into a fused multiply-add (the host side
+// is compiled with -ffp-contract=off).
+ENHANCED_HOST_DEVICE inline float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+ENHANCED_HOST_DEVICE inline float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+ENHANCED_HOST_DEVICE inline float div_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+// Position p: its entries (key, value = entry index, position) and its coefficients. An id entry
+// contributes id_coefficient[p] * dx[p, d] (mean) or id_coefficient[p] itself (scalar-mean: the
+// same share for every d); the cur entry cur_coefficient[p] * dx[p, d].
+ENHANCED_HOST_DEVICE inline void write_entries(int p, int32_t* keys, int32_t* values, int32_t* entry_position,
+                                               float* id_coefficient, float* cur_coefficient, const float* dx,
+                                               const int32_t* offsets, const int32_t* ids, const int32_t* cur,
+                                               int dim, bool scalar) {
+  const int begin = offsets[p], end = offsets[p + 1];
+  const int count = end - begin;
+  const int first = begin + p;
+  keys[first] = cur[p];
+  values[first] = first;
+  entry_position[first] = p;
+  for (int j = 0; j < count; ++j) {
+    keys[first + 1 + j] = ids[begin + j];
+    values[first + 1 + j] = first + 1 + j;
+    entry_position[first + 1 + j] = p;
+  }
+  cur_coefficient[p] = count == 0 ? 1.0f : 0.5f;
+  if (count == 0) {
+    id_coefficient[p] = 0.0f;
+  } else if (!scalar) {
+    id_coefficient[p] = div_rn(0.5f, static_cast<float>(count));
+  } else {
+    const float* grad = dx + static_cast<int64_t>(p) * dim;
+    float total = 0.0f;
+    for (int d = 0; d < dim; ++d) total = add_rn(total, grad[d]);
+    id_coefficient[p] = div_rn(mul_rn(0.5f, total), mul_rn(static_cast<float>(count), static_cast<float>(dim)));
+  }
+}
+
+// Entry e in [positions, entries): past the batch's own (P + offsets[P], read here, so the
+// caller need not know the id count) it gets the sentinel row V, which sorts last and forms no
+// run. This lets a captured CUDA graph sort a fixed number of entries whatever the id count.
+ENHANCED_HOST_DEVICE inline void pad_entry(int64_t e, int32_t* keys, int32_t* values, const int32_t* offsets,
+                                           int positions, int32_t sentinel) {
+  if (e < positions + static_cast<int64_t>(offsets[positions])) return;
+  keys[e] = sentinel;
+  values[e] = static_cast<int32_t>(e);
+}
+
+// heads[i] = 1 at the first entry of each row's run in the sorted keys.
+ENHANCED_HOST_DEVICE inline void mark_run_head(int i, int32_t* heads, const int32_t* keys) {
+  heads[i] = (i == 0 || keys[i] != keys[i - 1]) ? 1 : 0;
+}
+
+// With run_index = exclusive sum of heads: each head writes its run's row and start; the last
+// entry closes the last run (run_offsets[runs] = entries) and counts the runs, leaving out the
+// sentinel's: its start is then the end of the last real run.
+ENHANCED_HOST_DEVICE inline void record_run_start(int i, int32_t* rows, int32_t* run_offsets, int32_t* run_count,
+                                                  const int32_t* heads, const int32_t* run_index,
+                                                  const int32_t* keys, int entries, int32_t sentinel) {
+  if (heads[i]) {
+    rows[run_index[i]] = keys[i];
+    run_offsets[run_index[i]] = i;
+  }
+  if (i == entries - 1) {
+    const int runs = run_index[i] + heads[i];
+    run_offsets[runs] = entries;
+    *run_count = keys[i] == sentinel ? runs - 1 : runs;
+  }
+}
+
+// index = run * dim + d: sums the run's entries in sorted (= CPU) order, then adds the total
+// into dembedding. Each (row, d) has exactly one writer: no atomics, the same bits every run.
+ENHANCED_HOST_DEVICE inline void sum_segment(int64_t index, float* dembedding, const int32_t* rows,
+                                             const int32_t* run_offsets, const int32_t* run_count,
+                                             const int32_t* sorted_entries, const int32_t* entry_position,
+                                             const int32_t* offsets, const float* id_coefficient,
+                                             const float* cur_coefficient, const float* dx, int dim, bool scalar) {
+  const int64_t run = index / dim;
+  const int d = static_cast<int>(index % dim);
+  if (run >= *run_count) return;
+  const int begin = run_offsets[run], end = run_offsets[run + 1];
+  float sum = 0.0f;
+  for (int k = begin; k < end; ++k) {
+    const int e = sorted_entries[k];
+    const int p = entry_position[e];
+    const float grad = dx[static_cast<int64_t>(p) * dim + d];
+    float value;
+    if (e == offsets[p] + p) value = mul_rn(cur_coefficient[p], grad);
+    else value = scalar ? id_coefficient[p] : mul_rn(id_coefficient[p], grad);
+    sum = add_rn(sum, value);
+  }
+  float* out = dembedding + static_cast<int64_t>(rows[run]) * dim + d;
+  *out = add_rn(*out, sum);
+}
+
+}  // namespace enhanced::cuda::steps

@@ -1,0 +1,127 @@
+// The CUDA embedding backward's algorithm, run on the CPU: every kernel of embedding_blend.cu
+// is a thread index around one step of kernels/embedding_backward_steps.h; here each step runs
+// thread by thread, std::stable_sort standing in for CUB's stable radix sort and a loop for its
+// exclusive scan. The result must be the float CPU layer's bits and its touched rows, with the
+// sort exact or padded (as a captured CUDA graph pads it). This checks the index arithmetic on
+// every machine; CudaParity.EmbeddingBlendMatchesCpu checks the kernels themselves on a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gradcheck.h"
+#include "kernels/embedding_backward_steps.h"
+#include "layers/embedding_blend.h"
+
+namespace enhanced {
+namespace {
+
+namespace steps = cuda::steps;
+
+struct Emulated {
+  std::vector<float> gradient;
+  std::vector<int32_t> touched_rows;
+};
+
+// embedding_blend_backward (src/kernels/embedding_blend.cu) step by step on the host; the
+// gradient starts at zero, as the model's does.
+Emulated emulate_backward(const Batch& batch, const std::vector<float>& dx, int vocab, int dim, BlendMode mode,
+                          int64_t max_identifier_ids) {
+  const int P = batch.positions();
+  const int entries = static_cast<int>(P + max_identifier_ids);
+  const bool scalar = mode == BlendMode::scalar_mean;
+  const int32_t sentinel = vocab;
+  // Padding entries the kernels never write hold garbage on the device: start from garbage too.
+  std::vector<int32_t> keys(entries, -7), values(entries, -7), position(entries, -7);
+  std::vector<float> id_coefficient(P, -7.0f), cur_coefficient(P, -7.0f);
+  const int32_t* ids = batch.identifier_ids.empty() ? nullptr : batch.identifier_ids.data();
+  for (int p = 0; p < P; ++p)
+    steps::write_entries(p, keys.data(), values.data(), position.data(), id_coefficient.data(), cur_coefficient.data(),
+                         dx.data(), batch.identifier_offsets.data(), ids, batch.cur_word_ids.data(), dim, scalar);
+  for (int64_t e = P; e < entries; ++e)
+    steps::pad_entry(e, keys.data(), values.data(), batch.identifier_offsets.data(), P, sentinel);
+  // CUB's LSD radix sort is stable: so is this.
+  std::vector<int> order(entries);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return keys[a] < keys[b]; });
+  std::vector<int32_t> sorted_keys(entries), sorted_values(entries);
+  for (int i = 0; i < entries; ++i) {
+    sorted_keys[i] = keys[order[i]];
+    sorted_values[i] = values[order[i]];
+  }
+  std::vector<int32_t> heads(entries), run_index(entries), rows(entries, -7), run_offsets(entries + 1, -7);
+  for (int i = 0; i < entries; ++i) steps::mark_run_head(i, heads.data(), sorted_keys.data());
+  std::exclusive_scan(heads.begin(), heads.end(), run_index.begin(), 0);
+  int32_t run_count = -7;
+  for (int i = 0; i < entries; ++i)
+    steps::record_run_start(i, rows.data(), run_offsets.data(), &run_count, heads.data(), run_index.data(),
+                            sorted_keys.data(), entries, sentinel);
+  Emulated out;
+  out.gradient.assign(static_cast<size_t>(vocab) * dim, 0.0f);
+  for (int64_t index = 0; index < static_cast<int64_t>(entries) * dim; ++index)
+    steps::sum_segment(index, out.gradient.data(), rows.data(), run_offsets.data(), &run_count, sorted_values.data(),
+                       position.data(), batch.identifier_offsets.data(), id_coefficient.data(), cur_coefficient.data(),
+                       dx.data(), dim, scalar);
+  out.touched_rows.assign(rows.begin(), rows.begin() + run_count);
+  return out;
+}
+
+void check(const Batch& batch, int vocab, int dim, BlendMode mode, uint64_t seed, const std::string& what) {
+  Random random(seed);
+  const int P = batch.positions();
+  std::vector<float> dx(static_cast<size_t>(P) * dim);
+  for (float& v : dx) v = static_cast<float>(random.uniform(-1, 1));
+  std::vector<float> want(static_cast<size_t>(vocab) * dim, 0.0f);
+  embedding_blend_backward(want.data(), dx.data(), batch.identifier_offsets.data(), batch.identifier_ids.data(),
+                           batch.cur_word_ids.data(), P, dim, mode);
+  std::vector<int32_t> want_rows;
+  const int64_t n = static_cast<int64_t>(batch.identifier_ids.size());
+  embedding_touched_rows(want_rows, batch.identifier_ids.data(), n, batch.cur_word_ids.data(), P);
+  for (const int64_t extra : {int64_t{0}, int64_t{1}, int64_t{37}}) {  // exact, then padded sorts
+    const Emulated got = emulate_backward(batch, dx, vocab, dim, mode, n + extra);
+    EXPECT_EQ(got.gradient, want) << what << ", " << extra << " padding entries: not the CPU's bits";
+    EXPECT_EQ(got.touched_rows, want_rows) << what << ", " << extra << " padding entries";
+  }
+}
+
+TEST(EmbeddingBackwardSteps, MatchTheCpuLayerBitForBitExactAndPadded) {
+  for (BlendMode mode : {BlendMode::mean, BlendMode::scalar_mean}) {
+    const std::string name = to_string(mode);
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      Random random(seed);
+      const int B = 1 + static_cast<int>(random.below(4)), T = 1 + static_cast<int>(random.below(9));
+      const int V = 2 + static_cast<int>(random.below(30)), D = 1 + static_cast<int>(random.below(9));
+      check(testing::random_batch(B, T, V, 3, random), V, D, mode, seed + 100, name + " seed " + std::to_string(seed));
+    }
+  }
+}
+
+TEST(EmbeddingBackwardSteps, EdgeCases) {
+  for (BlendMode mode : {BlendMode::mean, BlendMode::scalar_mean}) {
+    Batch empty;  // no identifier ids at all: only cur words, one row repeated
+    empty.size = 1;
+    empty.seq_len = 4;
+    empty.identifier_offsets.assign(5, 0);
+    empty.cur_word_ids = {3, 1, 3, 0};
+    empty.labels = {0};
+    check(empty, 5, 3, mode, 1, "no identifier ids");
+    Batch last_row = empty;  // every entry on row V - 1, the one just below the sentinel
+    last_row.identifier_offsets = {0, 2, 2, 5, 6};
+    last_row.identifier_ids.assign(6, 4);
+    last_row.cur_word_ids = {4, 4, 4, 4};
+    check(last_row, 5, 2, mode, 2, "every entry on row V - 1");
+    Batch one;  // one position, one id, V = 1
+    one.size = 1;
+    one.seq_len = 1;
+    one.identifier_offsets = {0, 1};
+    one.identifier_ids = {0};
+    one.cur_word_ids = {0};
+    one.labels = {0};
+    check(one, 1, 1, mode, 3, "V = 1, P = 1");
+  }
+}
+
+}  // namespace
+}  // namespace enhanced
