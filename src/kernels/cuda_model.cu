@@ -210,7 +210,6 @@ struct CudaModel::Impl {
   void validate(const Batch& batch) const;
   void allocate_batch_blocks();
   void grow_ids(size_t ids);
-  StepScalars next_scalars() const;
   BatchView enqueue(const Batch& batch, StepKind kind);
   void run_step(const BatchView& b, StepKind kind, int slot);
   void run_eager(const BatchView& b, StepKind kind);
@@ -267,21 +266,6 @@ void CudaModel::Impl::grow_ids(size_t ids) {
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
 }
 
-// optimizer.cpp's host arithmetic for the next step, bit for bit.
-StepScalars CudaModel::Impl::next_scalars() const {
-  StepScalars out;
-  out.step = steps + 1;
-  out.first_step = out.step == 1 ? 1 : 0;
-  if (optimizer.kind == OptimizerKind::adam) {
-    const double t = static_cast<double>(out.step);
-    out.adam_step_size =
-        static_cast<float>(optimizer.learning_rate / (1.0 - std::pow(static_cast<double>(optimizer.beta1), t)));
-    out.adam_bias_correction2_sqrt =
-        static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(optimizer.beta2), t)));
-  }
-  return out;
-}
-
 CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind kind) {
   validate(batch);
   const size_t P = static_cast<size_t>(batch.positions());
@@ -294,7 +278,7 @@ CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind
   // The staging memory is free once its previous upload finished (two steps back).
   if (slot.used) ENHANCED_CUDA_CHECK(cudaEventSynchronize(slot.uploaded));
   int32_t* at = slot.staging.data();
-  const StepScalars header = next_scalars();
+  const StepScalars header = cuda::step_scalars(optimizer, steps + 1);
   std::memcpy(at, &header, sizeof header);
   std::memcpy(at + layout.offsets, batch.identifier_offsets.data(), (P + 1) * sizeof(int32_t));
   std::memcpy(at + layout.cur, batch.cur_word_ids.data(), P * sizeof(int32_t));

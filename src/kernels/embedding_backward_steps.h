@@ -12,37 +12,9 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define ENHANCED_HOST_DEVICE __host__ __device__
-#else
-#define ENHANCED_HOST_DEVICE
-#endif
+#include "kernels/host_device.h"
 
 namespace enhanced::cuda::steps {
-
-// Round-to-nearest float arithmetic, never contracted into a fused multiply-add (the host side
-// is compiled with -ffp-contract=off).
-ENHANCED_HOST_DEVICE inline float add_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-ENHANCED_HOST_DEVICE inline float mul_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-ENHANCED_HOST_DEVICE inline float div_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
 
 // Position p: its entries (key, value = entry index, position) and its coefficients. An id entry
 // contributes id_coefficient[p] * dx[p, d] (mean) or id_coefficient[p] itself (scalar-mean: the

@@ -14,6 +14,7 @@
 #include "enhanced/device.h"
 #include "enhanced/model.h"
 #include "kernels/cuda_check.h"
+#include "kernels/optimizer_steps.h"
 
 namespace enhanced::cuda {
 
@@ -148,28 +149,8 @@ void softmax_cross_entropy(float* dlogits, float* sample_losses, double* mean_lo
 
 // ---- optimizer (optimizer.h), one launch over the carved parameter buffer -----------------------
 
-// The index space an optimizer step visits: the whole buffer, or (rows_only) the touched
-// embedding rows followed by everything after the embedding table.
-struct StepRange {
-  size_t total = 0;            // elements in the buffer
-  size_t table = 0;            // V * D: where the embedding ends
-  int dim = 0;                 // D
-  bool rows_only = false;
-  const int32_t* rows = nullptr;        // device, sorted distinct rows (rows_only and norm)
-  const int32_t* row_count = nullptr;   // device, one int
-  int64_t max_rows = 0;                 // bound on *row_count, sizes the launch
-};
-
-// Per-step optimizer scalars, read on the device so that a captured CUDA graph replays any step.
-// The host fills them as optimizer.cpp computes them (in double, then rounded), so the device
-// update has the CPU's bits.
-struct StepScalars {
-  float adam_step_size = 0;              // lr / (1 - beta1^t)
-  float adam_bias_correction2_sqrt = 0;  // sqrt(1 - beta2^t)
-  int32_t first_step = 0;                // SGD momentum: the buffer starts at g on step 1
-  int32_t reserved = 0;
-  int64_t step = 0;                      // t, 1-based
-};
+// StepRange (the index space a step visits) and StepScalars (the step's scalars, read on the
+// device) are in optimizer_steps.h, shared with the host-side test.
 
 // norm (1, double) = sqrt(sum of squares of grads over the touched rows and the rest), in a
 // fixed order (fixed grid, then one block): deterministic. scale (1, float) = the clipping

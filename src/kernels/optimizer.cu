@@ -1,7 +1,7 @@
 // Gradient norm (deterministic two-stage reduction), SGD and Adam in one launch each over the
-// carved parameter buffer, and gradient zeroing. The update arithmetic mirrors optimizer.cpp
-// operation for operation with round-to-nearest intrinsics (no FMA contraction), so from the
-// same inputs the device step gives the CPU step's bits.
+// carved parameter buffer, and gradient zeroing. The index space and the update arithmetic are
+// optimizer_steps.h's (optimizer.cpp's operations in its order, round-to-nearest, no FMA), so
+// from the same inputs the device step gives the CPU step's bits (tested on the host).
 #include <cub/block/block_reduce.cuh>
 #include <math_constants.h>
 
@@ -16,24 +16,9 @@ constexpr int kThreads = 256;
 constexpr int kNormBlocks = 256;  // fixed: the reduction order never depends on the device
 constexpr unsigned kMaxBlocks = 4096;
 
-// The virtual index space: rows_only visits row_count * D elements of the touched rows, then
-// the (total - table) elements after the table; otherwise 0 .. total.
-struct Space {
-  int64_t row_elements;
-  int64_t size;
-};
-
-__device__ inline Space space_of(const StepRange& r, bool rows_only) {
-  if (!rows_only) return {0, static_cast<int64_t>(r.total)};
-  const int64_t row_elements = static_cast<int64_t>(*r.row_count) * r.dim;
-  return {row_elements, row_elements + static_cast<int64_t>(r.total - r.table)};
-}
-
-__device__ inline int64_t element_of(const StepRange& r, bool rows_only, const Space& s, int64_t i) {
-  if (!rows_only) return i;
-  if (i < s.row_elements) return static_cast<int64_t>(r.rows[i / r.dim]) * r.dim + i % r.dim;
-  return static_cast<int64_t>(r.table) + (i - s.row_elements);
-}
+using steps::element_of;
+using steps::Space;
+using steps::space_of;
 
 __global__ void norm_partials_kernel(double* __restrict__ partials, const float* __restrict__ grads, StepRange r,
                                      bool rows_only) {
@@ -73,17 +58,8 @@ __global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ velocity, 
   const bool first_step = scalars->first_step != 0;
   const Space s = space_of(r, r.rows_only);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.size;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t k = element_of(r, r.rows_only, s, i);
-    const float gradient = __fmul_rn(g[k], scale);
-    if (mu > 0) {
-      const float v = first_step ? gradient : __fadd_rn(__fmul_rn(mu, velocity[k]), gradient);
-      velocity[k] = v;
-      w[k] = __fsub_rn(w[k], __fmul_rn(lr, v));
-    } else {
-      w[k] = __fsub_rn(w[k], __fmul_rn(lr, gradient));
-    }
-  }
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    steps::sgd_update(element_of(r, r.rows_only, s, i), w, velocity, g, scale, lr, mu, first_step);
 }
 
 __global__ void adam_kernel(float* __restrict__ w, float* __restrict__ m, float* __restrict__ v,
@@ -94,19 +70,11 @@ __global__ void adam_kernel(float* __restrict__ w, float* __restrict__ m, float*
   const float scale = *scale_ptr;
   const float step_size = scalars->adam_step_size;
   const float bias_correction2_sqrt = scalars->adam_bias_correction2_sqrt;
-  const float one_minus_b1 = __fsub_rn(1.0f, b1), one_minus_b2 = __fsub_rn(1.0f, b2);
   const Space s = space_of(r, r.rows_only);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.size;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t k = element_of(r, r.rows_only, s, i);
-    const float gradient = __fmul_rn(g[k], scale);
-    const float m_new = __fadd_rn(__fmul_rn(b1, m[k]), __fmul_rn(one_minus_b1, gradient));
-    const float v_new = __fadd_rn(__fmul_rn(b2, v[k]), __fmul_rn(__fmul_rn(one_minus_b2, gradient), gradient));
-    m[k] = m_new;
-    v[k] = v_new;
-    const float denominator = __fadd_rn(__fdiv_rn(__fsqrt_rn(v_new), bias_correction2_sqrt), eps);
-    w[k] = __fsub_rn(w[k], __fdiv_rn(__fmul_rn(step_size, m_new), denominator));
-  }
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    steps::adam_update(element_of(r, r.rows_only, s, i), w, m, v, g, scale, b1, b2, eps, step_size,
+                       bias_correction2_sqrt);
 }
 
 __global__ void zero_kernel(float* __restrict__ g, StepRange r) {

@@ -1,0 +1,102 @@
+// The per-element steps of the CUDA optimizer (optimizer.cu), written once for the device and
+// the host: the index space an update visits and the SGD / Adam arithmetic, in optimizer.cpp's
+// order with round-to-nearest operations. A CPU test (tests/test_optimizer_steps.cpp) runs them
+// over the space and gets Optimizer::step's bits: the device update's claim to the CPU's bits,
+// checked on every machine.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "enhanced/optimizer.h"
+#include "kernels/host_device.h"
+
+namespace enhanced::cuda {
+
+// The index space an optimizer step visits: the whole buffer, or (rows_only) the touched
+// embedding rows followed by everything after the embedding table.
+struct StepRange {
+  size_t total = 0;            // elements in the buffer
+  size_t table = 0;            // V * D: where the embedding ends
+  int dim = 0;                 // D
+  bool rows_only = false;
+  const int32_t* rows = nullptr;        // device, sorted distinct rows (rows_only and norm)
+  const int32_t* row_count = nullptr;   // device, one int
+  int64_t max_rows = 0;                 // bound on *row_count, sizes the launch
+};
+
+// Per-step optimizer scalars, read on the device so that a captured CUDA graph replays any step.
+struct StepScalars {
+  float adam_step_size = 0;              // lr / (1 - beta1^t)
+  float adam_bias_correction2_sqrt = 0;  // sqrt(1 - beta2^t)
+  int32_t first_step = 0;                // SGD momentum: the buffer starts at g on step 1
+  int32_t reserved = 0;
+  int64_t step = 0;                      // t, 1-based
+};
+
+// Step t's scalars, from optimizer.cpp's host arithmetic (double, then rounded), bit for bit.
+inline StepScalars step_scalars(const OptimizerConfig& optimizer, int64_t step) {
+  StepScalars out;
+  out.step = step;
+  out.first_step = step == 1 ? 1 : 0;
+  if (optimizer.kind == OptimizerKind::adam) {
+    const double t = static_cast<double>(step);
+    out.adam_step_size =
+        static_cast<float>(optimizer.learning_rate / (1.0 - std::pow(static_cast<double>(optimizer.beta1), t)));
+    out.adam_bias_correction2_sqrt =
+        static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(optimizer.beta2), t)));
+  }
+  return out;
+}
+
+namespace steps {
+
+// rows_only visits row_count * D elements of the touched rows, then the (total - table)
+// elements after the table; otherwise 0 .. total.
+struct Space {
+  int64_t row_elements;
+  int64_t size;
+};
+
+ENHANCED_HOST_DEVICE inline Space space_of(const StepRange& r, bool rows_only) {
+  if (!rows_only) return {0, static_cast<int64_t>(r.total)};
+  const int64_t row_elements = static_cast<int64_t>(*r.row_count) * r.dim;
+  return {row_elements, row_elements + static_cast<int64_t>(r.total - r.table)};
+}
+
+// The buffer element of index i of the space.
+ENHANCED_HOST_DEVICE inline int64_t element_of(const StepRange& r, bool rows_only, const Space& s, int64_t i) {
+  if (!rows_only) return i;
+  if (i < s.row_elements) return static_cast<int64_t>(r.rows[i / r.dim]) * r.dim + i % r.dim;
+  return static_cast<int64_t>(r.table) + (i - s.row_elements);
+}
+
+// PyTorch SGD on element k (momentum buffer starts at g on the first step).
+ENHANCED_HOST_DEVICE inline void sgd_update(int64_t k, float* w, float* velocity, const float* g, float scale,
+                                            float lr, float mu, bool first_step) {
+  const float gradient = mul_rn(g[k], scale);
+  if (mu > 0) {
+    const float v = first_step ? gradient : add_rn(mul_rn(mu, velocity[k]), gradient);
+    velocity[k] = v;
+    w[k] = sub_rn(w[k], mul_rn(lr, v));
+  } else {
+    w[k] = sub_rn(w[k], mul_rn(lr, gradient));
+  }
+}
+
+// PyTorch Adam on element k: w -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps).
+ENHANCED_HOST_DEVICE inline void adam_update(int64_t k, float* w, float* m, float* v, const float* g, float scale,
+                                             float b1, float b2, float eps, float step_size,
+                                             float bias_correction2_sqrt) {
+  const float gradient = mul_rn(g[k], scale);
+  const float m_new = add_rn(mul_rn(b1, m[k]), mul_rn(sub_rn(1.0f, b1), gradient));
+  const float v_new = add_rn(mul_rn(b2, v[k]), mul_rn(mul_rn(sub_rn(1.0f, b2), gradient), gradient));
+  m[k] = m_new;
+  v[k] = v_new;
+  const float denominator = add_rn(div_rn(sqrt_rn(v_new), bias_correction2_sqrt), eps);
+  w[k] = sub_rn(w[k], div_rn(mul_rn(step_size, m_new), denominator));
+}
+
+}  // namespace steps
+}  // namespace enhanced::cuda

@@ -1,0 +1,114 @@
+// The CUDA optimizer's arithmetic, run on the CPU: the kernels of optimizer.cu visit the index
+// space of kernels/optimizer_steps.h and apply its sgd_update / adam_update with the step's
+// StepScalars. Here the same functions run over the same space on the host; from the same
+// gradients and clipping factor they must give Optimizer::step's bits, step after step, for
+// every optimizer and both the dense and the touched-rows-only spaces.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "enhanced/model.h"
+#include "enhanced/optimizer.h"
+#include "enhanced/random.h"
+#include "kernels/optimizer_steps.h"
+#include "layers/embedding_blend.h"
+
+namespace enhanced {
+namespace {
+
+namespace steps = cuda::steps;
+
+struct Case {
+  const char* name;
+  OptimizerConfig config;
+};
+
+// Optimizer::step's choice of space, as the CUDA model makes it.
+bool rows_only(const OptimizerConfig& o) {
+  return o.lazy_embedding || (o.kind == OptimizerKind::sgd && o.momentum == 0);
+}
+
+void check(const Case& c) {
+  ModelConfig model;
+  model.vocab_size = 13;
+  model.embedding_dim = 3;
+  model.hidden = 2;
+  model.seq_len = 4;
+  model.num_labels = 3;
+  Random random(17);
+  ParameterBuffer<float> cpu(model), grads(model);
+  for (float& w : cpu.data) w = static_cast<float>(random.uniform(-1, 1));
+  Optimizer optimizer(c.config, model);
+  ParameterBuffer<float> emulated = cpu;
+  ParameterBuffer<float> first(model), second(model);  // the device's moments start at zero too
+  const size_t table = static_cast<size_t>(model.vocab_size) * model.embedding_dim;
+  for (int64_t step = 1; step <= 4; ++step) {
+    // A gradient on a few embedding rows (the others exactly zero, as after a backward) and on
+    // everything after the table.
+    std::fill(grads.data.begin(), grads.data.end(), 0.0f);
+    const std::vector<int32_t> ids = {static_cast<int32_t>(random.below(13)), static_cast<int32_t>(random.below(13)),
+                                      static_cast<int32_t>(random.below(13))};
+    std::vector<int32_t> rows;
+    embedding_touched_rows(rows, ids.data(), static_cast<int64_t>(ids.size()), ids.data(), 0);
+    for (int32_t row : rows)
+      for (int d = 0; d < model.embedding_dim; ++d)
+        grads.data[static_cast<size_t>(row) * model.embedding_dim + d] = static_cast<float>(random.uniform(-2, 2));
+    for (size_t i = table; i < grads.size(); ++i) grads.data[i] = static_cast<float>(random.uniform(-2, 2));
+
+    const double norm = optimizer.step(cpu, grads, rows);
+    float scale = 1.0f;  // norm_finish_kernel's formula, from the same norm
+    if (c.config.clip_norm > 0 && norm > c.config.clip_norm)
+      scale = static_cast<float>(c.config.clip_norm / (norm + 1e-6));
+
+    const int32_t row_count = static_cast<int32_t>(rows.size());
+    cuda::StepRange range;
+    range.total = emulated.size();
+    range.table = table;
+    range.dim = model.embedding_dim;
+    range.rows_only = rows_only(c.config);
+    range.rows = rows.data();
+    range.row_count = &row_count;
+    const cuda::StepScalars scalars = cuda::step_scalars(c.config, step);
+    const steps::Space space = steps::space_of(range, range.rows_only);
+    const OptimizerConfig& o = c.config;
+    for (int64_t i = 0; i < space.size; ++i) {
+      const int64_t k = steps::element_of(range, range.rows_only, space, i);
+      if (o.kind == OptimizerKind::sgd)
+        steps::sgd_update(k, emulated.data.data(), first.data.data(), grads.data.data(), scale, o.learning_rate,
+                          o.momentum, scalars.first_step != 0);
+      else
+        steps::adam_update(k, emulated.data.data(), first.data.data(), second.data.data(), grads.data.data(), scale,
+                           o.beta1, o.beta2, o.epsilon, scalars.adam_step_size, scalars.adam_bias_correction2_sqrt);
+    }
+    ASSERT_EQ(emulated.data, cpu.data) << c.name << ", step " << step << ": weights differ from the CPU's bits";
+    if (optimizer.first_moment()) {
+      ASSERT_EQ(first.data, optimizer.first_moment()->data) << c.name << ", step " << step;
+    }
+    if (optimizer.second_moment()) {
+      ASSERT_EQ(second.data, optimizer.second_moment()->data) << c.name << ", step " << step;
+    }
+  }
+}
+
+TEST(OptimizerSteps, MatchOptimizerStepBitForBit) {
+  OptimizerConfig sgd;
+  sgd.kind = OptimizerKind::sgd;
+  sgd.learning_rate = 0.1f;
+  OptimizerConfig momentum = sgd;
+  momentum.momentum = 0.9f;
+  OptimizerConfig lazy_momentum = momentum;
+  lazy_momentum.lazy_embedding = true;
+  OptimizerConfig adam;
+  adam.learning_rate = 3e-3f;
+  OptimizerConfig lazy_adam = adam;
+  lazy_adam.lazy_embedding = true;
+  OptimizerConfig clipped = adam;
+  clipped.clip_norm = 0.5f;
+  for (const Case& c : {Case{"sgd", sgd}, Case{"sgd momentum", momentum}, Case{"lazy sgd momentum", lazy_momentum},
+                        Case{"adam", adam}, Case{"lazy adam", lazy_adam}, Case{"adam clipped", clipped}})
+    check(c);
+}
+
+}  // namespace
+}  // namespace enhanced
