@@ -11,16 +11,13 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "enhanced/backend.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/common.h"
 #include "enhanced/device.h"
 #include "enhanced/evaluate.h"
 #include "enhanced/loader.h"
 #include "enhanced/network.h"
-#include "layers/embedding_blend.h"
-#ifdef ENHANCED_HAVE_CUDA
-#include "enhanced/cuda_model.h"
-#endif
 
 namespace enhanced {
 namespace {
@@ -162,26 +159,15 @@ ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, 
 class TrainingRun {
  public:
   TrainingRun(TrainOptions options, ParameterBuffer<float> params, const Dataset& train, const Dataset* valid)
-      : o_(std::move(options)), params_(std::move(params)), grads_(params_.config), train_(train), valid_(valid),
+      : o_(std::move(options)), params_(std::move(params)), train_(train), valid_(valid),
         optimizer_(o_.optimizer, params_.config), dir_(o_.out_dir) {}
 
-  // With a GPU the step runs on a CudaModel that holds the parameters and moments; the host
-  // copies are refreshed from it before each checkpoint and validation.
-  // Its steps are pipelined: queued without waiting, their loss and accuracy read back at each
-  // logging point, checkpoint and epoch end (collect_device).
-  void use_device(Device device) {
-#ifdef ENHANCED_HAVE_CUDA
-    if (device == Device::cuda) {
-      cuda_ = std::make_unique<CudaModel>(params_.config, o_.optimizer, o_.batch_size, o_.cuda);
-      cuda_->upload_parameters(params_);
-      cuda_->upload_optimizer_state(optimizer_.first_moment(), optimizer_.second_moment(), optimizer_.steps());
-      // Recorded in the run's options: a resumed run uses the same algorithm, hence the same bits.
-      o_.cuda.rnn_algorithm = cuda_->rnn_algorithm();
-      std::fprintf(stderr, "cuda: %s\n", cuda_->summary().c_str());
-    }
-#else
-    if (device == Device::cuda) fail("this build has no CUDA backend");
-#endif
+  // The device the steps run on (backend.h). On a GPU it holds the parameters and moments, the
+  // host copies are refreshed before each checkpoint; its steps are queued without waiting, and
+  // their loss and accuracy read back at each logging point, checkpoint and epoch end (collect).
+  // Called after resume(): the device starts from the restored optimizer state.
+  void use_device(Device device, int threads) {
+    backend_ = make_training_backend(device, params_, optimizer_, o_.batch_size, threads, o_.cuda);
   }
 
   // Everything a resumed run needs is in the one state file (the weights included), written
@@ -213,9 +199,6 @@ class TrainingRun {
       fail(train_.path(), ": no batch to train on (", train_.num_samples(), " samples, batch size ", o_.batch_size,
            o_.drop_last ? ", drop-last on)" : ")");
     const int64_t total_steps = o_.steps > 0 ? o_.steps : o_.epochs * batches;
-    Activations<float> activations;
-    activations.reserve(c, o_.batch_size);
-    std::vector<int32_t> rows;
     const int64_t first_step = state_.step;
     const auto start = Clock::now();
     std::fprintf(stderr, "model: V=%lld D=%d H=%d T=%d L=%d blend=%s pool=%s, %zu parameters; %lld steps of %d\n",
@@ -226,19 +209,13 @@ class TrainingRun {
       loader.start_epoch(state_.epoch, state_.batch_in_epoch);
       bool epoch_done = true;
       while (const Batch* batch = loader.next()) {
-        if (on_device()) {
-          enqueue_device_step(*batch);
-        } else {
-          const double loss = train_step(activations, rows, *batch);
-          if (!std::isfinite(loss)) return stop_non_finite(loss, state_.step + 1, state_.batch_in_epoch);
-          count_batch(activations, *batch, loss);
-        }
+        backend_->enqueue_train_step(*batch);
         ++state_.step;
         ++state_.batch_in_epoch;
         const bool log_now = state_.step % o_.log_every == 0 || state_.step == total_steps;
         const bool checkpoint_now = o_.checkpoint_every > 0 && state_.step % o_.checkpoint_every == 0;
         if (log_now || checkpoint_now)
-          if (const int code = collect_device()) return code;
+          if (const int code = collect()) return code;
         if (log_now) log_interval(batches, total_steps, first_step, start);
         if (checkpoint_now) save();
         if (state_.step == total_steps) {
@@ -246,49 +223,23 @@ class TrainingRun {
           break;
         }
       }
-      if (const int code = collect_device()) return code;
+      if (const int code = collect()) return code;
       if (epoch_done) end_epoch();
     }
     save();
     if (o_.progress) std::fprintf(stderr, "\n");
     std::fprintf(stderr, "done: %lld steps in %s; checkpoints in %s\n", static_cast<long long>(state_.step),
                  duration_text(seconds_since(start)).c_str(), dir_.c_str());
-#ifdef ENHANCED_HAVE_CUDA
-    if (cuda_) {
-      if (cuda_->graphs_off_reason().empty())
-        std::fprintf(stderr, "cuda: %lld steps replayed from CUDA graphs\n",
-                     static_cast<long long>(cuda_->graph_replays()));
-      else
-        std::fprintf(stderr, "cuda: CUDA graphs %s\n", cuda_->graphs_off_reason().c_str());
-    }
-#endif
+    if (const std::string note = backend_->closing_note(); !note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
     return 0;
   }
 
-  void set_threads(int threads) { threads_ = threads; }
-
  private:
-  bool on_device() const {
-#ifdef ENHANCED_HAVE_CUDA
-    return cuda_ != nullptr;
-#else
-    return false;
-#endif
-  }
-
-  void enqueue_device_step([[maybe_unused]] const Batch& batch) {
-#ifdef ENHANCED_HAVE_CUDA
-    cuda_->enqueue_train_step(batch);
-#endif
-  }
-
-  // Waits for the queued device steps and adds their loss and accuracy to the interval and the
-  // epoch. A step that met a non-finite loss or gradient stopped the run there (it and every
-  // later step left the weights unchanged): report it as the CPU path does. No-op on the CPU.
-  int collect_device() {
-#ifdef ENHANCED_HAVE_CUDA
-    if (!cuda_) return 0;
-    const TrainTotals totals = cuda_->collect();
+  // Waits for the queued steps and adds their loss and accuracy to the interval and the epoch. A
+  // step that met a non-finite loss or gradient stopped the run there (it and every later step
+  // left the weights unchanged): report it and stop.
+  int collect() {
+    const TrainTotals totals = backend_->collect();
     interval_loss_ += totals.loss_sum;
     epoch_loss_ += totals.loss_sum;
     interval_correct_ += totals.correct;
@@ -302,60 +253,16 @@ class TrainingRun {
       fail("non-finite gradient (norm ", totals.halted_value, ") at step ", totals.halted_step,
            "; weights left unchanged");
     }
-#endif
     return 0;
   }
 
-  // One step on the CPU; a non-finite loss is returned before any weight changes.
-  double train_step(Activations<float>& activations, std::vector<int32_t>& rows, const Batch& batch) {
-    embedding_touched_rows(rows, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
-                           batch.cur_word_ids.data(), batch.positions());
-    const double loss = model_forward(activations, params_, batch, threads_, true);
-    if (!std::isfinite(loss)) return loss;
-    model_backward(grads_, activations, params_, batch, threads_);
-    optimizer_.step(params_, grads_, rows);
-    zero_gradients(grads_, rows);
-    return loss;
-  }
-
   // Brings the host parameters and optimizer state up to date with the device's.
-  void sync_to_host() {
-#ifdef ENHANCED_HAVE_CUDA
-    if (!cuda_) return;
-    cuda_->download_parameters(params_);
-    cuda_->download_optimizer_state(optimizer_.first_moment(), optimizer_.second_moment());
-    optimizer_.set_steps(cuda_->optimizer_steps());
-#endif
-  }
+  void sync_to_host() { backend_->sync_to_host(); }
 
-  EvalResult validate() {
-#ifdef ENHANCED_HAVE_CUDA
-    if (cuda_) {
-      CudaModel& model = *cuda_;
-      return evaluate([&](const Batch& batch, float* logits) { return model.forward(batch, logits); }, *valid_,
-                      o_.batch_size, params_.config.num_labels, false);
-    }
-#endif
-    return evaluate(params_, *valid_, o_.batch_size, threads_, false);
-  }
+  EvalResult validate() { return backend_->evaluate(*valid_, o_.batch_size); }
 
   static double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
-  }
-
-  void count_batch(const Activations<float>& activations, const Batch& batch, double loss) {
-    const int L = params_.config.num_labels;
-    int64_t correct = 0;
-    for (int b = 0; b < batch.size; ++b) {
-      const float* row = activations.logits.data() + static_cast<size_t>(b) * L;
-      correct += (std::max_element(row, row + L) - row) == batch.labels[b];
-    }
-    interval_correct_ += correct;
-    epoch_correct_ += correct;
-    interval_loss_ += loss * batch.size;
-    epoch_loss_ += loss * batch.size;
-    interval_samples_ += batch.size;
-    epoch_samples_ += batch.size;
   }
 
   void log_interval(int64_t batches, int64_t total_steps, int64_t first_step, Clock::time_point start) {
@@ -444,17 +351,14 @@ class TrainingRun {
   }
 
   TrainOptions o_;
-  ParameterBuffer<float> params_, grads_;
+  ParameterBuffer<float> params_;
   const Dataset& train_;
   const Dataset* valid_;
   Optimizer optimizer_;
   fs::path dir_;
   RunState state_;
-  int threads_ = 1;
   std::ofstream metrics_;
-#ifdef ENHANCED_HAVE_CUDA
-  std::unique_ptr<CudaModel> cuda_;
-#endif
+  std::unique_ptr<TrainingBackend> backend_;
   double interval_loss_ = 0, epoch_loss_ = 0;
   int64_t interval_correct_ = 0, interval_samples_ = 0, epoch_correct_ = 0, epoch_samples_ = 0;
 };
@@ -488,12 +392,11 @@ int run_training(TrainOptions options) {
   if (valid_ptr) valid.check_fits_model(params.config.vocab_size, params.config.num_labels);
 
   TrainingRun run(options, std::move(params), train, valid_ptr);
-  run.set_threads(threads);
   if (options.resume) {
     run.resume(*saved_state);
     saved_state.reset();  // its moments now live in the optimizer: do not hold two copies
   }
-  run.use_device(device);
+  run.use_device(device, threads);
   return run.run(options.resume);
 }
 
