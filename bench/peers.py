@@ -154,7 +154,10 @@ def print_table(results):
           "peers: the faster of their thread settings (median ms)")
     names = list(results["peers"])
     print(f"{'figure':<16}{'engine':>10}" + "".join(f"{n:>24}" for n in names) + f"{'vs fastest peer':>18}")
-    for figure in ("train step", "inference step"):
+    figures = ["train step", "inference step"]
+    if "train step, sync" in mine["times"] and all("train step, sync" in results["peers"][n]["best"] for n in names):
+        figures.append("train step, sync")  # GPU: each step waited for, on both sides
+    for figure in figures:
         engine_ms = 1e3 * mine["times"][figure]["median_s"]
         cells, fastest = "", None
         for n in names:
