@@ -232,7 +232,8 @@ void CudaModel::Impl::validate(const Batch& batch) const {
   if (batch.identifier_offsets.size() != P + 1 || batch.cur_word_ids.size() != P ||
       batch.labels.size() != static_cast<size_t>(batch.size) ||
       static_cast<size_t>(batch.identifier_offsets.back()) != batch.identifier_ids.size() ||
-      batch.identifier_offsets.front() != 0)
+      batch.identifier_offsets.front() != 0 ||
+      !std::is_sorted(batch.identifier_offsets.begin(), batch.identifier_offsets.end()))
     fail("internal: inconsistent batch arrays (B = ", batch.size, ", T = ", batch.seq_len, ")");
   // Out-of-range ids would fault on the device (and poison the context): check them here.
   const auto bad_id = [&](int32_t id) { return id < 0 || id >= c.vocab_size; };
