@@ -537,6 +537,10 @@ TEST(CudaParity, BadBatchesAreErrors) {
   Batch bad = testing::random_batch(1, config.seq_len, 5, config.num_labels, random);
   bad.cur_word_ids[0] = static_cast<int32_t>(config.vocab_size);
   EXPECT_THROW(model.train_step(bad), Error);
+  Batch backwards = testing::random_batch(1, config.seq_len, 5, config.num_labels, random);
+  backwards.identifier_offsets = {0, 2, 1, 2, 2, 2, 2};  // T = 6; the second list ends before it starts
+  backwards.identifier_ids = {1, 2};
+  EXPECT_THROW(model.train_step(backwards), Error);
   // The model still works after the rejected batches.
   Batch good = testing::random_batch(2, config.seq_len, 5, config.num_labels, random);
   EXPECT_TRUE(std::isfinite(model.train_step(good)));
