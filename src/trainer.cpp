@@ -161,6 +161,9 @@ class TrainingRun {
   TrainingRun(TrainOptions options, ParameterBuffer<float> params, const Dataset& train, const Dataset* valid)
       : o_(std::move(options)), params_(std::move(params)), train_(train), valid_(valid),
         optimizer_(o_.optimizer, params_.config), dir_(o_.out_dir) {}
+  // The backend holds references to params_ and optimizer_: a run stays where it was made.
+  TrainingRun(const TrainingRun&) = delete;
+  TrainingRun& operator=(const TrainingRun&) = delete;
 
   // The device the steps run on (backend.h). On a GPU it holds the parameters and moments, the
   // host copies are refreshed before each checkpoint; its steps are queued without waiting, and
@@ -179,6 +182,10 @@ class TrainingRun {
     state_.epoch = metadata_integer(state, "epoch");
     state_.batch_in_epoch = metadata_integer(state, "batch_in_epoch");
     state_.step = metadata_integer(state, "step");
+    // Steps are counted twice, by the run and by the optimizer (the halt report and Adam's bias
+    // correction use the latter): a file where they disagree was not written by this trainer.
+    if (optimizer_.steps() != state_.step)
+      fail(state.path(), ": the optimizer has taken ", optimizer_.steps(), " steps but the run says ", state_.step);
     const std::string best = state.metadata_value("best_valid_loss");
     char* end = nullptr;
     state_.best_valid_loss = std::strtod(best.c_str(), &end);

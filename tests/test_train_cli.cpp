@@ -102,6 +102,26 @@ TEST_F(TrainCli, DivergenceStopsAndLeavesTheLastGoodCheckpointLoadable) {
   EXPECT_EQ(eval.exit_code, 0) << eval.output;
 }
 
+// A halt is reported when the steps' totals are collected: after every step (log-every 1), or
+// only at the end of the epoch (log-every 1000). Either way the message names the same
+// step, epoch and batch, the exit status is 3 and no checkpoint is written after it.
+TEST_F(TrainCli, DivergenceIsReportedAtTheSameStepHoweverOftenTotalsAreCollected) {
+  const std::string flags = base_flags() + "--optimizer sgd --lr 1e38 --epochs 3 ";
+  const auto each = run_app("enhanced-train", flags + "--log-every 1 --out " + dir("halt-each").string());
+  const auto late = run_app("enhanced-train", flags + "--log-every 1000 --out " + dir("halt-late").string());
+  EXPECT_EQ(each.exit_code, 3) << each.output;
+  EXPECT_EQ(late.exit_code, 3) << late.output;
+  const auto message = [](const std::string& output) {
+    const size_t at = output.find("error: non-finite loss");
+    return at == std::string::npos ? std::string() : output.substr(at, output.find(';', at) - at);
+  };
+  ASSERT_FALSE(message(each.output).empty()) << each.output;
+  EXPECT_EQ(message(late.output), message(each.output));
+  EXPECT_NE(message(each.output).find(" at step "), std::string::npos) << each.output;
+  EXPECT_NE(message(each.output).find("(epoch 1, batch "), std::string::npos) << each.output;
+  EXPECT_FALSE(fs::exists(dir("halt-late") / "last.safetensors")) << late.output;
+}
+
 TEST_F(TrainCli, EvalReportsJsonAndWritesEveryPrediction) {
   ASSERT_EQ(run_app("enhanced-train", base_flags() + "--epochs 1 --out " + dir("eval").string()).exit_code, 0);
   const std::string checkpoint = (dir("eval") / "last.safetensors").string();

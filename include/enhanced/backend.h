@@ -3,8 +3,10 @@
 // the host's weights and optimizer state up to date for a checkpoint.
 //
 // The CPU backend runs each step when it is queued; the CUDA backend (CudaModel) queues it on the
-// GPU. Either way the loss, accuracy and any halt come back only through collect(), so the
-// trainer's handling of them is the same code, tested on every machine.
+// GPU. Either way the loss, accuracy and a non-finite loss come back through collect(), so the
+// trainer's handling of them is the same code, tested on every machine. (A non-finite gradient
+// with a finite loss throws from enqueue_train_step on the CPU, as Optimizer::step does, and
+// comes back through collect() as halt kind 2 from the GPU.)
 #pragma once
 
 #include <cstdint>
