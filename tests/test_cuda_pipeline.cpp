@@ -299,17 +299,19 @@ TEST_F(CudaTrainCli, TrainsLikeTheCpuAndResumesBitForBit) {
   EXPECT_NEAR(gpu_loss, cpu_loss, 1e-4 * std::max(1.0, cpu_loss));
 }
 
-// The device's halt through the trainer: reported with the same step, epoch and batch whether
-// the totals are collected after every step or only at the epoch's end; exit 3, no checkpoint.
+// The device's halt through the trainer: reported with the same step (and, for a loss, epoch and
+// batch) whether the totals are collected after every step or only at the epoch's end, no
+// checkpoint after it. Which comes first on this GPU, a non-finite loss (exit 3) or a non-finite
+// gradient with a finite loss (exit 1), is the arithmetic's business: both runs must agree.
 TEST_F(CudaTrainCli, DivergenceStopsWithTheStepAndKeepsTheLastGoodCheckpoint) {
   SKIP_WITHOUT_GPU();
   const std::string base = flags() + "--optimizer sgd --lr 1e38 --epochs 3 --device cuda --rnn-algorithm standard ";
   const auto each = run_app("enhanced-train", base + "--log-every 1 --out " + (root_ / "each").string());
   const auto late = run_app("enhanced-train", base + "--log-every 1000 --out " + (root_ / "late").string());
-  EXPECT_EQ(each.exit_code, 3) << each.output;
-  EXPECT_EQ(late.exit_code, 3) << late.output;
+  EXPECT_TRUE(each.exit_code == 3 || each.exit_code == 1) << each.output;
+  EXPECT_EQ(late.exit_code, each.exit_code) << late.output;
   const auto message = [](const std::string& output) {
-    const size_t at = output.find("error: non-finite loss");
+    const size_t at = output.find("error: non-finite ");
     return at == std::string::npos ? std::string() : output.substr(at, output.find(';', at) - at);
   };
   ASSERT_FALSE(message(each.output).empty()) << each.output;
