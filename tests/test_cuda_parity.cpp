@@ -42,6 +42,7 @@
 
 #ifdef ENHANCED_HAVE_CUDA
 #include "enhanced/cuda_model.h"
+#include "kernels/embedding_backward_steps.h"
 #include "kernels/layers.h"
 #endif
 
@@ -111,10 +112,9 @@ void expect_relative(std::span<const float> gpu, std::span<const double> ref, do
 
 // ---- kernels ----------------------------------------------------------------------------------
 
-void check_embedding(int B, int T, int D, BlendMode mode, uint64_t seed) {
+void check_embedding(int B, int T, int D, BlendMode mode, uint64_t seed, int V = 19) {
   Gpu gpu;
   Random random(seed);
-  const int V = 19;
   const Batch batch = testing::random_batch(B, T, V, 2, random);
   const int P = B * T;
   const std::vector<double> table = random_floats(static_cast<size_t>(V) * D, random);
@@ -146,7 +146,7 @@ void check_embedding(int B, int T, int D, BlendMode mode, uint64_t seed) {
   std::vector<float> runs[3];
   cuda::EmbeddingGradWorkspace workspace;
   const int64_t n = static_cast<int64_t>(batch.identifier_ids.size());
-  workspace.reserve(P, n + 17, V, gpu.stream);
+  workspace.reserve(P, n + 17, V, D, gpu.stream);
   for (int run = 0; run < 3; ++run) {
     DeviceBuffer<float> grad(table.size());
     ENHANCED_CUDA_CHECK(cudaMemsetAsync(grad.data(), 0, grad.bytes(), gpu.stream));
@@ -159,12 +159,19 @@ void check_embedding(int B, int T, int D, BlendMode mode, uint64_t seed) {
   expect_sum_close(runs[0], ref, mag, static_cast<double>(n + P) * D, "embedding backward");
   EXPECT_EQ(runs[0], runs[1]) << "embedding backward is not deterministic";
   EXPECT_EQ(runs[2], runs[0]) << "padding the sort changed the embedding gradient";
-  // The entries are summed in the CPU layer's order: the float CPU layer's bits.
-  std::vector<float> cpu_grad(table.size(), 0.0f);
-  const std::vector<float> dx_f = to_float(dx);
-  embedding_blend_backward(cpu_grad.data(), dx_f.data(), batch.identifier_offsets.data(), batch.identifier_ids.data(),
-                           batch.cur_word_ids.data(), P, D, mode);
-  EXPECT_EQ(runs[0], cpu_grad) << "embedding backward differs from the CPU bits";
+  // The entries are summed in the CPU layer's order: the float CPU layer's bits, as long as no
+  // row has more terms than one chunk (longer rows are summed in fixed chunks; the host test
+  // EmbeddingBackwardSteps.FrequentRowsAreSummedInFixedChunks pins that order down).
+  std::vector<int64_t> terms_per_row(static_cast<size_t>(V), 0);
+  for (int32_t id : batch.identifier_ids) ++terms_per_row[id];
+  for (int32_t id : batch.cur_word_ids) ++terms_per_row[id];
+  if (*std::max_element(terms_per_row.begin(), terms_per_row.end()) <= cuda::steps::kChunkEntries) {
+    std::vector<float> cpu_grad(table.size(), 0.0f);
+    const std::vector<float> dx_f = to_float(dx);
+    embedding_blend_backward(cpu_grad.data(), dx_f.data(), batch.identifier_offsets.data(),
+                             batch.identifier_ids.data(), batch.cur_word_ids.data(), P, D, mode);
+    EXPECT_EQ(runs[0], cpu_grad) << "embedding backward differs from the CPU bits";
+  }
   // The touched rows the optimizer will visit.
   std::vector<int32_t> rows;
   embedding_touched_rows(rows, batch.identifier_ids.data(), n, batch.cur_word_ids.data(), P);
@@ -239,6 +246,7 @@ TEST(CudaParity, EmbeddingBlendMatchesCpu) {
     check_embedding(3, 5, 7, mode, 1);   // odd D, ~30% empty identifier lists
     check_embedding(1, 1, 4, mode, 2);   // B = 1, T = 1
     check_embedding(4, 9, 32, mode, 3);  // the seed's D
+    check_embedding(4, 40, 8, mode, 4, 3);  // V = 3: rows with hundreds of terms, several chunks each
   }
 }
 
@@ -270,7 +278,7 @@ TEST(CudaParity, EmbeddingBlendAllIdentifiersEmpty) {
   cuda::embedding_blend_forward(x.data(), offsets.data(), no_ids.data(), cur.data(), d_table.data(), P, D,
                                 BlendMode::mean, gpu.stream);
   cuda::EmbeddingGradWorkspace workspace;
-  workspace.reserve(P, 0, V, gpu.stream);
+  workspace.reserve(P, 0, V, D, gpu.stream);
   cuda::embedding_blend_backward(grad.data(), workspace, d_dx.data(), offsets.data(), no_ids.data(), cur.data(), P, 0,
                                  D, BlendMode::mean, gpu.stream);
   EXPECT_EQ(to_host(x, dx.size(), gpu.stream), cpu_x);

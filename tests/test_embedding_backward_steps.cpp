@@ -1,9 +1,11 @@
 // The CUDA embedding backward's algorithm, run on the CPU: every kernel of embedding_blend.cu
 // is a thread index around one step of kernels/embedding_backward_steps.h; here each step runs
 // thread by thread, std::stable_sort standing in for CUB's stable radix sort and a loop for its
-// exclusive scan. The result must be the float CPU layer's bits and its touched rows, with the
+// exclusive scans. The result must be the float CPU layer's bits and its touched rows, with the
 // sort exact or padded (as a captured CUDA graph pads it). This checks the index arithmetic on
 // every machine; CudaParity.EmbeddingBlendMatchesCpu checks the kernels themselves on a GPU.
+// Rows with more than kChunkEntries terms are summed in fixed chunks: checked against a
+// reference written from that rule, which on short rows is itself checked to be the CPU layer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,13 +60,59 @@ Emulated emulate_backward(const Batch& batch, const std::vector<float>& dx, int 
   for (int i = 0; i < entries; ++i)
     steps::record_run_start(i, rows.data(), run_offsets.data(), &run_count, heads.data(), run_index.data(),
                             sorted_keys.data(), entries, sentinel);
+  std::vector<int32_t> chunk_counts(entries, -7), chunk_offsets(entries), chunk_begin(entries, -7),
+      chunk_end(entries, -7);
+  for (int r = 0; r < entries; ++r) steps::count_chunks(r, chunk_counts.data(), run_offsets.data(), &run_count);
+  std::exclusive_scan(chunk_counts.begin(), chunk_counts.end(), chunk_offsets.begin(), 0);
+  int32_t chunk_count = -7;
+  for (int r = 0; r < entries; ++r)
+    steps::write_chunks(r, chunk_begin.data(), chunk_end.data(), &chunk_count, chunk_counts.data(),
+                        chunk_offsets.data(), run_offsets.data(), &run_count);
+  std::vector<float> chunk_sums(static_cast<size_t>(entries) * dim, -7.0f);
+  for (int64_t index = 0; index < static_cast<int64_t>(entries) * dim; ++index)
+    steps::sum_chunk(index, chunk_sums.data(), chunk_begin.data(), chunk_end.data(), &chunk_count,
+                     sorted_values.data(), position.data(), batch.identifier_offsets.data(), id_coefficient.data(),
+                     cur_coefficient.data(), dx.data(), dim, scalar);
   Emulated out;
   out.gradient.assign(static_cast<size_t>(vocab) * dim, 0.0f);
   for (int64_t index = 0; index < static_cast<int64_t>(entries) * dim; ++index)
-    steps::sum_segment(index, out.gradient.data(), rows.data(), run_offsets.data(), &run_count, sorted_values.data(),
-                       position.data(), batch.identifier_offsets.data(), id_coefficient.data(), cur_coefficient.data(),
-                       dx.data(), dim, scalar);
+    steps::sum_run(index, out.gradient.data(), rows.data(), &run_count, chunk_counts.data(), chunk_offsets.data(),
+                   chunk_sums.data(), dim);
   out.touched_rows.assign(rows.begin(), rows.begin() + run_count);
+  return out;
+}
+
+// The gradient as the specification reads: each row's terms in the CPU layer's order (position by
+// position, the cur word's term, then each id's), summed in chunks of kChunkEntries in order, the
+// chunk sums added in order. With at most kChunkEntries terms a row, that is the CPU layer itself.
+std::vector<float> chunked_reference(const Batch& batch, const std::vector<float>& dx, int vocab, int dim,
+                                     BlendMode mode) {
+  std::vector<std::vector<std::vector<float>>> terms(vocab, std::vector<std::vector<float>>(dim));
+  for (int p = 0; p < batch.positions(); ++p) {
+    const float* grad = dx.data() + static_cast<size_t>(p) * dim;
+    const int begin = batch.identifier_offsets[p], count = batch.identifier_offsets[p + 1] - begin;
+    float total = 0;
+    for (int d = 0; d < dim; ++d) total += grad[d];
+    for (int d = 0; d < dim; ++d) terms[batch.cur_word_ids[p]][d].push_back(count == 0 ? grad[d] : 0.5f * grad[d]);
+    for (int j = 0; j < count; ++j)
+      for (int d = 0; d < dim; ++d)
+        terms[batch.identifier_ids[begin + j]][d].push_back(
+            mode == BlendMode::mean ? 0.5f / static_cast<float>(count) * grad[d]
+                                    : 0.5f * total / (static_cast<float>(count) * static_cast<float>(dim)));
+  }
+  std::vector<float> out(static_cast<size_t>(vocab) * dim, 0.0f);
+  for (int row = 0; row < vocab; ++row)
+    for (int d = 0; d < dim; ++d) {
+      const std::vector<float>& t = terms[row][d];
+      if (t.empty()) continue;
+      float sum = 0;
+      for (size_t chunk = 0; chunk < t.size(); chunk += steps::kChunkEntries) {
+        float part = 0;
+        for (size_t k = chunk; k < std::min(t.size(), chunk + steps::kChunkEntries); ++k) part += t[k];
+        sum = chunk == 0 ? part : sum + part;
+      }
+      out[static_cast<size_t>(row) * dim + d] = 0.0f + sum;
+    }
   return out;
 }
 
@@ -76,12 +124,21 @@ void check(const Batch& batch, int vocab, int dim, BlendMode mode, uint64_t seed
   std::vector<float> want(static_cast<size_t>(vocab) * dim, 0.0f);
   embedding_blend_backward(want.data(), dx.data(), batch.identifier_offsets.data(), batch.identifier_ids.data(),
                            batch.cur_word_ids.data(), P, dim, mode);
+  const std::vector<float> chunked = chunked_reference(batch, dx, vocab, dim, mode);
+  // Short rows (the common case): the reference is the CPU layer's bits.
+  std::vector<int64_t> terms_per_row(vocab, 0);
+  for (int32_t id : batch.identifier_ids) ++terms_per_row[id];
+  for (int32_t id : batch.cur_word_ids) ++terms_per_row[id];
+  if (*std::max_element(terms_per_row.begin(), terms_per_row.end()) <= steps::kChunkEntries)
+    ASSERT_EQ(chunked, want) << what << ": the chunked reference is not the CPU layer on short rows";
+  else
+    want = chunked;
   std::vector<int32_t> want_rows;
   const int64_t n = static_cast<int64_t>(batch.identifier_ids.size());
   embedding_touched_rows(want_rows, batch.identifier_ids.data(), n, batch.cur_word_ids.data(), P);
   for (const int64_t extra : {int64_t{0}, int64_t{1}, int64_t{37}}) {  // exact, then padded sorts
     const Emulated got = emulate_backward(batch, dx, vocab, dim, mode, n + extra);
-    EXPECT_EQ(got.gradient, want) << what << ", " << extra << " padding entries: not the CPU's bits";
+    EXPECT_EQ(got.gradient, want) << what << ", " << extra << " padding entries: not the reference's bits";
     EXPECT_EQ(got.touched_rows, want_rows) << what << ", " << extra << " padding entries";
   }
 }
@@ -95,6 +152,25 @@ TEST(EmbeddingBackwardSteps, MatchTheCpuLayerBitForBitExactAndPadded) {
       const int V = 2 + static_cast<int>(random.below(30)), D = 1 + static_cast<int>(random.below(9));
       check(testing::random_batch(B, T, V, 3, random), V, D, mode, seed + 100, name + " seed " + std::to_string(seed));
     }
+  }
+}
+
+// Frequent rows: row 0 spans several chunks, row 1 is exactly one full chunk, row 2 is short.
+TEST(EmbeddingBackwardSteps, FrequentRowsAreSummedInFixedChunks) {
+  for (BlendMode mode : {BlendMode::mean, BlendMode::scalar_mean}) {
+    Random random(7);
+    Batch batch;
+    batch.size = 4;
+    batch.seq_len = 60;
+    batch.labels = {0, 1, 2, 0};
+    batch.identifier_offsets.push_back(0);
+    for (int p = 0; p < batch.positions(); ++p) {
+      batch.cur_word_ids.push_back(p < steps::kChunkEntries ? 1 : 0);  // row 1: exactly one chunk of cur words
+      if (p % 3 != 0)
+        for (int j = 0; j < 1 + p % 2; ++j) batch.identifier_ids.push_back(p % 7 == 0 ? 2 : 0);
+      batch.identifier_offsets.push_back(static_cast<int32_t>(batch.identifier_ids.size()));
+    }
+    check(batch, 5, 3, mode, 11, std::string("frequent rows, ") + to_string(mode));
   }
 }
 

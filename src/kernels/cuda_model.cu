@@ -263,7 +263,8 @@ void CudaModel::Impl::grow_ids(size_t ids) {
   id_capacity = ids + ids / 2;
   allocate_batch_blocks();
   const int max_positions = max_batch * config.seq_len;
-  embedding_workspace.reserve(max_positions, static_cast<int64_t>(id_capacity), config.vocab_size, s());
+  embedding_workspace.reserve(max_positions, static_cast<int64_t>(id_capacity), config.vocab_size,
+                              config.embedding_dim, s());
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
 }
 
@@ -484,7 +485,8 @@ CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer
     slot.consumed = cuda::make_event();
   }
   m.allocate_batch_blocks();
-  m.embedding_workspace.reserve(static_cast<int>(P), static_cast<int64_t>(m.id_capacity), c.vocab_size, m.s());
+  m.embedding_workspace.reserve(static_cast<int>(P), static_cast<int64_t>(m.id_capacity), c.vocab_size,
+                                c.embedding_dim, m.s());
   m.scalars_host.resize(2);
   m.logits_host.resize(max_batch * L);
   if (!options.graphs) m.graphs_off = "turned off (--cuda-graphs off)";

@@ -7,7 +7,8 @@
 // The algorithm: entries are laid out in the CPU layer's order of accumulation (position p owns
 // entries offsets[p] + p, its cur word, and the next n_p, its identifier ids in order); keys are
 // embedding rows, values entry indices. After a stable sort by key each row's entries are still
-// in that order, so summing a row's run in order adds the CPU's terms in the CPU's order.
+// in that order, so summing a row's run in order adds the CPU's terms in the CPU's order (in
+// fixed chunks for very frequent rows: see kChunkEntries).
 #pragma once
 
 #include <cstdint>
@@ -79,19 +80,47 @@ ENHANCED_HOST_DEVICE inline void record_run_start(int i, int32_t* rows, int32_t*
   }
 }
 
-// index = run * dim + d: sums the run's entries in sorted (= CPU) order, then adds the total
-// into dembedding. Each (row, d) has exactly one writer: no atomics, the same bits every run.
-ENHANCED_HOST_DEVICE inline void sum_segment(int64_t index, float* dembedding, const int32_t* rows,
-                                             const int32_t* run_offsets, const int32_t* run_count,
-                                             const int32_t* sorted_entries, const int32_t* entry_position,
-                                             const int32_t* offsets, const float* id_coefficient,
-                                             const float* cur_coefficient, const float* dx, int dim, bool scalar) {
-  const int64_t run = index / dim;
+// A row's run is summed in chunks of at most kChunkEntries consecutive entries: each chunk by one
+// thread per d, in order, then the chunk sums in order. A run that fits one chunk is summed
+// exactly as the CPU does (its bits); a longer one (a frequent token) in the same fixed, chunked
+// order every time, so thousands of occurrences of one row cost kChunkEntries serial additions
+// and a pass over the chunk sums instead of thousands of dependent ones.
+constexpr int kChunkEntries = 64;
+
+// chunk_counts[r] = number of chunks of run r (0 past the runs). With chunk_offsets = their
+// exclusive sum, write_chunks lays the chunks out run by run.
+ENHANCED_HOST_DEVICE inline void count_chunks(int r, int32_t* chunk_counts, const int32_t* run_offsets,
+                                              const int32_t* run_count) {
+  const int length = r < *run_count ? run_offsets[r + 1] - run_offsets[r] : 0;
+  chunk_counts[r] = (length + kChunkEntries - 1) / kChunkEntries;
+}
+
+// Run r's chunks: [begin, end) in the sorted entries. The last run also writes the chunk total.
+ENHANCED_HOST_DEVICE inline void write_chunks(int r, int32_t* chunk_begin, int32_t* chunk_end, int32_t* chunk_count,
+                                              const int32_t* chunk_counts, const int32_t* chunk_offsets,
+                                              const int32_t* run_offsets, const int32_t* run_count) {
+  const int runs = *run_count;
+  if (r >= runs) return;
+  const int first = chunk_offsets[r], end = run_offsets[r + 1];
+  for (int m = 0; m < chunk_counts[r]; ++m) {
+    const int begin = run_offsets[r] + m * kChunkEntries;
+    chunk_begin[first + m] = begin;
+    chunk_end[first + m] = begin + kChunkEntries < end ? begin + kChunkEntries : end;
+  }
+  if (r == runs - 1) *chunk_count = first + chunk_counts[r];
+}
+
+// index = chunk * dim + d: the chunk's entries summed in sorted (= CPU) order.
+ENHANCED_HOST_DEVICE inline void sum_chunk(int64_t index, float* chunk_sums, const int32_t* chunk_begin,
+                                           const int32_t* chunk_end, const int32_t* chunk_count,
+                                           const int32_t* sorted_entries, const int32_t* entry_position,
+                                           const int32_t* offsets, const float* id_coefficient,
+                                           const float* cur_coefficient, const float* dx, int dim, bool scalar) {
+  const int64_t chunk = index / dim;
   const int d = static_cast<int>(index % dim);
-  if (run >= *run_count) return;
-  const int begin = run_offsets[run], end = run_offsets[run + 1];
+  if (chunk >= *chunk_count) return;
   float sum = 0.0f;
-  for (int k = begin; k < end; ++k) {
+  for (int k = chunk_begin[chunk]; k < chunk_end[chunk]; ++k) {
     const int e = sorted_entries[k];
     const int p = entry_position[e];
     const float grad = dx[static_cast<int64_t>(p) * dim + d];
@@ -100,6 +129,21 @@ ENHANCED_HOST_DEVICE inline void sum_segment(int64_t index, float* dembedding, c
     else value = scalar ? id_coefficient[p] : mul_rn(id_coefficient[p], grad);
     sum = add_rn(sum, value);
   }
+  chunk_sums[index] = sum;
+}
+
+// index = run * dim + d: the run's chunk sums in order (one chunk: that sum itself, the CPU's
+// bits), added into dembedding. Each (row, d) has exactly one writer: no atomics, the same bits
+// every run.
+ENHANCED_HOST_DEVICE inline void sum_run(int64_t index, float* dembedding, const int32_t* rows,
+                                         const int32_t* run_count, const int32_t* chunk_counts,
+                                         const int32_t* chunk_offsets, const float* chunk_sums, int dim) {
+  const int64_t run = index / dim;
+  const int d = static_cast<int>(index % dim);
+  if (run >= *run_count) return;
+  const int64_t first = chunk_offsets[run];
+  float sum = chunk_sums[first * dim + d];
+  for (int m = 1; m < chunk_counts[run]; ++m) sum = add_rn(sum, chunk_sums[(first + m) * dim + d]);
   float* out = dembedding + static_cast<int64_t>(rows[run]) * dim + d;
   *out = add_rn(*out, sum);
 }

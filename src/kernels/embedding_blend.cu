@@ -91,18 +91,39 @@ __global__ void run_starts_kernel(int32_t* __restrict__ rows, int32_t* __restric
   if (i < entries) steps::record_run_start(i, rows, run_offsets, run_count, heads, run_index, keys, entries, sentinel);
 }
 
-__global__ void backward_segments_kernel(float* __restrict__ dembedding, const int32_t* __restrict__ rows,
-                                         const int32_t* __restrict__ run_offsets,
-                                         const int32_t* __restrict__ run_count, const int32_t* __restrict__ entries,
-                                         const int32_t* __restrict__ entry_position,
-                                         const int32_t* __restrict__ offsets,
-                                         const float* __restrict__ id_coefficient,
-                                         const float* __restrict__ cur_coefficient, const float* __restrict__ dx,
-                                         int64_t threads, int dim, bool scalar) {
+__global__ void count_chunks_kernel(int32_t* __restrict__ chunk_counts, const int32_t* __restrict__ run_offsets,
+                                    const int32_t* __restrict__ run_count, int bound) {
+  const int r = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (r < bound) steps::count_chunks(r, chunk_counts, run_offsets, run_count);
+}
+
+__global__ void write_chunks_kernel(int32_t* __restrict__ chunk_begin, int32_t* __restrict__ chunk_end,
+                                    int32_t* __restrict__ chunk_count, const int32_t* __restrict__ chunk_counts,
+                                    const int32_t* __restrict__ chunk_offsets, const int32_t* __restrict__ run_offsets,
+                                    const int32_t* __restrict__ run_count, int bound) {
+  const int r = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (r < bound) steps::write_chunks(r, chunk_begin, chunk_end, chunk_count, chunk_counts, chunk_offsets, run_offsets,
+                                     run_count);
+}
+
+__global__ void sum_chunks_kernel(float* __restrict__ chunk_sums, const int32_t* __restrict__ chunk_begin,
+                                  const int32_t* __restrict__ chunk_end, const int32_t* __restrict__ chunk_count,
+                                  const int32_t* __restrict__ sorted_entries, const int32_t* __restrict__ entry_position,
+                                  const int32_t* __restrict__ offsets, const float* __restrict__ id_coefficient,
+                                  const float* __restrict__ cur_coefficient, const float* __restrict__ dx,
+                                  int64_t bound, int dim, bool scalar) {
   const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index < threads)
-    steps::sum_segment(index, dembedding, rows, run_offsets, run_count, entries, entry_position, offsets,
-                       id_coefficient, cur_coefficient, dx, dim, scalar);
+  if (index < bound)
+    steps::sum_chunk(index, chunk_sums, chunk_begin, chunk_end, chunk_count, sorted_entries, entry_position, offsets,
+                     id_coefficient, cur_coefficient, dx, dim, scalar);
+}
+
+__global__ void sum_runs_kernel(float* __restrict__ dembedding, const int32_t* __restrict__ rows,
+                                const int32_t* __restrict__ run_count, const int32_t* __restrict__ chunk_counts,
+                                const int32_t* __restrict__ chunk_offsets, const float* __restrict__ chunk_sums,
+                                int64_t bound, int dim) {
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index < bound) steps::sum_run(index, dembedding, rows, run_count, chunk_counts, chunk_offsets, chunk_sums, dim);
 }
 
 int bits_for(int64_t vocab_size) {
@@ -127,7 +148,8 @@ void embedding_blend_forward(float* x, const int32_t* identifier_offsets, const 
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 
-void EmbeddingGradWorkspace::reserve(int positions, int64_t identifier_ids, int64_t vocab_size, cudaStream_t stream) {
+void EmbeddingGradWorkspace::reserve(int positions, int64_t identifier_ids, int64_t vocab_size, int dim,
+                                     cudaStream_t stream) {
   sentinel_ = static_cast<int32_t>(vocab_size);
   end_bit_ = bits_for(vocab_size + 1);  // keys 0 .. V, V being the padding sentinel
   if (run_count_.size() == 0) run_count_.resize(1);
@@ -145,6 +167,15 @@ void EmbeddingGradWorkspace::reserve(int positions, int64_t identifier_ids, int6
     run_heads_.resize(capacity);
     run_index_.resize(capacity);
     run_offsets_.resize(capacity + 1);
+    chunk_counts_.resize(capacity);
+    chunk_offsets_.resize(capacity);
+    chunk_begin_.resize(capacity);
+    chunk_end_.resize(capacity);
+    grown = true;
+  }
+  if (chunk_count_.size() == 0) chunk_count_.resize(1);
+  if (keys_in_.size() * static_cast<size_t>(dim) > chunk_sums_.size()) {
+    chunk_sums_.resize(keys_in_.size() * static_cast<size_t>(dim));  // at most one chunk an entry
     grown = true;
   }
   if (static_cast<size_t>(positions) > id_coefficient_.size()) {
@@ -208,10 +239,28 @@ void embedding_blend_backward(float* dembedding, EmbeddingGradWorkspace& w, cons
                                                                   w.run_index_.data(), w.keys_out_.data(), count,
                                                                   w.sentinel_);
   ENHANCED_CUDA_CHECK_LAUNCH();
-  backward_segments_kernel<<<blocks_for(entries * dim), kThreads, 0, stream>>>(
-      dembedding, w.unique_rows_.data(), w.run_offsets_.data(), w.run_count_.data(), w.values_out_.data(),
+  // Chunks: counted per run, numbered by their exclusive sum, laid out, summed, then each run's
+  // chunk sums added in order. Every launch is sized by the entry bound: a graph serves all.
+  if (entries * dim > static_cast<int64_t>(w.chunk_sums_.size()))
+    fail("internal: embedding backward workspace reserved for a smaller D (call reserve with D = ", dim, ")");
+  count_chunks_kernel<<<blocks_for(entries), kThreads, 0, stream>>>(w.chunk_counts_.data(), w.run_offsets_.data(),
+                                                                    w.run_count_.data(), count);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+  bytes = w.temp_.size();
+  ENHANCED_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(w.temp_.data(), bytes, w.chunk_counts_.data(),
+                                                    w.chunk_offsets_.data(), count, stream));
+  write_chunks_kernel<<<blocks_for(entries), kThreads, 0, stream>>>(
+      w.chunk_begin_.data(), w.chunk_end_.data(), w.chunk_count_.data(), w.chunk_counts_.data(),
+      w.chunk_offsets_.data(), w.run_offsets_.data(), w.run_count_.data(), count);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+  sum_chunks_kernel<<<blocks_for(entries * dim), kThreads, 0, stream>>>(
+      w.chunk_sums_.data(), w.chunk_begin_.data(), w.chunk_end_.data(), w.chunk_count_.data(), w.values_out_.data(),
       w.entry_position_.data(), identifier_offsets, w.id_coefficient_.data(), w.cur_coefficient_.data(), dx,
       entries * dim, dim, scalar);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+  sum_runs_kernel<<<blocks_for(entries * dim), kThreads, 0, stream>>>(
+      dembedding, w.unique_rows_.data(), w.run_count_.data(), w.chunk_counts_.data(), w.chunk_offsets_.data(),
+      w.chunk_sums_.data(), entries * dim, dim);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 

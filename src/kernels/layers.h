@@ -37,7 +37,7 @@ class EmbeddingGradWorkspace {
   // Ensures room for `positions` positions and `identifier_ids` ids (entries = their sum).
   // Asynchronous on `stream`; synchronise first when growing may free memory still in use.
   // Growing forgets the touched rows (*touched_count() becomes 0): zero their gradients first.
-  void reserve(int positions, int64_t identifier_ids, int64_t vocab_size, cudaStream_t stream);
+  void reserve(int positions, int64_t identifier_ids, int64_t vocab_size, int dim, cudaStream_t stream);
 
   const int32_t* touched_rows() const { return unique_rows_.data(); }
   const int32_t* touched_count() const { return run_count_.data(); }  // one int on the device
@@ -60,13 +60,18 @@ class EmbeddingGradWorkspace {
   DeviceBuffer<int32_t> run_heads_, run_index_;  // (N) 1 at each row's first sorted entry; its run number
   DeviceBuffer<int32_t> unique_rows_, run_offsets_;  // per distinct row: the row; its first entry (N + 1)
   DeviceBuffer<int32_t> run_count_;     // (1)
+  DeviceBuffer<int32_t> chunk_counts_, chunk_offsets_;  // (N) per run: its chunks, their first number
+  DeviceBuffer<int32_t> chunk_begin_, chunk_end_;       // (N) per chunk: its sorted entries
+  DeviceBuffer<int32_t> chunk_count_;   // (1)
+  DeviceBuffer<float> chunk_sums_;      // (N, D)
   DeviceBuffer<unsigned char> temp_;    // CUB temporary storage
 };
 
-// dembedding (V, D) += d loss / d E; only rows named in the batch change. Deterministic and
-// bit-identical to the float CPU layer: the (row, entry) pairs, laid out in the CPU's order of
-// accumulation, are radix-sorted (stable) and each row's segment is summed in that order by one
-// thread per (row, d); no atomics. max_identifier_ids: identifier_offsets[P] (host) or any bound
+// dembedding (V, D) += d loss / d E; only rows named in the batch change. Deterministic, and
+// bit-identical to the float CPU layer for every row with at most kChunkEntries (64) terms: the
+// (row, entry) pairs, laid out in the CPU's order of accumulation, are radix-sorted (stable) and
+// each row's segment is summed in that order, in fixed chunks for longer rows (see
+// embedding_backward_steps.h); no atomics. max_identifier_ids: identifier_offsets[P] (host) or any bound
 // on it up to the workspace's room; the count itself is read on the device and the rest of the
 // sort padded, so a captured CUDA graph serves every batch within that bound.
 void embedding_blend_backward(float* dembedding, EmbeddingGradWorkspace& workspace, const float* dx,
