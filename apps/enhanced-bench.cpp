@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -64,20 +65,43 @@ struct Shapes {
   int64_t vocab = 50000;
   double empty_probability = 0.3;
   int max_identifier = 5;
+  double zipf = 0;  // 0: token ids uniform over V; s > 0: P(rank k) ~ 1 / k^s, as in real text
+};
+
+// Token ids, uniform or Zipf-distributed (inverse CDF over the V ranks).
+class TokenSampler {
+ public:
+  explicit TokenSampler(const Shapes& s) : vocab_(s.vocab) {
+    if (s.zipf <= 0) return;
+    cdf_.resize(static_cast<size_t>(s.vocab));
+    double total = 0;
+    for (int64_t k = 0; k < s.vocab; ++k) cdf_[static_cast<size_t>(k)] = total += std::pow(static_cast<double>(k + 1), -s.zipf);
+    for (double& c : cdf_) c /= total;
+  }
+  int32_t operator()(Random& random) const {
+    if (cdf_.empty()) return static_cast<int32_t>(random.below(static_cast<uint64_t>(vocab_)));
+    const auto at = std::lower_bound(cdf_.begin(), cdf_.end(), random.uniform());
+    return static_cast<int32_t>(std::min<int64_t>(at - cdf_.begin(), vocab_ - 1));
+  }
+
+ private:
+  int64_t vocab_;
+  std::vector<double> cdf_;
 };
 
 // A synthetic batch: identifiers empty with the given probability, else uniform 1..max ids.
 Batch synthetic_batch(const Shapes& s, uint64_t seed) {
   Random random(seed);
+  const TokenSampler token(s);
   Batch batch;
   batch.size = s.batch;
   batch.seq_len = s.seq_len;
   batch.identifier_offsets.push_back(0);
   for (int p = 0; p < s.batch * s.seq_len; ++p) {
     const int count = random.uniform() < s.empty_probability ? 0 : 1 + static_cast<int>(random.below(s.max_identifier));
-    for (int j = 0; j < count; ++j) batch.identifier_ids.push_back(static_cast<int32_t>(random.below(s.vocab)));
+    for (int j = 0; j < count; ++j) batch.identifier_ids.push_back(token(random));
     batch.identifier_offsets.push_back(static_cast<int32_t>(batch.identifier_ids.size()));
-    batch.cur_word_ids.push_back(static_cast<int32_t>(random.below(s.vocab)));
+    batch.cur_word_ids.push_back(token(random));
   }
   for (int b = 0; b < s.batch; ++b) {
     batch.labels.push_back(static_cast<int32_t>(random.below(s.labels)));
@@ -167,6 +191,8 @@ int main(int argc, char** argv) {
   app.add_option("--num-labels,-L", s.labels, "L")->capture_default_str();
   app.add_option("--empty-probability", s.empty_probability, "P(identifier empty)")->capture_default_str();
   app.add_option("--max-identifier", s.max_identifier, "Identifier length uniform in 1..this")->capture_default_str();
+  app.add_option("--zipf", s.zipf, "Token ids Zipf-distributed with this exponent (0: uniform); ~1 is like text")
+      ->capture_default_str();
   app.add_option("--blend", blend, "mean or scalar-mean")->capture_default_str();
   app.add_option("--pool", pool, "feature or time")->capture_default_str();
   app.add_option("--optimizer", optimizer_name, "sgd or adam")->capture_default_str();
@@ -227,7 +253,7 @@ int main(int argc, char** argv) {
         nlohmann::json out{{"device", device}, {"threads", thread_count}, {"blas", openblas_get_config()},
                            {"shapes", {{"B", s.batch}, {"T", s.seq_len}, {"D", s.dim}, {"H", s.hidden}, {"V", s.vocab},
                                        {"L", s.labels}, {"empty_probability", s.empty_probability},
-                                       {"max_identifier", s.max_identifier}}},
+                                       {"max_identifier", s.max_identifier}, {"zipf", s.zipf}}},
                            {"blend", blend}, {"pool", pool}, {"optimizer", optimizer_name}, {"lazy_embedding", lazy}, {"initial_loss", initial_loss},
                            {"train_gflop", train_flop}, {"forward_gflop", forward_flop},
                            {"train_gflops_achieved", train_rate}, {"forward_gflops_achieved", forward_rate},
@@ -242,9 +268,10 @@ int main(int argc, char** argv) {
       }
       if (on_cpu) std::printf("enhanced-bench: cpu, %d threads, %s\n", thread_count, openblas_get_config());
       else std::printf("enhanced-bench: cuda, %s\n", cuda_summary.c_str());
-      std::printf("B=%d T=%d D=%d H=%d V=%lld L=%d, %s%s, %d warm-up + %d timed runs\n\n", s.batch, s.seq_len, s.dim,
-                  s.hidden, static_cast<long long>(s.vocab), s.labels, optimizer_name.c_str(), lazy ? " (lazy embedding)" : "",
-                  warmup, repeats);
+      std::printf("B=%d T=%d D=%d H=%d V=%lld L=%d%s, %s%s, %d warm-up + %d timed runs\n\n", s.batch, s.seq_len, s.dim,
+                  s.hidden, static_cast<long long>(s.vocab), s.labels,
+                  s.zipf > 0 ? cat(", token ids Zipf(", s.zipf, ")").c_str() : "", optimizer_name.c_str(),
+                  lazy ? " (lazy embedding)" : "", warmup, repeats);
       std::printf("%-16s %10s %10s %10s %12s\n", "part", "min ms", "median ms", "max ms", "samples/s");
       for (const Timing& t : timings)
         std::printf("%-16s %10.2f %10.2f %10.2f %12.0f\n", t.name.c_str(), 1e3 * t.min(), 1e3 * t.median(), 1e3 * t.max(),
