@@ -42,7 +42,7 @@
 
 #ifdef ENHANCED_HAVE_CUDA
 #include "enhanced/cuda_model.h"
-#include "kernels/embedding_backward_steps.h"
+#include "kernels/embedding_blend_steps.h"
 #include "kernels/layers.h"
 #endif
 

@@ -3,7 +3,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
-#include "kernels/embedding_backward_steps.h"
+#include "kernels/embedding_blend_steps.h"
 #include "kernels/layers.h"
 
 namespace enhanced::cuda {
@@ -15,51 +15,23 @@ inline unsigned blocks_for(int64_t count, int threads = kThreads) {
   return static_cast<unsigned>((count + threads - 1) / threads);
 }
 
-// Mean mode: one thread per (p, d), summing the ids in order as the CPU layer does; explicit
-// round-to-nearest intrinsics keep nvcc from contracting into FMA, so the bits match the CPU.
+// The forward's kernels: one thread per (p, d) (mean) or per position (scalar-mean), each one step
+// of embedding_blend_steps.h, the CPU layer's operations in its order without FMA: its bits.
 __global__ void blend_mean_kernel(float* __restrict__ x, const int32_t* __restrict__ offsets,
                                   const int32_t* __restrict__ ids, const int32_t* __restrict__ cur,
                                   const float* __restrict__ embedding, int positions, int dim) {
   const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index >= static_cast<int64_t>(positions) * dim) return;
-  const int p = static_cast<int>(index / dim), d = static_cast<int>(index % dim);
-  const float current = embedding[static_cast<int64_t>(cur[p]) * dim + d];
-  const int begin = offsets[p], end = offsets[p + 1];
-  if (begin == end) {
-    x[index] = current;
-    return;
-  }
-  float sum = 0.0f;
-  for (int j = begin; j < end; ++j) sum = __fadd_rn(sum, embedding[static_cast<int64_t>(ids[j]) * dim + d]);
-  const float scale = __fdiv_rn(0.5f, static_cast<float>(end - begin));
-  x[index] = __fadd_rn(__fmul_rn(scale, sum), __fmul_rn(0.5f, current));
+  if (index < static_cast<int64_t>(positions) * dim) steps::blend_mean_at(index, x, offsets, ids, cur, embedding, dim);
 }
 
-// Scalar-mean mode: one thread per position (the scalar needs all D sums first).
 __global__ void blend_scalar_kernel(float* __restrict__ x, const int32_t* __restrict__ offsets,
                                     const int32_t* __restrict__ ids, const int32_t* __restrict__ cur,
                                     const float* __restrict__ embedding, int positions, int dim) {
   const int p = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (p >= positions) return;
-  float* out = x + static_cast<int64_t>(p) * dim;
-  const float* current = embedding + static_cast<int64_t>(cur[p]) * dim;
-  const int begin = offsets[p], end = offsets[p + 1];
-  if (begin == end) {
-    for (int d = 0; d < dim; ++d) out[d] = current[d];
-    return;
-  }
-  float total = 0.0f;
-  for (int d = 0; d < dim; ++d) {
-    float sum = 0.0f;
-    for (int j = begin; j < end; ++j) sum = __fadd_rn(sum, embedding[static_cast<int64_t>(ids[j]) * dim + d]);
-    total = __fadd_rn(total, sum);
-  }
-  const float half_mean =
-      __fdiv_rn(__fmul_rn(0.5f, total), __fmul_rn(static_cast<float>(end - begin), static_cast<float>(dim)));
-  for (int d = 0; d < dim; ++d) out[d] = __fadd_rn(half_mean, __fmul_rn(0.5f, current[d]));
+  if (p < positions) steps::blend_scalar_at(p, x, offsets, ids, cur, embedding, dim);
 }
 
-// The backward's kernels: a thread index and one step of embedding_backward_steps.h each.
+// The backward's kernels: a thread index and one step of embedding_blend_steps.h each.
 __global__ void backward_entries_kernel(int32_t* __restrict__ keys, int32_t* __restrict__ values,
                                         int32_t* __restrict__ entry_position, float* __restrict__ id_coefficient,
                                         float* __restrict__ cur_coefficient, const float* __restrict__ dx,

@@ -71,7 +71,7 @@ class EmbeddingGradWorkspace {
 // bit-identical to the float CPU layer for every row with at most kChunkEntries (64) terms: the
 // (row, entry) pairs, laid out in the CPU's order of accumulation, are radix-sorted (stable) and
 // each row's segment is summed in that order, in fixed chunks for longer rows (see
-// embedding_backward_steps.h); no atomics. max_identifier_ids: identifier_offsets[P] (host) or any bound
+// embedding_blend_steps.h); no atomics. max_identifier_ids: identifier_offsets[P] (host) or any bound
 // on it up to the workspace's room; the count itself is read on the device and the rest of the
 // sort padded, so a captured CUDA graph serves every batch within that bound.
 void embedding_blend_backward(float* dembedding, EmbeddingGradWorkspace& workspace, const float* dx,

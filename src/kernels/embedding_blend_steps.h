@@ -1,10 +1,11 @@
-// The per-thread steps of the CUDA embedding backward (embedding_blend.cu), written once for the
-// device and the host: each kernel is a thread index and a call to one of these, and a CPU test
-// (tests/test_embedding_backward_steps.cpp) runs them thread by thread, a stable sort standing in
-// for CUB's, against the CPU layer bit for bit. So the index arithmetic (entry layout, padding,
-// runs, the sentinel) is tested on every machine, not only where there is a GPU.
+// The per-thread steps of the CUDA embedding blend (embedding_blend.cu), forward and backward,
+// written once for the device and the host: each kernel is a thread index and a call to one of
+// these, and a CPU test (tests/test_embedding_blend_steps.cpp) runs them thread by thread, a
+// stable sort standing in for CUB's, against the CPU layer bit for bit. So the arithmetic and the
+// index work (entry layout, padding, runs, the sentinel, chunks) are tested on every machine, not
+// only where there is a GPU.
 //
-// The algorithm: entries are laid out in the CPU layer's order of accumulation (position p owns
+// The backward's algorithm: entries are laid out in the CPU layer's order of accumulation (position p owns
 // entries offsets[p] + p, its cur word, and the next n_p, its identifier ids in order); keys are
 // embedding rows, values entry indices. After a stable sort by key each row's entries are still
 // in that order, so summing a row's run in order adds the CPU's terms in the CPU's order (in
@@ -16,6 +17,48 @@
 #include "kernels/host_device.h"
 
 namespace enhanced::cuda::steps {
+
+// ---- forward --------------------------------------------------------------------------------
+
+// Mean mode, index = p * dim + d: the ids' rows summed in order, then the CPU layer's
+// scale * sum + 0.5 * cur (cur alone when p has no ids).
+ENHANCED_HOST_DEVICE inline void blend_mean_at(int64_t index, float* x, const int32_t* offsets, const int32_t* ids,
+                                               const int32_t* cur, const float* embedding, int dim) {
+  const int p = static_cast<int>(index / dim), d = static_cast<int>(index % dim);
+  const float current = embedding[static_cast<int64_t>(cur[p]) * dim + d];
+  const int begin = offsets[p], end = offsets[p + 1];
+  if (begin == end) {
+    x[index] = current;
+    return;
+  }
+  float sum = 0.0f;
+  for (int j = begin; j < end; ++j) sum = add_rn(sum, embedding[static_cast<int64_t>(ids[j]) * dim + d]);
+  const float scale = div_rn(0.5f, static_cast<float>(end - begin));
+  x[index] = add_rn(mul_rn(scale, sum), mul_rn(0.5f, current));
+}
+
+// Scalar-mean mode, position p (the scalar needs all D sums first): one mean over the ids' count
+// x D numbers, halved, plus half the cur word's row.
+ENHANCED_HOST_DEVICE inline void blend_scalar_at(int p, float* x, const int32_t* offsets, const int32_t* ids,
+                                                 const int32_t* cur, const float* embedding, int dim) {
+  float* out = x + static_cast<int64_t>(p) * dim;
+  const float* current = embedding + static_cast<int64_t>(cur[p]) * dim;
+  const int begin = offsets[p], end = offsets[p + 1];
+  if (begin == end) {
+    for (int d = 0; d < dim; ++d) out[d] = current[d];
+    return;
+  }
+  float total = 0.0f;
+  for (int d = 0; d < dim; ++d) {
+    float sum = 0.0f;
+    for (int j = begin; j < end; ++j) sum = add_rn(sum, embedding[static_cast<int64_t>(ids[j]) * dim + d]);
+    total = add_rn(total, sum);
+  }
+  const float half_mean = div_rn(mul_rn(0.5f, total), mul_rn(static_cast<float>(end - begin), static_cast<float>(dim)));
+  for (int d = 0; d < dim; ++d) out[d] = add_rn(half_mean, mul_rn(0.5f, current[d]));
+}
+
+// ---- backward -------------------------------------------------------------------------------
 
 // Position p: its entries (key, value = entry index, position) and its coefficients. An id entry
 // contributes id_coefficient[p] * dx[p, d] (mean) or id_coefficient[p] itself (scalar-mean: the

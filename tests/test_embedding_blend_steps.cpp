@@ -1,11 +1,12 @@
-// The CUDA embedding backward's algorithm, run on the CPU: every kernel of embedding_blend.cu
-// is a thread index around one step of kernels/embedding_backward_steps.h; here each step runs
-// thread by thread, std::stable_sort standing in for CUB's stable radix sort and a loop for its
-// exclusive scans. The result must be the float CPU layer's bits and its touched rows, with the
-// sort exact or padded (as a captured CUDA graph pads it). This checks the index arithmetic on
-// every machine; CudaParity.EmbeddingBlendMatchesCpu checks the kernels themselves on a GPU.
-// Rows with more than kChunkEntries terms are summed in fixed chunks: checked against a
-// reference written from that rule, which on short rows is itself checked to be the CPU layer.
+// The CUDA embedding blend's forward and backward, run on the CPU: every kernel of
+// embedding_blend.cu is a thread index around one step of kernels/embedding_blend_steps.h; here
+// each step runs thread by thread, std::stable_sort standing in for CUB's stable radix sort and a
+// loop for its exclusive scans. The results must be the float CPU layer's bits (and, backward,
+// its touched rows), with the sort exact or padded (as a captured CUDA graph pads it). This checks
+// the arithmetic and the index work on every machine; CudaParity.EmbeddingBlendMatchesCpu checks
+// the kernels themselves on a GPU. Backward rows with more than kChunkEntries terms are summed in
+// fixed chunks: checked against a reference written from that rule, which on short rows is itself
+// checked to be the CPU layer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +15,7 @@
 #include <vector>
 
 #include "gradcheck.h"
-#include "kernels/embedding_backward_steps.h"
+#include "kernels/embedding_blend_steps.h"
 #include "layers/embedding_blend.h"
 
 namespace enhanced {
@@ -171,6 +172,36 @@ TEST(EmbeddingBackwardSteps, FrequentRowsAreSummedInFixedChunks) {
       batch.identifier_offsets.push_back(static_cast<int32_t>(batch.identifier_ids.size()));
     }
     check(batch, 5, 3, mode, 11, std::string("frequent rows, ") + to_string(mode));
+  }
+}
+
+// The forward: every (p, d) (mean) or position (scalar-mean) step on the host against the float
+// CPU layer, bit for bit, on random shapes with empty identifier lists.
+TEST(EmbeddingForwardSteps, MatchTheCpuLayerBitForBit) {
+  for (BlendMode mode : {BlendMode::mean, BlendMode::scalar_mean}) {
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      Random random(seed + 50);
+      const int B = 1 + static_cast<int>(random.below(4)), T = 1 + static_cast<int>(random.below(9));
+      const int V = 2 + static_cast<int>(random.below(30)), D = 1 + static_cast<int>(random.below(9));
+      const Batch batch = testing::random_batch(B, T, V, 3, random);
+      std::vector<float> table(static_cast<size_t>(V) * D);
+      for (float& v : table) v = static_cast<float>(random.uniform(-1, 1));
+      const int P = batch.positions();
+      std::vector<float> want(static_cast<size_t>(P) * D), got(want.size(), -7.0f);
+      const int32_t* ids = batch.identifier_ids.empty() ? nullptr : batch.identifier_ids.data();
+      embedding_blend_forward(want.data(), batch.identifier_offsets.data(), ids, batch.cur_word_ids.data(),
+                              table.data(), P, D, mode);
+      if (mode == BlendMode::mean) {
+        for (int64_t index = 0; index < static_cast<int64_t>(P) * D; ++index)
+          steps::blend_mean_at(index, got.data(), batch.identifier_offsets.data(), ids, batch.cur_word_ids.data(),
+                               table.data(), D);
+      } else {
+        for (int p = 0; p < P; ++p)
+          steps::blend_scalar_at(p, got.data(), batch.identifier_offsets.data(), ids, batch.cur_word_ids.data(),
+                                 table.data(), D);
+      }
+      EXPECT_EQ(got, want) << to_string(mode) << " seed " << seed << ": not the CPU layer's bits";
+    }
   }
 }
 
