@@ -33,6 +33,7 @@
 #include "enhanced/network.h"
 #include "enhanced/optimizer.h"
 #include "cuda_test_util.h"
+#include "embedding_reference.h"
 #include "gradcheck.h"
 #include "layers/dense.h"
 #include "layers/embedding_blend.h"
@@ -159,19 +160,12 @@ void check_embedding(int B, int T, int D, BlendMode mode, uint64_t seed, int V =
   expect_sum_close(runs[0], ref, mag, static_cast<double>(n + P) * D, "embedding backward");
   EXPECT_EQ(runs[0], runs[1]) << "embedding backward is not deterministic";
   EXPECT_EQ(runs[2], runs[0]) << "padding the sort changed the embedding gradient";
-  // The entries are summed in the CPU layer's order: the float CPU layer's bits, as long as no
-  // row has more terms than one chunk (longer rows are summed in fixed chunks; the host test
-  // EmbeddingBackwardSteps.FrequentRowsAreSummedInFixedChunks pins that order down).
-  std::vector<int64_t> terms_per_row(static_cast<size_t>(V), 0);
-  for (int32_t id : batch.identifier_ids) ++terms_per_row[id];
-  for (int32_t id : batch.cur_word_ids) ++terms_per_row[id];
-  if (*std::max_element(terms_per_row.begin(), terms_per_row.end()) <= cuda::steps::kChunkEntries) {
-    std::vector<float> cpu_grad(table.size(), 0.0f);
-    const std::vector<float> dx_f = to_float(dx);
-    embedding_blend_backward(cpu_grad.data(), dx_f.data(), batch.identifier_offsets.data(),
-                             batch.identifier_ids.data(), batch.cur_word_ids.data(), P, D, mode);
-    EXPECT_EQ(runs[0], cpu_grad) << "embedding backward differs from the CPU bits";
-  }
+  // The entries are summed in the CPU layer's order, a frequent row in fixed chunks: the bits of
+  // that rule (embedding_reference.h), which for a row with at most kChunkEntries terms are the
+  // float CPU layer's.
+  EXPECT_EQ(runs[0], testing::chunked_embedding_gradient(batch, to_float(dx), V, D, mode,
+                                                         cuda::steps::kChunkEntries))
+      << "embedding backward differs from the CPU layer's order of summation";
   // The touched rows the optimizer will visit.
   std::vector<int32_t> rows;
   embedding_touched_rows(rows, batch.identifier_ids.data(), n, batch.cur_word_ids.data(), P);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "embedding_reference.h"
 #include "gradcheck.h"
 #include "kernels/embedding_blend_steps.h"
 #include "layers/embedding_blend.h"
@@ -61,59 +62,28 @@ Emulated emulate_backward(const Batch& batch, const std::vector<float>& dx, int 
   for (int i = 0; i < entries; ++i)
     steps::record_run_start(i, rows.data(), run_offsets.data(), &run_count, heads.data(), run_index.data(),
                             sorted_keys.data(), entries, sentinel);
-  std::vector<int32_t> chunk_counts(entries, -7), chunk_offsets(entries), chunk_begin(entries, -7),
-      chunk_end(entries, -7);
+  const size_t max_chunks = static_cast<size_t>(steps::max_chunks(entries));
+  std::vector<int32_t> chunk_counts(entries, -7), chunk_offsets(entries), chunk_begin(max_chunks, -7),
+      chunk_end(max_chunks, -7);
   for (int r = 0; r < entries; ++r) steps::count_chunks(r, chunk_counts.data(), run_offsets.data(), &run_count);
   std::exclusive_scan(chunk_counts.begin(), chunk_counts.end(), chunk_offsets.begin(), 0);
   int32_t chunk_count = -7;
   for (int r = 0; r < entries; ++r)
     steps::write_chunks(r, chunk_begin.data(), chunk_end.data(), &chunk_count, chunk_counts.data(),
-                        chunk_offsets.data(), run_offsets.data(), &run_count);
-  std::vector<float> chunk_sums(static_cast<size_t>(entries) * dim, -7.0f);
-  for (int64_t index = 0; index < static_cast<int64_t>(entries) * dim; ++index)
+                        chunk_offsets.data(), run_offsets.data(), entries);
+  std::vector<float> chunk_sums(max_chunks * dim, -7.0f);
+  for (int64_t index = 0; index < static_cast<int64_t>(max_chunks) * dim; ++index)
     steps::sum_chunk(index, chunk_sums.data(), chunk_begin.data(), chunk_end.data(), &chunk_count,
                      sorted_values.data(), position.data(), batch.identifier_offsets.data(), id_coefficient.data(),
                      cur_coefficient.data(), dx.data(), dim, scalar);
   Emulated out;
   out.gradient.assign(static_cast<size_t>(vocab) * dim, 0.0f);
   for (int64_t index = 0; index < static_cast<int64_t>(entries) * dim; ++index)
-    steps::sum_run(index, out.gradient.data(), rows.data(), &run_count, chunk_counts.data(), chunk_offsets.data(),
-                   chunk_sums.data(), dim);
+    steps::sum_run(index, out.gradient.data(), rows.data(), run_offsets.data(), &run_count, chunk_counts.data(),
+                   chunk_offsets.data(), chunk_sums.data(), sorted_values.data(), position.data(),
+                   batch.identifier_offsets.data(), id_coefficient.data(), cur_coefficient.data(), dx.data(), dim,
+                   scalar);
   out.touched_rows.assign(rows.begin(), rows.begin() + run_count);
-  return out;
-}
-
-// The gradient as the specification reads: each row's terms in the CPU layer's order (position by
-// position, the cur word's term, then each id's), summed in chunks of kChunkEntries in order, the
-// chunk sums added in order. With at most kChunkEntries terms a row, that is the CPU layer itself.
-std::vector<float> chunked_reference(const Batch& batch, const std::vector<float>& dx, int vocab, int dim,
-                                     BlendMode mode) {
-  std::vector<std::vector<std::vector<float>>> terms(vocab, std::vector<std::vector<float>>(dim));
-  for (int p = 0; p < batch.positions(); ++p) {
-    const float* grad = dx.data() + static_cast<size_t>(p) * dim;
-    const int begin = batch.identifier_offsets[p], count = batch.identifier_offsets[p + 1] - begin;
-    float total = 0;
-    for (int d = 0; d < dim; ++d) total += grad[d];
-    for (int d = 0; d < dim; ++d) terms[batch.cur_word_ids[p]][d].push_back(count == 0 ? grad[d] : 0.5f * grad[d]);
-    for (int j = 0; j < count; ++j)
-      for (int d = 0; d < dim; ++d)
-        terms[batch.identifier_ids[begin + j]][d].push_back(
-            mode == BlendMode::mean ? 0.5f / static_cast<float>(count) * grad[d]
-                                    : 0.5f * total / (static_cast<float>(count) * static_cast<float>(dim)));
-  }
-  std::vector<float> out(static_cast<size_t>(vocab) * dim, 0.0f);
-  for (int row = 0; row < vocab; ++row)
-    for (int d = 0; d < dim; ++d) {
-      const std::vector<float>& t = terms[row][d];
-      if (t.empty()) continue;
-      float sum = 0;
-      for (size_t chunk = 0; chunk < t.size(); chunk += steps::kChunkEntries) {
-        float part = 0;
-        for (size_t k = chunk; k < std::min(t.size(), chunk + steps::kChunkEntries); ++k) part += t[k];
-        sum = chunk == 0 ? part : sum + part;
-      }
-      out[static_cast<size_t>(row) * dim + d] = 0.0f + sum;
-    }
   return out;
 }
 
@@ -125,15 +95,18 @@ void check(const Batch& batch, int vocab, int dim, BlendMode mode, uint64_t seed
   std::vector<float> want(static_cast<size_t>(vocab) * dim, 0.0f);
   embedding_blend_backward(want.data(), dx.data(), batch.identifier_offsets.data(), batch.identifier_ids.data(),
                            batch.cur_word_ids.data(), P, dim, mode);
-  const std::vector<float> chunked = chunked_reference(batch, dx, vocab, dim, mode);
-  // Short rows (the common case): the reference is the CPU layer's bits.
-  std::vector<int64_t> terms_per_row(vocab, 0);
-  for (int32_t id : batch.identifier_ids) ++terms_per_row[id];
-  for (int32_t id : batch.cur_word_ids) ++terms_per_row[id];
-  if (*std::max_element(terms_per_row.begin(), terms_per_row.end()) <= steps::kChunkEntries)
-    ASSERT_EQ(chunked, want) << what << ": the chunked reference is not the CPU layer on short rows";
-  else
-    want = chunked;
+  // The reference: the CPU layer's terms in its order, a row of more than kChunkEntries summed
+  // in chunks. Every row short enough to be one chunk must have the CPU layer's bits in it,
+  // whatever other rows do.
+  const std::vector<float> cpu = want;
+  want = testing::chunked_embedding_gradient(batch, dx, vocab, dim, mode, steps::kChunkEntries);
+  const std::vector<int64_t> terms = testing::terms_per_row(batch, vocab);
+  for (int row = 0; row < vocab; ++row) {
+    if (terms[row] > steps::kChunkEntries) continue;
+    for (int d = 0; d < dim; ++d)
+      ASSERT_EQ(want[static_cast<size_t>(row) * dim + d], cpu[static_cast<size_t>(row) * dim + d])
+          << what << ": row " << row << " (" << terms[row] << " terms) is not the CPU layer's";
+  }
   std::vector<int32_t> want_rows;
   const int64_t n = static_cast<int64_t>(batch.identifier_ids.size());
   embedding_touched_rows(want_rows, batch.identifier_ids.data(), n, batch.cur_word_ids.data(), P);
@@ -154,6 +127,21 @@ TEST(EmbeddingBackwardSteps, MatchTheCpuLayerBitForBitExactAndPadded) {
       check(testing::random_batch(B, T, V, 3, random), V, D, mode, seed + 100, name + " seed " + std::to_string(seed));
     }
   }
+}
+
+// Runs at the chunk boundaries, cur words only: 64 (one chunk, summed directly), 65, 128 (two
+// chunks), 129 (three) and a short one.
+TEST(EmbeddingBackwardSteps, RunsAtTheChunkBoundaries) {
+  Batch batch;
+  batch.size = 1;
+  batch.labels = {0};
+  for (const auto& [row, count] : {std::pair{0, 64}, std::pair{1, 65}, std::pair{2, 128}, std::pair{3, 129},
+                                   std::pair{4, 5}})
+    batch.cur_word_ids.insert(batch.cur_word_ids.end(), count, row);
+  batch.seq_len = static_cast<int>(batch.cur_word_ids.size());
+  batch.identifier_offsets.assign(batch.cur_word_ids.size() + 1, 0);
+  for (BlendMode mode : {BlendMode::mean, BlendMode::scalar_mean})
+    check(batch, 5, 4, mode, 12, std::string("chunk boundaries, ") + to_string(mode));
 }
 
 // Frequent rows: row 0 spans several chunks, row 1 is exactly one full chunk, row 2 is short.

@@ -72,10 +72,10 @@ __global__ void count_chunks_kernel(int32_t* __restrict__ chunk_counts, const in
 __global__ void write_chunks_kernel(int32_t* __restrict__ chunk_begin, int32_t* __restrict__ chunk_end,
                                     int32_t* __restrict__ chunk_count, const int32_t* __restrict__ chunk_counts,
                                     const int32_t* __restrict__ chunk_offsets, const int32_t* __restrict__ run_offsets,
-                                    const int32_t* __restrict__ run_count, int bound) {
+                                    int bound) {
   const int r = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (r < bound) steps::write_chunks(r, chunk_begin, chunk_end, chunk_count, chunk_counts, chunk_offsets, run_offsets,
-                                     run_count);
+  if (r < bound)
+    steps::write_chunks(r, chunk_begin, chunk_end, chunk_count, chunk_counts, chunk_offsets, run_offsets, bound);
 }
 
 __global__ void sum_chunks_kernel(float* __restrict__ chunk_sums, const int32_t* __restrict__ chunk_begin,
@@ -91,11 +91,16 @@ __global__ void sum_chunks_kernel(float* __restrict__ chunk_sums, const int32_t*
 }
 
 __global__ void sum_runs_kernel(float* __restrict__ dembedding, const int32_t* __restrict__ rows,
-                                const int32_t* __restrict__ run_count, const int32_t* __restrict__ chunk_counts,
-                                const int32_t* __restrict__ chunk_offsets, const float* __restrict__ chunk_sums,
-                                int64_t bound, int dim) {
+                                const int32_t* __restrict__ run_offsets, const int32_t* __restrict__ run_count,
+                                const int32_t* __restrict__ chunk_counts, const int32_t* __restrict__ chunk_offsets,
+                                const float* __restrict__ chunk_sums, const int32_t* __restrict__ sorted_entries,
+                                const int32_t* __restrict__ entry_position, const int32_t* __restrict__ offsets,
+                                const float* __restrict__ id_coefficient, const float* __restrict__ cur_coefficient,
+                                const float* __restrict__ dx, int64_t bound, int dim, bool scalar) {
   const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index < bound) steps::sum_run(index, dembedding, rows, run_count, chunk_counts, chunk_offsets, chunk_sums, dim);
+  if (index < bound)
+    steps::sum_run(index, dembedding, rows, run_offsets, run_count, chunk_counts, chunk_offsets, chunk_sums,
+                   sorted_entries, entry_position, offsets, id_coefficient, cur_coefficient, dx, dim, scalar);
 }
 
 int bits_for(int64_t vocab_size) {
@@ -141,13 +146,14 @@ void EmbeddingGradWorkspace::reserve(int positions, int64_t identifier_ids, int6
     run_offsets_.resize(capacity + 1);
     chunk_counts_.resize(capacity);
     chunk_offsets_.resize(capacity);
-    chunk_begin_.resize(capacity);
-    chunk_end_.resize(capacity);
+    chunk_begin_.resize(static_cast<size_t>(steps::max_chunks(static_cast<int64_t>(capacity))));
+    chunk_end_.resize(static_cast<size_t>(steps::max_chunks(static_cast<int64_t>(capacity))));
     grown = true;
   }
   if (chunk_count_.size() == 0) chunk_count_.resize(1);
-  if (keys_in_.size() * static_cast<size_t>(dim) > chunk_sums_.size()) {
-    chunk_sums_.resize(keys_in_.size() * static_cast<size_t>(dim));  // at most one chunk an entry
+  const size_t chunk_sums = chunk_begin_.size() * static_cast<size_t>(dim);
+  if (chunk_sums > chunk_sums_.size()) {
+    chunk_sums_.resize(chunk_sums);
     grown = true;
   }
   if (static_cast<size_t>(positions) > id_coefficient_.size()) {
@@ -184,6 +190,8 @@ void embedding_blend_backward(float* dembedding, EmbeddingGradWorkspace& w, cons
     fail("internal: embedding backward workspace holds ", w.entry_capacity(), " entries, the batch needs ", entries,
          " (call reserve first)");
   if (entries > INT32_MAX) fail("embedding backward: ", entries, " entries exceed int32 indexing");
+  if (steps::max_chunks(entries) * dim > static_cast<int64_t>(w.chunk_sums_.size()))
+    fail("internal: embedding backward workspace reserved for a smaller D (call reserve with D = ", dim, ")");
   const int count = static_cast<int>(entries);
   const bool scalar = mode == BlendMode::scalar_mean;
   backward_entries_kernel<<<blocks_for(positions), kThreads, 0, stream>>>(
@@ -211,10 +219,10 @@ void embedding_blend_backward(float* dembedding, EmbeddingGradWorkspace& w, cons
                                                                   w.run_index_.data(), w.keys_out_.data(), count,
                                                                   w.sentinel_);
   ENHANCED_CUDA_CHECK_LAUNCH();
-  // Chunks: counted per run, numbered by their exclusive sum, laid out, summed, then each run's
-  // chunk sums added in order. Every launch is sized by the entry bound: a graph serves all.
-  if (entries * dim > static_cast<int64_t>(w.chunk_sums_.size()))
-    fail("internal: embedding backward workspace reserved for a smaller D (call reserve with D = ", dim, ")");
+  // Long runs' chunks: counted per run, numbered by their exclusive sum, laid out and summed;
+  // then every run summed (a short one directly, a long one from its chunk sums) into dembedding.
+  // Every launch is sized by the entry bound: a captured graph serves any batch.
+  const int64_t chunk_bound = steps::max_chunks(entries);
   count_chunks_kernel<<<blocks_for(entries), kThreads, 0, stream>>>(w.chunk_counts_.data(), w.run_offsets_.data(),
                                                                     w.run_count_.data(), count);
   ENHANCED_CUDA_CHECK_LAUNCH();
@@ -223,16 +231,17 @@ void embedding_blend_backward(float* dembedding, EmbeddingGradWorkspace& w, cons
                                                     w.chunk_offsets_.data(), count, stream));
   write_chunks_kernel<<<blocks_for(entries), kThreads, 0, stream>>>(
       w.chunk_begin_.data(), w.chunk_end_.data(), w.chunk_count_.data(), w.chunk_counts_.data(),
-      w.chunk_offsets_.data(), w.run_offsets_.data(), w.run_count_.data(), count);
+      w.chunk_offsets_.data(), w.run_offsets_.data(), count);
   ENHANCED_CUDA_CHECK_LAUNCH();
-  sum_chunks_kernel<<<blocks_for(entries * dim), kThreads, 0, stream>>>(
+  sum_chunks_kernel<<<blocks_for(chunk_bound * dim), kThreads, 0, stream>>>(
       w.chunk_sums_.data(), w.chunk_begin_.data(), w.chunk_end_.data(), w.chunk_count_.data(), w.values_out_.data(),
       w.entry_position_.data(), identifier_offsets, w.id_coefficient_.data(), w.cur_coefficient_.data(), dx,
-      entries * dim, dim, scalar);
+      chunk_bound * dim, dim, scalar);
   ENHANCED_CUDA_CHECK_LAUNCH();
   sum_runs_kernel<<<blocks_for(entries * dim), kThreads, 0, stream>>>(
-      dembedding, w.unique_rows_.data(), w.run_count_.data(), w.chunk_counts_.data(), w.chunk_offsets_.data(),
-      w.chunk_sums_.data(), entries * dim, dim);
+      dembedding, w.unique_rows_.data(), w.run_offsets_.data(), w.run_count_.data(), w.chunk_counts_.data(),
+      w.chunk_offsets_.data(), w.chunk_sums_.data(), w.values_out_.data(), w.entry_position_.data(),
+      identifier_offsets, w.id_coefficient_.data(), w.cur_coefficient_.data(), dx, entries * dim, dim, scalar);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 

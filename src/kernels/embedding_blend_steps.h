@@ -123,47 +123,42 @@ ENHANCED_HOST_DEVICE inline void record_run_start(int i, int32_t* rows, int32_t*
   }
 }
 
-// A row's run is summed in chunks of at most kChunkEntries consecutive entries: each chunk by one
-// thread per d, in order, then the chunk sums in order. A run that fits one chunk is summed
-// exactly as the CPU does (its bits); a longer one (a frequent token) in the same fixed, chunked
-// order every time, so thousands of occurrences of one row cost kChunkEntries serial additions
-// and a pass over the chunk sums instead of thousands of dependent ones.
+// A row's run of at most kChunkEntries entries is summed in order by one thread per d, exactly
+// as the CPU does (its bits). A longer run (a frequent token can occur thousands of times a
+// batch) is cut into chunks of kChunkEntries consecutive entries, each summed in order by one
+// thread per d, and the chunk sums are added in order: the same fixed order every time, and
+// kChunkEntries dependent additions per thread instead of thousands.
 constexpr int kChunkEntries = 64;
 
-// chunk_counts[r] = number of chunks of run r (0 past the runs). With chunk_offsets = their
-// exclusive sum, write_chunks lays the chunks out run by run.
+// chunk_counts[r] = number of chunks of run r: 0 for a short run (summed directly) and past the
+// runs. With chunk_offsets = their exclusive sum, write_chunks lays the chunks out run by run.
 ENHANCED_HOST_DEVICE inline void count_chunks(int r, int32_t* chunk_counts, const int32_t* run_offsets,
                                               const int32_t* run_count) {
   const int length = r < *run_count ? run_offsets[r + 1] - run_offsets[r] : 0;
-  chunk_counts[r] = (length + kChunkEntries - 1) / kChunkEntries;
+  chunk_counts[r] = length > kChunkEntries ? (length + kChunkEntries - 1) / kChunkEntries : 0;
 }
 
-// Run r's chunks: [begin, end) in the sorted entries. The last run also writes the chunk total.
+// Run r's chunks: [begin, end) in the sorted entries. Thread bound - 1 (the last of the launch)
+// writes the total, which the chunk counts' exclusive sum gives whatever the number of runs.
 ENHANCED_HOST_DEVICE inline void write_chunks(int r, int32_t* chunk_begin, int32_t* chunk_end, int32_t* chunk_count,
                                               const int32_t* chunk_counts, const int32_t* chunk_offsets,
-                                              const int32_t* run_offsets, const int32_t* run_count) {
-  const int runs = *run_count;
-  if (r >= runs) return;
+                                              const int32_t* run_offsets, int bound) {
+  if (r == bound - 1) *chunk_count = chunk_offsets[r] + chunk_counts[r];
   const int first = chunk_offsets[r], end = run_offsets[r + 1];
   for (int m = 0; m < chunk_counts[r]; ++m) {
     const int begin = run_offsets[r] + m * kChunkEntries;
     chunk_begin[first + m] = begin;
     chunk_end[first + m] = begin + kChunkEntries < end ? begin + kChunkEntries : end;
   }
-  if (r == runs - 1) *chunk_count = first + chunk_counts[r];
 }
 
-// index = chunk * dim + d: the chunk's entries summed in sorted (= CPU) order.
-ENHANCED_HOST_DEVICE inline void sum_chunk(int64_t index, float* chunk_sums, const int32_t* chunk_begin,
-                                           const int32_t* chunk_end, const int32_t* chunk_count,
-                                           const int32_t* sorted_entries, const int32_t* entry_position,
-                                           const int32_t* offsets, const float* id_coefficient,
-                                           const float* cur_coefficient, const float* dx, int dim, bool scalar) {
-  const int64_t chunk = index / dim;
-  const int d = static_cast<int>(index % dim);
-  if (chunk >= *chunk_count) return;
+// The sorted entries [begin, end) summed in order for column d: the CPU's terms in its order.
+ENHANCED_HOST_DEVICE inline float sum_entries(int begin, int end, int d, const int32_t* sorted_entries,
+                                              const int32_t* entry_position, const int32_t* offsets,
+                                              const float* id_coefficient, const float* cur_coefficient,
+                                              const float* dx, int dim, bool scalar) {
   float sum = 0.0f;
-  for (int k = chunk_begin[chunk]; k < chunk_end[chunk]; ++k) {
+  for (int k = begin; k < end; ++k) {
     const int e = sorted_entries[k];
     const int p = entry_position[e];
     const float grad = dx[static_cast<int64_t>(p) * dim + d];
@@ -172,23 +167,50 @@ ENHANCED_HOST_DEVICE inline void sum_chunk(int64_t index, float* chunk_sums, con
     else value = scalar ? id_coefficient[p] : mul_rn(id_coefficient[p], grad);
     sum = add_rn(sum, value);
   }
-  chunk_sums[index] = sum;
+  return sum;
 }
 
-// index = run * dim + d: the run's chunk sums in order (one chunk: that sum itself, the CPU's
-// bits), added into dembedding. Each (row, d) has exactly one writer: no atomics, the same bits
-// every run.
+// index = chunk * dim + d: one chunk of a long run.
+ENHANCED_HOST_DEVICE inline void sum_chunk(int64_t index, float* chunk_sums, const int32_t* chunk_begin,
+                                           const int32_t* chunk_end, const int32_t* chunk_count,
+                                           const int32_t* sorted_entries, const int32_t* entry_position,
+                                           const int32_t* offsets, const float* id_coefficient,
+                                           const float* cur_coefficient, const float* dx, int dim, bool scalar) {
+  const int64_t chunk = index / dim;
+  const int d = static_cast<int>(index % dim);
+  if (chunk >= *chunk_count) return;
+  chunk_sums[index] = sum_entries(chunk_begin[chunk], chunk_end[chunk], d, sorted_entries, entry_position, offsets,
+                                  id_coefficient, cur_coefficient, dx, dim, scalar);
+}
+
+// index = run * dim + d: a short run summed directly, a long one's chunk sums added in order;
+// the total is added into dembedding. Each (row, d) has exactly one writer: no atomics, the same
+// bits every run.
 ENHANCED_HOST_DEVICE inline void sum_run(int64_t index, float* dembedding, const int32_t* rows,
-                                         const int32_t* run_count, const int32_t* chunk_counts,
-                                         const int32_t* chunk_offsets, const float* chunk_sums, int dim) {
+                                         const int32_t* run_offsets, const int32_t* run_count,
+                                         const int32_t* chunk_counts, const int32_t* chunk_offsets,
+                                         const float* chunk_sums, const int32_t* sorted_entries,
+                                         const int32_t* entry_position, const int32_t* offsets,
+                                         const float* id_coefficient, const float* cur_coefficient, const float* dx,
+                                         int dim, bool scalar) {
   const int64_t run = index / dim;
   const int d = static_cast<int>(index % dim);
   if (run >= *run_count) return;
-  const int64_t first = chunk_offsets[run];
-  float sum = chunk_sums[first * dim + d];
-  for (int m = 1; m < chunk_counts[run]; ++m) sum = add_rn(sum, chunk_sums[(first + m) * dim + d]);
+  float sum;
+  if (chunk_counts[run] == 0) {
+    sum = sum_entries(run_offsets[run], run_offsets[run + 1], d, sorted_entries, entry_position, offsets,
+                      id_coefficient, cur_coefficient, dx, dim, scalar);
+  } else {
+    const int64_t first = chunk_offsets[run];
+    sum = chunk_sums[first * dim + d];
+    for (int m = 1; m < chunk_counts[run]; ++m) sum = add_rn(sum, chunk_sums[(first + m) * dim + d]);
+  }
   float* out = dembedding + static_cast<int64_t>(rows[run]) * dim + d;
   *out = add_rn(*out, sum);
 }
+
+// Chunks a batch of `entries` entries can have: only runs longer than kChunkEntries have any, at
+// most 2 per kChunkEntries of their entries.
+inline int64_t max_chunks(int64_t entries) { return entries / (kChunkEntries / 2) + 1; }
 
 }  // namespace enhanced::cuda::steps

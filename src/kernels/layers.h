@@ -60,10 +60,10 @@ class EmbeddingGradWorkspace {
   DeviceBuffer<int32_t> run_heads_, run_index_;  // (N) 1 at each row's first sorted entry; its run number
   DeviceBuffer<int32_t> unique_rows_, run_offsets_;  // per distinct row: the row; its first entry (N + 1)
   DeviceBuffer<int32_t> run_count_;     // (1)
-  DeviceBuffer<int32_t> chunk_counts_, chunk_offsets_;  // (N) per run: its chunks, their first number
-  DeviceBuffer<int32_t> chunk_begin_, chunk_end_;       // (N) per chunk: its sorted entries
+  DeviceBuffer<int32_t> chunk_counts_, chunk_offsets_;  // (N) per run: its chunks (0: short), the first's number
+  DeviceBuffer<int32_t> chunk_begin_, chunk_end_;       // (N / 32 + 1) per chunk: its sorted entries
   DeviceBuffer<int32_t> chunk_count_;   // (1)
-  DeviceBuffer<float> chunk_sums_;      // (N, D)
+  DeviceBuffer<float> chunk_sums_;      // (N / 32 + 1, D)
   DeviceBuffer<unsigned char> temp_;    // CUB temporary storage
 };
 
