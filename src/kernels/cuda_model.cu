@@ -2,84 +2,24 @@
 // pipelined: batch uploads on a copy stream, steps on the compute stream, CUDA graph replay.
 #include "enhanced/cuda_model.h"
 
-#include <cub/block/block_reduce.cuh>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "kernels/layers.h"
+#include "kernels/step_totals.h"
 
 namespace enhanced {
 
 using cuda::DeviceBuffer;
 using cuda::PinnedBuffer;
+using cuda::DeviceTotals;
 using cuda::StepScalars;
 
 namespace {
 
-constexpr int kAccountThreads = 256;
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // cuBLAS's advice for Hopper
-
-// Device-side run totals. The first four fields are what collect() hands out and resets; the
-// rest is the halt, sticky until a synchronous call reports and clears it.
-struct DeviceTotals {
-  double loss_sum;
-  int64_t samples;
-  int64_t correct;
-  int64_t steps;
-  double halted_value;
-  int64_t halted_step;
-  int32_t halted;
-  int32_t reserved;
-};
-constexpr size_t kCountersBytes = offsetof(DeviceTotals, halted_value);
-constexpr size_t kHaltBytes = sizeof(DeviceTotals) - kCountersBytes;
-
-// After the loss: counts the samples whose first largest logit is the label (as
-// std::max_element on the host) and adds the batch to the totals, or halts on a non-finite loss.
-__global__ void account_kernel(DeviceTotals* __restrict__ totals, const double* __restrict__ mean_loss,
-                               const float* __restrict__ logits, const int32_t* __restrict__ labels,
-                               const StepScalars* __restrict__ scalars, int batch, int num_labels) {
-  using Reduce = cub::BlockReduce<int, kAccountThreads>;
-  __shared__ typename Reduce::TempStorage storage;
-  int correct = 0;
-  for (int b = static_cast<int>(threadIdx.x); b < batch; b += kAccountThreads) {
-    const float* row = logits + static_cast<int64_t>(b) * num_labels;
-    int best = 0;
-    for (int l = 1; l < num_labels; ++l)
-      if (row[l] > row[best]) best = l;
-    correct += best == labels[b];
-  }
-  const int total = Reduce(storage).Sum(correct);
-  if (threadIdx.x != 0 || totals->halted) return;
-  const double loss = *mean_loss;
-  if (!isfinite(loss)) {
-    totals->halted = 1;
-    totals->halted_step = scalars->step;
-    totals->halted_value = loss;
-    return;
-  }
-  // Rounded as the host's `sum += loss * B` (no fused multiply-add).
-  totals->loss_sum = __dadd_rn(totals->loss_sum, __dmul_rn(loss, static_cast<double>(batch)));
-  totals->samples += batch;
-  totals->correct += total;
-}
-
-// After the update: counts the step, or halts on a non-finite gradient norm (the update kernels
-// skipped it already).
-__global__ void finish_step_kernel(DeviceTotals* __restrict__ totals, const double* __restrict__ norm,
-                                   const StepScalars* __restrict__ scalars) {
-  if (totals->halted) return;
-  if (!isfinite(*norm)) {
-    totals->halted = 2;
-    totals->halted_step = scalars->step;
-    totals->halted_value = *norm;
-    return;
-  }
-  totals->steps += 1;
-}
 
 // Pointers into one device allocation, carved as ParameterBuffer is (parameter_layout offsets).
 struct DeviceParameters {
@@ -404,9 +344,7 @@ void CudaModel::Impl::step(const BatchView& b) {
   double* loss = scalars.data();
   double* norm = scalars.data() + 1;
   double* partials = scalars.data() + 2;
-  account_kernel<<<1, kAccountThreads, 0, s()>>>(totals.data(), loss, logits.data(), b.labels, b.scalars, b.size,
-                                                 config.num_labels);
-  ENHANCED_CUDA_CHECK_LAUNCH();
+  cuda::account_step(totals.data(), loss, logits.data(), b.labels, b.scalars, b.size, config.num_labels, s());
   cuda::gradient_norm(norm, clip_scale.data(), partials, grads.data.data(), &totals.data()->halted, range(true),
                       o.clip_norm, s());
   if (o.kind == OptimizerKind::sgd) {
@@ -418,8 +356,7 @@ void CudaModel::Impl::step(const BatchView& b) {
     cuda::adam_step(params.data.data(), first_moment.data.data(), second_moment.data.data(), grads.data.data(),
                     clip_scale.data(), norm, b.scalars, range(o.lazy_embedding), o.beta1, o.beta2, o.epsilon, s());
   }
-  finish_step_kernel<<<1, 1, 0, s()>>>(totals.data(), norm, b.scalars);
-  ENHANCED_CUDA_CHECK_LAUNCH();
+  cuda::finish_step(totals.data(), norm, b.scalars, s());
 }
 
 void CudaModel::Impl::wait_and_read(const BatchView& b, float* logits_out) {
@@ -580,7 +517,7 @@ TrainTotals CudaModel::collect() {
   Impl& m = *impl_;
   ENHANCED_CUDA_CHECK(cudaMemcpyAsync(m.totals_host.data(), m.totals.data(), sizeof(DeviceTotals),
                                       cudaMemcpyDeviceToHost, m.s()));
-  ENHANCED_CUDA_CHECK(cudaMemsetAsync(m.totals.data(), 0, kCountersBytes, m.s()));
+  ENHANCED_CUDA_CHECK(cudaMemsetAsync(m.totals.data(), 0, cuda::kTotalsCountersBytes, m.s()));
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(m.s()));
   const DeviceTotals& t = *m.totals_host.data();
   TrainTotals out;
@@ -606,8 +543,8 @@ double CudaModel::train_step(const Batch& batch, float* logits_host) {
     // Report and clear the halt: the caller decides (the trainer stops), the model stays usable.
     m.steps = t.halted_step - 1;
     const int64_t halted_step = t.halted_step;
-    ENHANCED_CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<unsigned char*>(m.totals.data()) + kCountersBytes, 0,
-                                        kHaltBytes, m.s()));
+    ENHANCED_CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<unsigned char*>(m.totals.data()) + cuda::kTotalsCountersBytes, 0,
+                                        cuda::kTotalsHaltBytes, m.s()));
     ENHANCED_CUDA_CHECK(cudaStreamSynchronize(m.s()));
     if (!std::isfinite(loss)) return loss;
     fail("non-finite gradient (norm ", norm, ") at step ", halted_step, "; weights left unchanged");

@@ -1,0 +1,39 @@
+// What the device keeps about the training steps between two CudaModel::collect() calls: the
+// loss sum, samples, correct predictions and steps, and a halt that is sticky once a step meets
+// a non-finite loss or gradient norm. Two launches a step fill it (step_totals.cu).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda_check.h"
+#include "kernels/optimizer_steps.h"
+
+namespace enhanced::cuda {
+
+// The first four fields are what collect() hands out and resets; the rest is the halt, sticky
+// until a synchronous call reports and clears it.
+struct DeviceTotals {
+  double loss_sum;
+  int64_t samples;
+  int64_t correct;
+  int64_t steps;
+  double halted_value;
+  int64_t halted_step;
+  int32_t halted;
+  int32_t reserved;
+};
+constexpr size_t kTotalsCountersBytes = offsetof(DeviceTotals, halted_value);
+constexpr size_t kTotalsHaltBytes = sizeof(DeviceTotals) - kTotalsCountersBytes;
+
+// After the loss: adds mean_loss * B (rounded as the host's `sum += loss * B`), B, and the
+// samples whose first largest logit is the label (as std::max_element), or, when the loss is
+// not finite, halts (kind 1, the step from scalars). Nothing once halted.
+void account_step(DeviceTotals* totals, const double* mean_loss, const float* logits, const int32_t* labels,
+                  const StepScalars* scalars, int batch, int num_labels, cudaStream_t stream);
+
+// After the update: counts the step, or halts (kind 2) when the gradient norm is not finite
+// (the update kernels skipped it already). Nothing once halted.
+void finish_step(DeviceTotals* totals, const double* norm, const StepScalars* scalars, cudaStream_t stream);
+
+}  // namespace enhanced::cuda
