@@ -30,6 +30,13 @@ inline AppResult run_app(const std::string& app, const std::string& arguments) {
   return result;
 }
 
+// enhanced-train's report of a halt, from "error: non-finite " up to its first ';' (what, step,
+// epoch, batch); "" when the output has none.
+inline std::string halt_message(const std::string& output) {
+  const size_t at = output.find("error: non-finite ");
+  return at == std::string::npos ? std::string() : output.substr(at, output.find(';', at) - at);
+}
+
 // The tiny demo set the CLI tests train on (80 / 24 / 24 samples, T = 16, V = 128, D = 8).
 inline DemoFiles write_small_demo(const std::filesystem::path& dir) {
   DemoOptions options;

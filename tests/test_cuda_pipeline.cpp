@@ -310,10 +310,7 @@ TEST_F(CudaTrainCli, DivergenceStopsWithTheStepAndKeepsTheLastGoodCheckpoint) {
   const auto late = run_app("enhanced-train", base + "--log-every 1000 --out " + (root_ / "late").string());
   EXPECT_TRUE(each.exit_code == 3 || each.exit_code == 1) << each.output;
   EXPECT_EQ(late.exit_code, each.exit_code) << late.output;
-  const auto message = [](const std::string& output) {
-    const size_t at = output.find("error: non-finite ");
-    return at == std::string::npos ? std::string() : output.substr(at, output.find(';', at) - at);
-  };
+  const auto message = testing::halt_message;
   ASSERT_FALSE(message(each.output).empty()) << each.output;
   EXPECT_EQ(message(late.output), message(each.output));
   EXPECT_FALSE(fs::exists(root_ / "late" / "last.safetensors")) << late.output;

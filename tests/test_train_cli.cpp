@@ -111,12 +111,10 @@ TEST_F(TrainCli, DivergenceIsReportedAtTheSameStepHoweverOftenTotalsAreCollected
   const auto late = run_app("enhanced-train", flags + "--log-every 1000 --out " + dir("halt-late").string());
   EXPECT_EQ(each.exit_code, 3) << each.output;
   EXPECT_EQ(late.exit_code, 3) << late.output;
-  const auto message = [](const std::string& output) {
-    const size_t at = output.find("error: non-finite loss");
-    return at == std::string::npos ? std::string() : output.substr(at, output.find(';', at) - at);
-  };
+  const auto message = testing::halt_message;
   ASSERT_FALSE(message(each.output).empty()) << each.output;
   EXPECT_EQ(message(late.output), message(each.output));
+  EXPECT_EQ(message(each.output).rfind("error: non-finite loss", 0), 0u) << each.output;
   EXPECT_NE(message(each.output).find(" at step "), std::string::npos) << each.output;
   EXPECT_NE(message(each.output).find("(epoch 1, batch "), std::string::npos) << each.output;
   EXPECT_FALSE(fs::exists(dir("halt-late") / "last.safetensors")) << late.output;
