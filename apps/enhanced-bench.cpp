@@ -1,7 +1,6 @@
 // enhanced-bench: times the training step, the inference step and each part alone on synthetic
 // data of the given shapes; reports min/median/max, samples/s, FLOPs and the machine's own
 // measured GEMM rate with the same BLAS and threads.
-#include <omp.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -16,21 +15,11 @@
 
 #include "enhanced/app.h"
 #include "enhanced/checkpoint.h"
-#ifdef ENHANCED_HAVE_CUDA
-#include "enhanced/cuda_model.h"
-#endif
 #include "enhanced/device.h"
+#include "enhanced/engine.h"
 #include "enhanced/jsonl.h"
 #include "enhanced/loader.h"
-#include "enhanced/network.h"
-#include "enhanced/optimizer.h"
 #include "enhanced/random.h"
-#include "layers/blas.h"
-#include "layers/dense.h"
-#include "layers/embedding_blend.h"
-#include "layers/lstm.h"
-#include "layers/maxpool.h"
-#include "layers/softmax_xent.h"
 
 namespace {
 
@@ -120,18 +109,6 @@ double train_gflop(const Shapes& s, const ModelConfig& c) {
 
 double forward_gflop(const Shapes& s, const ModelConfig& c) { return train_gflop(s, c) / 3; }
 
-// The machine's sgemm rate on a GEMM the size of the step's big ones, same BLAS, same threads.
-// Taken from the fastest of its runs, so the engine's share of it is not flattered by a slow one.
-double measure_gemm_gflops(int threads, int warmup, int repeats) {
-  const int m = 4096, n = 1024, k = 160;
-  std::vector<float> a(static_cast<size_t>(m) * k, 0.5f), b(static_cast<size_t>(k) * n, 0.25f), c(static_cast<size_t>(m) * n);
-  openblas_set_num_threads(threads);
-  const Timing t = time_it("gemm", warmup, repeats * 3, [&] {
-    gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
-  });
-  return 2.0 * m * n * k / t.min() / 1e9;  // the best run: what the machine can do, not what it did under load
-}
-
 double loader_samples_per_second(const Shapes& s, int repeats) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("enhanced-bench." + std::to_string(::getpid()));
@@ -171,18 +148,19 @@ double loader_samples_per_second(const Shapes& s, int repeats) {
   return rate;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Benchmark the training and inference steps of the engine"};
-  Shapes s;
-  std::string device = "cpu", optimizer_name = "adam", dump_case, blend = "mean", pool = "feature";
+// What the command line asked for.
+struct BenchOptions {
+  Shapes shapes;
+  std::string device = "cpu", optimizer = "adam", dump_case, blend = "mean", pool = "feature";
   int threads = 0, warmup = 2, repeats = 7;
   bool json = false, lazy = false, skip_loader = false, skip_unavailable = false;
-  CudaOptions cuda_options;
+  CudaOptions cuda;
   CudaFlags cuda_flags;
-  std::string cuda_summary;
-  app.add_option("--device", device, "cpu or cuda")->capture_default_str();
+};
+
+void add_options(CLI::App& app, BenchOptions& o) {
+  Shapes& s = o.shapes;
+  app.add_option("--device", o.device, "cpu or cuda")->capture_default_str();
   app.add_option("--batch-size,-B", s.batch, "B")->capture_default_str();
   app.add_option("--seq-len,-T", s.seq_len, "T")->capture_default_str();
   app.add_option("--embedding-dim,-D", s.dim, "D")->capture_default_str();
@@ -193,166 +171,175 @@ int main(int argc, char** argv) {
   app.add_option("--max-identifier", s.max_identifier, "Identifier length uniform in 1..this")->capture_default_str();
   app.add_option("--zipf", s.zipf, "Token ids Zipf-distributed with this exponent (0: uniform); ~1 is like text")
       ->capture_default_str();
-  app.add_option("--blend", blend, "mean or scalar-mean")->capture_default_str();
-  app.add_option("--pool", pool, "feature or time")->capture_default_str();
-  app.add_option("--optimizer", optimizer_name, "sgd or adam")->capture_default_str();
-  app.add_flag("--lazy-embedding-updates", lazy, "Lazy embedding updates");
-  add_cuda_options(app, cuda_options, cuda_flags);
-  app.add_option("--threads", threads, "CPU threads (default: every core)");
-  app.add_option("--warmup", warmup, "Untimed runs first")->capture_default_str();
-  app.add_option("--repeats", repeats, "Timed runs")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_flag("--no-loader", skip_loader, "Skip the loader throughput measurement");
-  app.add_flag("--json", json, "Print one JSON object");
-  app.add_flag("--skip-unavailable", skip_unavailable,
+  app.add_option("--blend", o.blend, "mean or scalar-mean")->capture_default_str();
+  app.add_option("--pool", o.pool, "feature or time")->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str();
+  app.add_flag("--lazy-embedding-updates", o.lazy, "Lazy embedding updates");
+  add_cuda_options(app, o.cuda, o.cuda_flags);
+  app.add_option("--threads", o.threads, "CPU threads (default: every core)");
+  app.add_option("--warmup", o.warmup, "Untimed runs first")->capture_default_str();
+  app.add_option("--repeats", o.repeats, "Timed runs")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--no-loader", o.skip_loader, "Skip the loader throughput measurement");
+  app.add_flag("--json", o.json, "Print one JSON object");
+  app.add_flag("--skip-unavailable", o.skip_unavailable,
                "Exit 77 (CTest's skip) with the reason when the device cannot be used, instead of failing");
-  app.add_option("--dump-case", dump_case,
+  app.add_option("--dump-case", o.dump_case,
                  "Write the initial weights and the batch to this directory (checkpoint.safetensors, "
                  "batch.safetensors) so peers time the same function on the same data");
-  return run_app(app, argc, argv, [&] {
-    if (device == "auto") fail("--device must be cpu or cuda: a benchmark names what it measures");
-    finish_cuda_options(cuda_options, cuda_flags);
-    if (device == "cuda" && skip_unavailable && !cuda_unavailable_reason().empty()) {
-      std::printf("skipped: no usable GPU: %s\n", cuda_unavailable_reason().c_str());
-      return 77;
-    }
-    const Device chosen = resolve_device(device, false);
-    const int thread_count = configure_cpu_threads(threads);
-    ModelConfig c;
-    c.vocab_size = s.vocab;
-    c.embedding_dim = s.dim;
-    c.hidden = s.hidden;
-    c.seq_len = s.seq_len;
-    c.num_labels = s.labels;
-    c.blend = parse_blend_mode(blend);
-    c.pool = parse_pool_mode(pool);
-    c.validate();
-    ParameterBuffer<float> params(c), grads(c);
-    initialize_parameters(params, 1);
-    OptimizerConfig oc;
-    oc.kind = parse_optimizer_kind(optimizer_name);
-    oc.learning_rate = oc.kind == OptimizerKind::sgd ? 0.01f : 1e-3f;
-    oc.lazy_embedding = lazy;
-    Optimizer optimizer(oc, c);
-    const Batch batch = synthetic_batch(s, 3);
-    Activations<float> a;
-    a.reserve(c, s.batch);
-    std::vector<int32_t> rows;
-    const int B = s.batch, T = s.seq_len, D = s.dim, H = s.hidden, F = c.pooled_features(), L = s.labels;
-    // Prints the table (or JSON) for the timings taken on either device.
-    auto report = [&](const std::vector<Timing>& timings, double initial_loss) {
-      const bool on_cpu = chosen == Device::cpu;
-      // The CPU's own sgemm rate is the yardstick for the CPU engine only.
-      const double gemm_rate = on_cpu ? measure_gemm_gflops(thread_count, warmup, repeats) : 0.0;
-      const double loader_rate = skip_loader ? 0.0 : loader_samples_per_second(s, repeats);
-      configure_cpu_threads(thread_count);  // the GEMM-rate measurement gave BLAS the threads
-      rusage usage{};
-      getrusage(RUSAGE_SELF, &usage);
-      const double train_flop = train_gflop(s, c), forward_flop = forward_gflop(s, c);
-      const double train_rate = train_flop / timings[0].median(), forward_rate = forward_flop / timings[1].median();
-      if (json) {
-        nlohmann::json out{{"device", device}, {"threads", thread_count}, {"blas", openblas_get_config()},
-                           {"shapes", {{"B", s.batch}, {"T", s.seq_len}, {"D", s.dim}, {"H", s.hidden}, {"V", s.vocab},
-                                       {"L", s.labels}, {"empty_probability", s.empty_probability},
-                                       {"max_identifier", s.max_identifier}, {"zipf", s.zipf}}},
-                           {"blend", blend}, {"pool", pool}, {"optimizer", optimizer_name}, {"lazy_embedding", lazy}, {"initial_loss", initial_loss},
-                           {"train_gflop", train_flop}, {"forward_gflop", forward_flop},
-                           {"train_gflops_achieved", train_rate}, {"forward_gflops_achieved", forward_rate},
-                           {"gemm_gflops", gemm_rate}, {"loader_samples_per_s", loader_rate},
-                           {"peak_rss_mib", static_cast<double>(usage.ru_maxrss) / 1024.0}};
-        if (!on_cpu) out["cuda"] = cuda_summary;
-        for (const Timing& t : timings)
-          out["times"][t.name] = {{"min_s", t.min()}, {"median_s", t.median()}, {"max_s", t.max()},
-                                  {"samples_per_s", s.batch / t.median()}};
-        std::printf("%s\n", out.dump(2).c_str());
-        return 0;
-      }
-      if (on_cpu) std::printf("enhanced-bench: cpu, %d threads, %s\n", thread_count, openblas_get_config());
-      else std::printf("enhanced-bench: cuda, %s\n", cuda_summary.c_str());
-      std::printf("B=%d T=%d D=%d H=%d V=%lld L=%d%s, %s%s, %d warm-up + %d timed runs\n\n", s.batch, s.seq_len, s.dim,
-                  s.hidden, static_cast<long long>(s.vocab), s.labels,
-                  s.zipf > 0 ? cat(", token ids Zipf(", s.zipf, ")").c_str() : "", optimizer_name.c_str(),
-                  lazy ? " (lazy embedding)" : "", warmup, repeats);
-      std::printf("%-16s %10s %10s %10s %12s\n", "part", "min ms", "median ms", "max ms", "samples/s");
-      for (const Timing& t : timings)
-        std::printf("%-16s %10.2f %10.2f %10.2f %12.0f\n", t.name.c_str(), 1e3 * t.min(), 1e3 * t.median(), 1e3 * t.max(),
-                    s.batch / t.median());
-      std::printf("\ntrain step: %.2f GFLOP, %.1f GFLOP/s; inference: %.2f GFLOP, %.1f GFLOP/s\n", train_flop, train_rate,
-                  forward_flop, forward_rate);
-      if (on_cpu)
-        std::printf("machine sgemm rate (same BLAS, %d threads): %.1f GFLOP/s -> train step at %.0f%% of it\n",
-                    thread_count, gemm_rate, 100 * train_rate / gemm_rate);
-      if (!skip_loader)
-        std::printf("loader (one core): %.0f samples/s = %.1fx what the train step consumes\n", loader_rate,
-                    loader_rate / (s.batch / timings[0].median()));
-      std::printf("peak RSS: %.0f MiB\n", static_cast<double>(usage.ru_maxrss) / 1024.0);
-      return 0;
-    };
-    double initial_loss = 0;
-    if (!dump_case.empty()) {
-      std::filesystem::create_directories(dump_case);
-      save_checkpoint(dump_case + "/checkpoint.safetensors", params);
-      save_batch(dump_case + "/batch.safetensors", batch);
-    }
-    initial_loss = model_forward(a, params, batch, thread_count, false);
-    std::vector<Timing> timings;
-#ifdef ENHANCED_HAVE_CUDA
-    if (chosen == Device::cuda) {
-      CudaModel model(c, oc, s.batch, cuda_options);
-      model.upload_parameters(params);
-      initial_loss = model.forward(batch, a.logits.data());
-      // As the trainer runs: steps queued back to back (graph replays once captured), the
-      // totals read once per run of kPipelined steps. Each sample is one step's share.
-      constexpr int kPipelined = 20;
-      Timing pipelined = time_it("train step", warmup, repeats, [&] {
-        for (int i = 0; i < kPipelined; ++i) model.enqueue_train_step(batch);
-        if (model.collect().halted) fail("the benchmark's training diverged");
-      });
-      for (double& seconds : pipelined.seconds) seconds /= kPipelined;
-      timings.push_back(pipelined);
-      timings.push_back(time_it("inference step", warmup, repeats, [&] { model.forward(batch, a.logits.data()); }));
-      timings.push_back(time_it("train step, sync", warmup, repeats, [&] { model.train_step(batch); }));
-      cuda_summary = cat(model.summary(), "; ", model.graph_replays(), " graph replays");
-      return report(timings, initial_loss);
-    }
-#endif
-    timings.push_back(time_it("train step", warmup, repeats, [&] {
-      embedding_touched_rows(rows, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
-                             batch.cur_word_ids.data(), batch.positions());
-      model_forward(a, params, batch, thread_count, true);
-      model_backward(grads, a, params, batch, thread_count);
-      optimizer.step(params, grads, rows);
-      zero_gradients(grads, rows);
-    }));
-    timings.push_back(time_it("inference step", warmup, repeats, [&] { model_forward(a, params, batch, thread_count, false); }));
-    timings.push_back(time_it("blend fwd+bwd", warmup, repeats, [&] {
-      embedding_blend_forward(a.x.data(), batch.identifier_offsets.data(), batch.identifier_ids.data(),
-                              batch.cur_word_ids.data(), params.embedding, B * T, D, c.blend);
-      embedding_blend_backward(grads.embedding, a.dx.data(), batch.identifier_offsets.data(), batch.identifier_ids.data(),
-                               batch.cur_word_ids.data(), B * T, D, c.blend);
-    }));
-    timings.push_back(time_it("bilstm fwd", warmup, repeats, [&] {
-      bilstm_forward(a.y.data(), a.gates.data(), a.cell.data(), a.x.data(), params.weight_ih, params.weight_hh,
-                     params.bias_ih, params.bias_hh, B, T, D, H, thread_count);
-    }));
-    timings.push_back(time_it("bilstm fwd+bwd", warmup, repeats, [&] {
-      bilstm_forward(a.y.data(), a.gates.data(), a.cell.data(), a.x.data(), params.weight_ih, params.weight_hh,
-                     params.bias_ih, params.bias_hh, B, T, D, H, thread_count);
-      bilstm_backward(a.dx.data(), grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, a.gates.data(),
-                      a.lstm_scratch.data(), a.cell.data(), a.y.data(), a.dy.data(), a.x.data(), params.weight_ih,
-                      params.weight_hh, B, T, D, H, thread_count);
-    }));
-    timings.push_back(time_it("head fwd+bwd", warmup, repeats, [&] {
-      maxpool_forward(a.pooled.data(), a.argmax.data(), a.y.data(), B, T, 2 * H, c.pool);
-      dense_forward(a.logits.data(), a.pooled.data(), params.dense_weight, params.dense_bias, B, F, L);
-      softmax_cross_entropy(a.dlogits.data(), a.sample_losses.data(), a.logits.data(), batch.labels.data(), B, L);
-      dense_backward(a.dpooled.data(), grads.dense_weight, grads.dense_bias, a.dlogits.data(), a.pooled.data(),
-                     params.dense_weight, B, F, L);
-      maxpool_backward(a.dy.data(), a.argmax.data(), a.dpooled.data(), B, T, 2 * H, c.pool);
-    }));
-    std::fill(grads.data.begin(), grads.data.end(), 0.0f);
-    embedding_touched_rows(rows, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
-                           batch.cur_word_ids.data(), batch.positions());
-    timings.push_back(time_it("optimizer", warmup, repeats, [&] { optimizer.step(params, grads, rows); }));
-    return report(timings, initial_loss);
+}
+
+ModelConfig model_config(const BenchOptions& o) {
+  ModelConfig c;
+  c.vocab_size = o.shapes.vocab;
+  c.embedding_dim = o.shapes.dim;
+  c.hidden = o.shapes.hidden;
+  c.seq_len = o.shapes.seq_len;
+  c.num_labels = o.shapes.labels;
+  c.blend = parse_blend_mode(o.blend);
+  c.pool = parse_pool_mode(o.pool);
+  c.validate();
+  return c;
+}
+
+OptimizerConfig optimizer_config(const BenchOptions& o) {
+  OptimizerConfig oc;
+  oc.kind = parse_optimizer_kind(o.optimizer);
+  oc.learning_rate = oc.kind == OptimizerKind::sgd ? 0.01f : 1e-3f;
+  oc.lazy_embedding = o.lazy;
+  return oc;
+}
+
+// The training step as the trainer runs it: steps queued back to back, the totals read once per
+// `queued` steps (one on an engine that runs each step when queued, 20 on one that queues them,
+// so that graph replays and the pipeline are what is timed). Each sample is one step's share.
+Timing time_train_step(Engine& engine, const Batch& batch, int warmup, int repeats) {
+  const int queued = engine.queues_steps() ? 20 : 1;
+  Timing timing = time_it("train step", warmup, repeats, [&] {
+    for (int i = 0; i < queued; ++i) engine.enqueue_train_step(batch);
+    if (engine.collect().halted != Halt::none) fail("the benchmark's training diverged");
   });
+  for (double& seconds : timing.seconds) seconds /= queued;
+  return timing;
+}
+
+std::vector<Timing> time_engine(Engine& engine, const Batch& batch, const BenchOptions& o) {
+  std::vector<Timing> timings;
+  timings.push_back(time_train_step(engine, batch, o.warmup, o.repeats));
+  timings.push_back(time_it("inference step", o.warmup, o.repeats, [&] { engine.forward(batch, nullptr); }));
+  if (engine.queues_steps())  // what a step costs when the host waits for each one
+    timings.push_back(time_it("train step, sync", o.warmup, o.repeats, [&] {
+      engine.enqueue_train_step(batch);
+      engine.collect();
+    }));
+  for (const EnginePart& part : engine.parts(batch)) {
+    if (part.prepare) part.prepare();
+    timings.push_back(time_it(part.name, o.warmup, o.repeats, part.run));
+  }
+  return timings;
+}
+
+struct Measured {
+  std::vector<Timing> timings;
+  double initial_loss = 0;
+  std::string summary;   // the engine's one line
+  bool cpu = true;       // the CPU's sgemm rate is the yardstick for the CPU engine only
+  int threads = 1;
+};
+
+void print_json(const Measured& m, const BenchOptions& o, const ModelConfig& c, double gemm_rate, double loader_rate,
+                double peak_rss_mib) {
+  const Shapes& s = o.shapes;
+  const double train_flop = train_gflop(s, c), forward_flop = forward_gflop(s, c);
+  nlohmann::json out{{"device", o.device}, {"threads", m.threads}, {"blas", cpu_blas_name()},
+                     {"shapes", {{"B", s.batch}, {"T", s.seq_len}, {"D", s.dim}, {"H", s.hidden}, {"V", s.vocab},
+                                 {"L", s.labels}, {"empty_probability", s.empty_probability},
+                                 {"max_identifier", s.max_identifier}, {"zipf", s.zipf}}},
+                     {"blend", o.blend}, {"pool", o.pool}, {"optimizer", o.optimizer}, {"lazy_embedding", o.lazy},
+                     {"initial_loss", m.initial_loss}, {"train_gflop", train_flop}, {"forward_gflop", forward_flop},
+                     {"train_gflops_achieved", train_flop / m.timings[0].median()},
+                     {"forward_gflops_achieved", forward_flop / m.timings[1].median()}, {"gemm_gflops", gemm_rate},
+                     {"loader_samples_per_s", loader_rate}, {"peak_rss_mib", peak_rss_mib}};
+  if (!m.cpu) out["cuda"] = m.summary;
+  for (const Timing& t : m.timings)
+    out["times"][t.name] = {{"min_s", t.min()}, {"median_s", t.median()}, {"max_s", t.max()},
+                            {"samples_per_s", s.batch / t.median()}};
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+void print_table(const Measured& m, const BenchOptions& o, const ModelConfig& c, double gemm_rate, double loader_rate,
+                 double peak_rss_mib) {
+  const Shapes& s = o.shapes;
+  const double train_flop = train_gflop(s, c), forward_flop = forward_gflop(s, c);
+  const double train_rate = train_flop / m.timings[0].median(), forward_rate = forward_flop / m.timings[1].median();
+  if (m.cpu) std::printf("enhanced-bench: cpu, %d threads, %s\n", m.threads, cpu_blas_name().c_str());
+  else std::printf("enhanced-bench: %s\n", m.summary.c_str());
+  std::printf("B=%d T=%d D=%d H=%d V=%lld L=%d%s, %s%s, %d warm-up + %d timed runs\n\n", s.batch, s.seq_len, s.dim,
+              s.hidden, static_cast<long long>(s.vocab), s.labels,
+              s.zipf > 0 ? cat(", token ids Zipf(", s.zipf, ")").c_str() : "", o.optimizer.c_str(),
+              o.lazy ? " (lazy embedding)" : "", o.warmup, o.repeats);
+  std::printf("%-16s %10s %10s %10s %12s\n", "part", "min ms", "median ms", "max ms", "samples/s");
+  for (const Timing& t : m.timings)
+    std::printf("%-16s %10.2f %10.2f %10.2f %12.0f\n", t.name.c_str(), 1e3 * t.min(), 1e3 * t.median(), 1e3 * t.max(),
+                s.batch / t.median());
+  std::printf("\ntrain step: %.2f GFLOP, %.1f GFLOP/s; inference: %.2f GFLOP, %.1f GFLOP/s\n", train_flop, train_rate,
+              forward_flop, forward_rate);
+  if (m.cpu)
+    std::printf("machine sgemm rate (same BLAS, %d threads): %.1f GFLOP/s -> train step at %.0f%% of it\n", m.threads,
+                gemm_rate, 100 * train_rate / gemm_rate);
+  if (!o.skip_loader)
+    std::printf("loader (one core): %.0f samples/s = %.1fx what the train step consumes\n", loader_rate,
+                loader_rate / (s.batch / m.timings[0].median()));
+  std::printf("peak RSS: %.0f MiB\n", peak_rss_mib);
+}
+
+// Prints the table (or JSON) for the timings taken on either device.
+int report(const Measured& m, const BenchOptions& o, const ModelConfig& c) {
+  const double gemm_rate = m.cpu ? cpu_gemm_gflops(m.threads, o.warmup, o.repeats * 3) : 0.0;
+  const double loader_rate = o.skip_loader ? 0.0 : loader_samples_per_second(o.shapes, o.repeats);
+  configure_cpu_threads(m.threads);  // the GEMM-rate measurement gave BLAS the threads
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  if (o.json) print_json(m, o, c, gemm_rate, loader_rate, peak_rss_mib);
+  else print_table(m, o, c, gemm_rate, loader_rate, peak_rss_mib);
+  return 0;
+}
+
+int run_bench(BenchOptions& o) {
+  if (o.device == "auto") fail("--device must be cpu or cuda: a benchmark names what it measures");
+  finish_cuda_options(o.cuda, o.cuda_flags);
+  if (o.device == "cuda" && o.skip_unavailable && !cuda_unavailable_reason().empty()) {
+    std::printf("skipped: no usable GPU: %s\n", cuda_unavailable_reason().c_str());
+    return 77;
+  }
+  const Device chosen = resolve_device(o.device, false);
+  Measured m;
+  m.threads = configure_cpu_threads(o.threads);
+  m.cpu = chosen == Device::cpu;
+  const ModelConfig c = model_config(o);
+  ParameterBuffer<float> params(c);
+  initialize_parameters(params, 1);
+  OptimizerState optimizer(optimizer_config(o), c);
+  const Batch batch = synthetic_batch(o.shapes, 3);
+  if (!o.dump_case.empty()) {
+    std::filesystem::create_directories(o.dump_case);
+    save_checkpoint(o.dump_case + "/checkpoint.safetensors", params);
+    save_batch(o.dump_case + "/batch.safetensors", batch);
+  }
+  const std::unique_ptr<Engine> engine =
+      make_engine(chosen, params, &optimizer, EngineOptions{o.shapes.batch, m.threads, o.cuda});
+  m.initial_loss = engine->forward(batch, nullptr);
+  m.timings = time_engine(*engine, batch, o);
+  m.summary = engine->summary();
+  if (const std::string note = engine->closing_note(); !note.empty()) m.summary += "; " + note;
+  return report(m, o, c);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Benchmark the training and inference steps of the engine"};
+  BenchOptions options;
+  add_options(app, options);
+  return run_app(app, argc, argv, [&] { return run_bench(options); });
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "enhanced/engine.h"
 #include "enhanced/common.h"
 #include "enhanced/dataset.h"
 #include "enhanced/demo.h"

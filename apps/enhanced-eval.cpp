@@ -4,14 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include "enhanced/app.h"
+#include "enhanced/atomic_file.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/device.h"
+#include "enhanced/engine.h"
 #include "enhanced/evaluate.h"
-#include "enhanced/safetensors.h"
-#include "enhanced/network.h"
-#ifdef ENHANCED_HAVE_CUDA
-#include "enhanced/cuda_model.h"
-#endif
 
 namespace {
 
@@ -85,22 +82,15 @@ int main(int argc, char** argv) {
     finish_cuda_options(cuda_options, cuda_flags);
     const int thread_count = configure_cpu_threads(threads);
     const Device chosen = resolve_device(device, !json);
-    const ParameterBuffer<float> params = load_checkpoint(checkpoint);
+    ParameterBuffer<float> params = load_checkpoint(checkpoint);
     const Dataset dataset = Dataset::open(data);
     if (dataset.seq_len() != params.config.seq_len)
       fail(data, ": T = ", dataset.seq_len(), " but ", checkpoint, " was trained with T = ", params.config.seq_len);
     dataset.check_fits_model(params.config.vocab_size, params.config.num_labels);
-    EvalResult result;
-#ifdef ENHANCED_HAVE_CUDA
-    if (chosen == Device::cuda) {
-      CudaModel model(params.config, OptimizerConfig{}, batch_size, cuda_options);
-      if (!json) std::fprintf(stderr, "cuda: %s\n", model.summary().c_str());
-      model.upload_parameters(params);
-      result = evaluate([&](const Batch& batch, float* logits) { return model.forward(batch, logits); }, dataset,
-                        batch_size, params.config.num_labels, !predictions.empty());
-    }
-#endif
-    if (chosen == Device::cpu) result = evaluate(params, dataset, batch_size, thread_count, !predictions.empty());
+    const std::unique_ptr<Engine> engine =
+        make_engine(chosen, params, nullptr, EngineOptions{batch_size, thread_count, cuda_options});
+    if (!json) std::fprintf(stderr, "engine: %s\n", engine->summary().c_str());
+    const EvalResult result = evaluate(*engine, dataset, batch_size, !predictions.empty());
     if (!predictions.empty()) write_predictions(predictions, result);
     if (json) std::printf("%s\n", report_json(result).dump(2).c_str());
     else print_report(result, data, checkpoint);

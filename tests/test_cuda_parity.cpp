@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "enhanced/device.h"
-#include "enhanced/network.h"
-#include "enhanced/optimizer.h"
+#include "engine/cpu_model.h"
+#include "layers/optimizer.h"
 #include "cuda_test_util.h"
 #include "embedding_reference.h"
 #include "gradcheck.h"
@@ -42,8 +42,8 @@
 #include "layers/softmax_xent.h"
 
 #ifdef ENHANCED_HAVE_CUDA
-#include "enhanced/cuda_model.h"
-#include "kernels/embedding_blend_steps.h"
+#include "engine/cuda_model.h"
+#include "steps/embedding_blend_steps.h"
 #include "kernels/layers.h"
 #endif
 
@@ -305,7 +305,8 @@ TEST(CudaParity, SoftmaxCrossEntropyMatchesCpu) {
     std::vector<int32_t> labels(B);
     for (int32_t& l : labels) l = static_cast<int32_t>(random.below(L));
     std::vector<double> dlogits(logits.size()), losses(B);
-    const double loss = softmax_cross_entropy(dlogits.data(), losses.data(), logits.data(), labels.data(), B, L);
+    double loss = 0;
+    softmax_cross_entropy(dlogits.data(), losses.data(), &loss, logits.data(), labels.data(), B, L);
     auto d_logits = to_device(to_float(logits), gpu.stream);
     auto d_labels = to_device(labels, gpu.stream);
     DeviceBuffer<float> d_dlogits(dlogits.size()), d_losses(B);

@@ -29,11 +29,11 @@
 #include "enhanced/checkpoint.h"
 #include "enhanced/common.h"
 #include "enhanced/demo.h"
-#include "enhanced/network.h"
+#include "engine/cpu_model.h"
 #include "enhanced/safetensors.h"
 
 #ifdef ENHANCED_HAVE_CUDA
-#include "enhanced/cuda_model.h"
+#include "engine/cuda_model.h"
 #endif
 
 namespace enhanced {

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "data_test_util.h"
+#include "enhanced/engine.h"
 #include "enhanced/common.h"
 #include "enhanced/dataset.h"
 #include "enhanced/jsonl.h"

@@ -16,13 +16,12 @@
 
 #include "embedding_reference.h"
 #include "gradcheck.h"
-#include "kernels/embedding_blend_steps.h"
+#include "steps/embedding_blend_steps.h"
 #include "layers/embedding_blend.h"
 
 namespace enhanced {
 namespace {
 
-namespace steps = cuda::steps;
 
 struct Emulated {
   std::vector<float> gradient;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "enhanced/random.h"
-#include "layers/lstm_pointwise.h"
+#include "layers/cpu/lstm_pointwise.h"
 
 namespace enhanced {
 namespace {

@@ -2,7 +2,7 @@
 // empty identifier lists, T = 1, H = 1, B = 1, both blend modes and both pooling modes.
 #include <gtest/gtest.h>
 
-#include "enhanced/network.h"
+#include "engine/cpu_model.h"
 #include "gradcheck.h"
 
 namespace enhanced {

@@ -1,33 +1,27 @@
-// The CUDA optimizer's arithmetic, run on the CPU: the kernels of optimizer.cu visit the index
-// space of kernels/optimizer_steps.h and apply its sgd_update / adam_update with the step's
-// StepScalars. Here the same functions run over the same space on the host; from the same
-// gradients and clipping factor they must give Optimizer::step's bits, step after step, for
-// every optimizer and both the dense and the touched-rows-only spaces.
+// The CUDA optimizer's index space, run on the CPU: the kernels of optimizer.cu visit the
+// StepRange space of steps/optimizer_steps.h and apply its sgd_update / adam_update with the
+// step's StepScalars (the CPU's optimizer_step calls the same updates over its own ranges). Here
+// the device's space runs on the host; from the same gradients and clipping factor it must give
+// optimizer_step's bits, step after step, for every optimizer and both the dense and the
+// touched-rows-only spaces.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "enhanced/model.h"
-#include "enhanced/optimizer.h"
+#include "layers/optimizer.h"
 #include "enhanced/random.h"
-#include "kernels/optimizer_steps.h"
+#include "steps/optimizer_steps.h"
 #include "layers/embedding_blend.h"
 
 namespace enhanced {
 namespace {
 
-namespace steps = cuda::steps;
-
 struct Case {
   const char* name;
   OptimizerConfig config;
 };
-
-// Optimizer::step's choice of space, as the CUDA model makes it.
-bool rows_only(const OptimizerConfig& o) {
-  return o.lazy_embedding || (o.kind == OptimizerKind::sgd && o.momentum == 0);
-}
 
 void check(const Case& c) {
   ModelConfig model;
@@ -39,7 +33,7 @@ void check(const Case& c) {
   Random random(17);
   ParameterBuffer<float> cpu(model), grads(model);
   for (float& w : cpu.data) w = static_cast<float>(random.uniform(-1, 1));
-  Optimizer optimizer(c.config, model);
+  OptimizerState optimizer(c.config, model);
   ParameterBuffer<float> emulated = cpu;
   ParameterBuffer<float> first(model), second(model);  // the device's moments start at zero too
   const size_t table = static_cast<size_t>(model.vocab_size) * model.embedding_dim;
@@ -56,20 +50,18 @@ void check(const Case& c) {
         grads.data[static_cast<size_t>(row) * model.embedding_dim + d] = static_cast<float>(random.uniform(-2, 2));
     for (size_t i = table; i < grads.size(); ++i) grads.data[i] = static_cast<float>(random.uniform(-2, 2));
 
-    const double norm = optimizer.step(cpu, grads, rows);
-    float scale = 1.0f;  // norm_finish_kernel's formula, from the same norm
-    if (c.config.clip_norm > 0 && norm > c.config.clip_norm)
-      scale = static_cast<float>(c.config.clip_norm / (norm + 1e-6));
+    const double norm = optimizer_step(cpu, optimizer, grads, rows);
+    const float scale = steps::clip_factor(norm, c.config.clip_norm);  // norm_finish_kernel's, from the same norm
 
     const int32_t row_count = static_cast<int32_t>(rows.size());
-    cuda::StepRange range;
+    steps::StepRange range;
     range.total = emulated.size();
     range.table = table;
     range.dim = model.embedding_dim;
     range.rows_only = rows_only(c.config);
     range.rows = rows.data();
     range.row_count = &row_count;
-    const cuda::StepScalars scalars = cuda::step_scalars(c.config, step);
+    const steps::StepScalars scalars = steps::step_scalars(c.config, step);
     const steps::Space space = steps::space_of(range, range.rows_only);
     const OptimizerConfig& o = c.config;
     for (int64_t i = 0; i < space.size; ++i) {
@@ -82,11 +74,11 @@ void check(const Case& c) {
                            o.beta1, o.beta2, o.epsilon, scalars.adam_step_size, scalars.adam_bias_correction2_sqrt);
     }
     ASSERT_EQ(emulated.data, cpu.data) << c.name << ", step " << step << ": weights differ from the CPU's bits";
-    if (optimizer.first_moment()) {
-      ASSERT_EQ(first.data, optimizer.first_moment()->data) << c.name << ", step " << step;
+    if (optimizer.moment(0)) {
+      ASSERT_EQ(first.data, optimizer.moment(0)->data) << c.name << ", step " << step;
     }
-    if (optimizer.second_moment()) {
-      ASSERT_EQ(second.data, optimizer.second_moment()->data) << c.name << ", step " << step;
+    if (optimizer.moment(1)) {
+      ASSERT_EQ(second.data, optimizer.moment(1)->data) << c.name << ", step " << step;
     }
   }
 }

@@ -7,32 +7,24 @@
 #include <filesystem>
 
 #include "enhanced/checkpoint.h"
-#include "enhanced/network.h"
-#include "enhanced/optimizer.h"
+#include "enhanced/engine.h"
 #include "gradcheck.h"
-#include "layers/embedding_blend.h"
 
 namespace enhanced {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Runs `steps` optimizer steps on the same batch from `start`; returns the final weights.
+// Runs `steps` training steps of the CPU engine on the same batch from `start`; returns the
+// final weights.
 ParameterBuffer<float> train_on_batch(const ParameterBuffer<float>& start, const OptimizerConfig& config,
                                       const Batch& batch, int steps) {
-  ParameterBuffer<float> params = start, grads(start.config);
-  Optimizer optimizer(config, start.config);
-  Activations<float> activations;
-  activations.reserve(start.config, batch.size);
-  std::vector<int32_t> rows;
-  embedding_touched_rows(rows, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
-                         batch.cur_word_ids.data(), batch.positions());
-  for (int s = 0; s < steps; ++s) {
-    zero_gradients(grads, rows);
-    model_forward(activations, params, batch, 2, true);
-    model_backward(grads, activations, params, batch, 2);
-    optimizer.step(params, grads, rows);
-  }
+  ParameterBuffer<float> params = start;
+  OptimizerState optimizer(config, start.config);
+  const std::unique_ptr<Engine> engine = make_engine(Device::cpu, params, &optimizer, EngineOptions{batch.size, 2, {}});
+  for (int s = 0; s < steps; ++s) engine->enqueue_train_step(batch);
+  EXPECT_EQ(engine->collect().steps, steps);
+  engine->sync_to_host();
   return params;
 }
 
@@ -48,15 +40,15 @@ void write_case(const fs::path& dir, const ModelConfig& config, uint64_t seed) {
   save_checkpoint((dir / "checkpoint.safetensors").string(), params);
   save_batch((dir / "batch.safetensors").string(), batch);
 
-  ParameterBuffer<float> grads(config);
-  Activations<float> activations;
-  activations.reserve(config, B);
-  const float loss = static_cast<float>(model_forward(activations, params, batch, 2, true));
-  model_backward(grads, activations, params, batch, 2);
+  ParameterBuffer<float> grads(config), weights = params;
+  std::vector<float> logits(static_cast<size_t>(B) * config.num_labels);
+  const std::unique_ptr<Engine> engine = make_engine(Device::cpu, weights, nullptr, EngineOptions{B, 2, {}});
+  const float loss = static_cast<float>(engine->compute_gradients(batch, logits.data()));
+  engine->download_gradients(grads);
 
   SafetensorsWriter expected;
   expected.add("loss", &loss, {1});
-  expected.add("logits", activations.logits.data(), {B, config.num_labels});
+  expected.add("logits", logits.data(), {B, config.num_labels});
   for (const TensorSlot& slot : parameter_layout(config)) expected.add("grad." + slot.name, grads.data.data() + slot.offset, slot.shape);
 
   OptimizerConfig sgd;

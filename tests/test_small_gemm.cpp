@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "enhanced/random.h"
-#include "layers/blas.h"
-#include "layers/small_gemm.h"
+#include "layers/cpu/blas.h"
+#include "layers/cpu/small_gemm.h"
 
 namespace enhanced {
 namespace {

@@ -7,6 +7,7 @@
 
 #include "enhanced/common.h"
 #include "enhanced/device.h"
+#include "enhanced/engine.h"
 
 namespace enhanced {
 

@@ -27,7 +27,4 @@ template <class... Parts>
   throw Error(cat(parts...));
 }
 
-// Version string printed by every app's --version.
-const char* version_string();
-
 }  // namespace enhanced

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,14 +34,10 @@ struct EvalResult {
   double macro_f1() const;  // over labels present in the data or predicted
 };
 
-// Runs a model over the dataset in file order. forward(batch, logits) returns the batch's mean loss
-// and fills logits (B, L): the CPU model or a device model.
-using ForwardFunction = std::function<double(const Batch& batch, float* logits)>;
-EvalResult evaluate(const ForwardFunction& forward, const Dataset& dataset, int batch_size, int num_labels,
-                    bool keep_predictions);
+class Engine;
 
-// The CPU model.
-EvalResult evaluate(const ParameterBuffer<float>& params, const Dataset& dataset, int batch_size, int threads,
-                    bool keep_predictions);
+// Runs the engine's model over the dataset in file order (batches of up to batch_size, at most
+// the engine's max batch).
+EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions);
 
 }  // namespace enhanced

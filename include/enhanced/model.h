@@ -32,25 +32,28 @@ struct ModelConfig {
   void validate() const;  // throws Error on a non-positive size
 };
 
-// One named tensor inside the flat parameter buffer.
+// The pointers a carved parameter buffer gives the layers. Each direction pair's reverse tensor
+// directly follows the forward one, so weight_ih (2, 4H, D) covers both directions.
+enum class ParameterField { embedding, weight_ih, weight_hh, bias_ih, bias_hh, dense_weight, dense_bias, none };
+
+// One named tensor inside the flat parameter buffer, and the pointer it starts (if any).
 struct TensorSlot {
   std::string name;
   std::vector<int64_t> shape;
   size_t offset = 0;  // in elements
   size_t numel = 0;
+  ParameterField field = ParameterField::none;
 };
 
 // The SPEC's tensors in buffer order. Direction pairs are adjacent, so the two directions'
-// input weights form one (8H, D) matrix and their biases one (8H) vector.
+// input weights form one (8H, D) matrix and their biases one (8H) vector. Parameters, their
+// gradients and the optimizer moments are all carved from this one table, on either device.
 std::vector<TensorSlot> parameter_layout(const ModelConfig& config);
 size_t parameter_count(const ModelConfig& config);
 
-// Parameters, their gradients and optimizer moments all use this type: one allocation with
-// pointers into it by name.
+// Pointers into one buffer laid out by parameter_layout (host or device memory).
 template <class Real>
-struct ParameterBuffer {
-  ModelConfig config;
-  std::vector<Real, HugePageAllocator<Real>> data;
+struct ParameterTensors {
   Real* embedding = nullptr;     // (V, D)
   Real* weight_ih = nullptr;     // (2, 4H, D) forward then reverse
   Real* weight_hh = nullptr;     // (2, 4H, H)
@@ -59,6 +62,17 @@ struct ParameterBuffer {
   Real* dense_weight = nullptr;  // (L, F)
   Real* dense_bias = nullptr;    // (L)
 
+  // Points each field at its slot of `base`, a buffer of parameter_count(config) elements.
+  void carve(Real* base, const ModelConfig& config);
+};
+
+// Parameters, their gradients and optimizer moments all use this type: one host allocation with
+// the layers' pointers into it.
+template <class Real>
+struct ParameterBuffer : ParameterTensors<Real> {
+  ModelConfig config;
+  std::vector<Real, HugePageAllocator<Real>> data;
+
   ParameterBuffer() = default;
   explicit ParameterBuffer(const ModelConfig& model_config);  // zero-filled
   ParameterBuffer(const ParameterBuffer& other);
@@ -66,17 +80,54 @@ struct ParameterBuffer {
   ParameterBuffer(ParameterBuffer&&) noexcept = default;
   ParameterBuffer& operator=(ParameterBuffer&&) noexcept = default;
 
-  Real* tensor(const std::string& name);
-  const Real* tensor(const std::string& name) const;
   size_t size() const { return data.size(); }
   size_t embedding_size() const { return static_cast<size_t>(config.vocab_size) * config.embedding_dim; }
-
- private:
-  void carve();
 };
 
 // Keras-default initialisation (SPEC "Initialisation"); the embedding is uniform(-0.05, 0.05)
 // unless a pretrained table is copied in afterwards.
 void initialize_parameters(ParameterBuffer<float>& params, uint64_t seed);
+
+}  // namespace enhanced
+
+namespace enhanced {
+
+// The activations one training step keeps, sized for a batch of B: one allocation carved by
+// activation_layout on either device. P = B * T positions, F = pooled_features().
+enum class ActivationField { x, gates, cell, y, pooled, logits, dlogits, sample_losses, dpooled, dy, dx, lstm_scratch };
+
+struct ActivationSlot {
+  ActivationField field;
+  size_t numel;
+};
+
+// lstm_scratch: elements the LSTM's backward needs beside its gates and cell (CPU:
+// bilstm_backward_scratch_size). lstm_keeps_state: the LSTM keeps its own state for backward
+// (cuDNN's reserve space), so there are no gates, cell or scratch rows.
+std::vector<ActivationSlot> activation_layout(const ModelConfig& config, int batch, size_t lstm_scratch,
+                                              bool lstm_keeps_state);
+
+template <class Real>
+struct ActivationTensors {
+  Real* x = nullptr;              // (B, T, D) blended embeddings
+  Real* gates = nullptr;          // (B, T, 8H) LSTM gates; overwritten by their gradients in backward
+  Real* cell = nullptr;           // (B, T, 2H)
+  Real* y = nullptr;              // (B, T, 2H) BiLSTM output
+  Real* pooled = nullptr;         // (B, F)
+  Real* logits = nullptr;         // (B, L)
+  Real* dlogits = nullptr;        // (B, L)
+  Real* sample_losses = nullptr;  // (B)
+  Real* dpooled = nullptr;        // (B, F)
+  Real* dy = nullptr;             // (B, T, 2H)
+  Real* dx = nullptr;             // (B, T, D)
+  Real* lstm_scratch = nullptr;
+  int32_t* argmax = nullptr;      // (B, F), its own int32 buffer
+
+  // Points each field at its slot of `base` (activation_count(layout) elements, each slot
+  // 64-byte aligned when base is); returns that count.
+  size_t carve(Real* base, const std::vector<ActivationSlot>& layout);
+};
+
+size_t activation_count(const std::vector<ActivationSlot>& layout);
 
 }  // namespace enhanced

@@ -62,7 +62,4 @@ class SafetensorsWriter {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes `bytes` to `path` atomically (temporary file, fsync, rename). Errors name the file.
-void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces);
-
 }  // namespace enhanced

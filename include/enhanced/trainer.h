@@ -7,7 +7,7 @@
 #include <string>
 
 #include "enhanced/device.h"
-#include "enhanced/optimizer.h"
+#include "enhanced/optimizer_config.h"
 
 namespace enhanced {
 

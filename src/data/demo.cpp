@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "data/file_util.h"
+#include "enhanced/atomic_file.h"
 #include "enhanced/common.h"
 #include "enhanced/jsonl.h"
 #include "enhanced/random.h"
@@ -123,9 +123,9 @@ void write_split(const std::string& jsonl, const std::string& ebin, int64_t n, u
                  const DemoOptions& o) {
   Rng rng{Random(o.seed ^ (stream * 0xD1B54A32D192ED03ull))};
   {
-    detail::TempFiles temps;
-    const std::string tmp = temps.add(detail::temp_name(jsonl, ""));
-    detail::FileWriter out(tmp);
+    TempFiles temps;
+    const std::string tmp = temps.add(temp_name(jsonl, ""));
+    FileWriter out(tmp);
     std::string line;
     for (int64_t i = 0; i < n; ++i) {
       Sample s = make_sample(rng, o);
@@ -147,7 +147,7 @@ void write_split(const std::string& jsonl, const std::string& ebin, int64_t n, u
       out.write(line.data(), line.size());
     }
     out.close();
-    detail::rename_file(tmp, jsonl);
+    commit_file(tmp, jsonl);
   }
   convert_jsonl_to_ebin(jsonl, ebin, o.seq_len, o.show_progress);
 }
@@ -178,12 +178,12 @@ void write_embeddings(const std::string& path, const DemoOptions& o) {
     }
   }
   static_assert(std::endian::native == std::endian::little, "emb.bin is written little-endian");
-  detail::TempFiles temps;
-  const std::string tmp = temps.add(detail::temp_name(path, ""));
-  detail::FileWriter out(tmp);
+  TempFiles temps;
+  const std::string tmp = temps.add(temp_name(path, ""));
+  FileWriter out(tmp);
   out.write(table.data(), table.size() * sizeof(float));
   out.close();
-  detail::rename_file(tmp, path);
+  commit_file(tmp, path);
 }
 
 }  // namespace

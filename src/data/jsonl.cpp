@@ -4,7 +4,6 @@
 #include "enhanced/jsonl.h"
 
 #include <charconv>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -14,7 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "data/file_util.h"
+#include "enhanced/atomic_file.h"
+#include "enhanced/progress.h"
 #include "enhanced/common.h"
 #include "enhanced/dataset.h"
 
@@ -23,8 +23,6 @@ namespace enhanced {
 namespace {
 
 using nlohmann::json;
-using detail::FileWriter;
-using detail::TempFiles;
 
 const char* field_name(int field) {
   switch (field) {
@@ -51,33 +49,27 @@ std::string parse_error_text(const json::parse_error& e) {
   return bracket == std::string::npos ? what : what.substr(bracket + 2);
 }
 
-// Progress line on stderr, at most once a second.
-class Progress {
+// "FILE: N lines, R lines/s" at most once a second, checked every 1024 lines.
+class ConvertProgress {
  public:
-  Progress(bool enabled, std::string what) : enabled_(enabled), what_(std::move(what)) {}
+  ConvertProgress(bool enabled, std::string what) : line_(enabled, 1.0), what_(std::move(what)) {}
   void tick(int64_t lines) {
-    if (!enabled_ || (lines & 1023) != 0) return;
-    auto now = std::chrono::steady_clock::now();
-    if (now - last_ < std::chrono::seconds(1)) return;
-    last_ = now;
-    print(lines, false);
+    if ((lines & 1023) == 0) line_.show(text(lines));
   }
   void done(int64_t lines) {
-    if (enabled_) print(lines, true);
+    line_.show(text(lines), true);
+    line_.finish();
   }
 
  private:
-  void print(int64_t lines, bool final) {
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    double rate = secs > 0 ? static_cast<double>(lines) / secs : 0.0;
-    std::fprintf(stderr, "\r%s: %lld lines, %.0f lines/s%s", what_.c_str(), static_cast<long long>(lines),
-                 rate, final ? "\n" : "");
-    std::fflush(stderr);
+  std::string text(int64_t lines) const {
+    const double seconds = line_.elapsed_seconds();
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%.0f", seconds > 0 ? static_cast<double>(lines) / seconds : 0.0);
+    return cat(what_, ": ", lines, " lines, ", rate, " lines/s");
   }
-  bool enabled_;
+  ProgressLine line_;
   std::string what_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point last_ = start_;
 };
 
 struct SectionWriters {
@@ -105,13 +97,13 @@ ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::str
   in.rdbuf()->pubsetbuf(inbuf.data(), static_cast<std::streamsize>(inbuf.size()));
 
   TempFiles temps;
-  const std::string tmp_out = temps.add(detail::temp_name(out_path, ""));
-  SectionWriters sec(temps.add(detail::temp_name(out_path, ".labels")),
-                     temps.add(detail::temp_name(out_path, ".cur_word")),
-                     temps.add(detail::temp_name(out_path, ".id_offsets")),
-                     temps.add(detail::temp_name(out_path, ".id_ids")),
-                     temps.add(detail::temp_name(out_path, ".aux_offsets")),
-                     temps.add(detail::temp_name(out_path, ".aux_ids")));
+  const std::string tmp_out = temps.add(temp_name(out_path, ""));
+  SectionWriters sec(temps.add(temp_name(out_path, ".labels")),
+                     temps.add(temp_name(out_path, ".cur_word")),
+                     temps.add(temp_name(out_path, ".id_offsets")),
+                     temps.add(temp_name(out_path, ".id_ids")),
+                     temps.add(temp_name(out_path, ".aux_offsets")),
+                     temps.add(temp_name(out_path, ".aux_ids")));
 
   const std::string& file = jsonl_path;
   uint64_t num_id = 0, num_aux = 0;
@@ -119,7 +111,7 @@ ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::str
   sec.aux_offsets.put<uint64_t>(0);
   int32_t max_id = -1, max_label = -1;
   int64_t samples = 0, line_no = 0;
-  Progress progress(show_progress, jsonl_path);
+  ConvertProgress progress(show_progress, jsonl_path);
   std::string line;
   std::vector<int32_t> cur_words(static_cast<size_t>(seq_len));
 
@@ -258,7 +250,7 @@ ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::str
     if (out.size() != h.file_size) fail(tmp_out, ": internal error: wrote ", out.size(), " bytes, expected ", h.file_size);
     out.close();
   }
-  detail::rename_file(tmp_out, out_path);
+  commit_file(tmp_out, out_path);
   temps.remove_all();  // the section files; tmp_out no longer exists under its temporary name
 
   ConvertStats stats;
@@ -291,7 +283,7 @@ ConvertStats convert_ebin_to_jsonl(const std::string& ebin_path, const std::stri
   if (same_file(ebin_path, out_path)) fail(out_path, ": output would overwrite the input");
   Dataset ds = Dataset::open(ebin_path);
   TempFiles temps;
-  const std::string tmp_out = temps.add(detail::temp_name(out_path, ""));
+  const std::string tmp_out = temps.add(temp_name(out_path, ""));
   FileWriter out(tmp_out);
   std::string line;
   const int T = ds.seq_len();
@@ -315,7 +307,7 @@ ConvertStats convert_ebin_to_jsonl(const std::string& ebin_path, const std::stri
   }
   const uint64_t bytes = out.size();
   out.close();
-  detail::rename_file(tmp_out, out_path);
+  commit_file(tmp_out, out_path);
   temps.remove_all();
 
   ConvertStats stats;

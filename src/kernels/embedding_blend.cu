@@ -3,7 +3,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
-#include "kernels/embedding_blend_steps.h"
+#include "steps/embedding_blend_steps.h"
 #include "kernels/layers.h"
 
 namespace enhanced::cuda {

@@ -14,7 +14,7 @@
 #include "enhanced/device.h"
 #include "enhanced/model.h"
 #include "kernels/cuda_check.h"
-#include "kernels/optimizer_steps.h"
+#include "steps/optimizer_steps.h"
 
 namespace enhanced::cuda {
 

@@ -25,7 +25,7 @@ __global__ void account_kernel(DeviceTotals* __restrict__ totals, const double* 
   if (threadIdx.x != 0 || totals->halted) return;
   const double loss = *mean_loss;
   if (!isfinite(loss)) {
-    totals->halted = 1;
+    totals->halted = static_cast<int32_t>(Halt::loss);
     totals->halted_step = scalars->step;
     totals->halted_value = loss;
     return;
@@ -39,7 +39,7 @@ __global__ void finish_step_kernel(DeviceTotals* __restrict__ totals, const doub
                                    const StepScalars* __restrict__ scalars) {
   if (totals->halted) return;
   if (!isfinite(*norm)) {
-    totals->halted = 2;
+    totals->halted = static_cast<int32_t>(Halt::gradient);
     totals->halted_step = scalars->step;
     totals->halted_value = *norm;
     return;

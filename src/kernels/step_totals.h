@@ -1,4 +1,4 @@
-// What the device keeps about the training steps between two CudaModel::collect() calls: the
+// What the device keeps about the training steps between two collect() calls: the
 // loss sum, samples, correct predictions and steps, and a halt that is sticky once a step meets
 // a non-finite loss or gradient norm. Two launches a step fill it (step_totals.cu).
 #pragma once
@@ -7,7 +7,8 @@
 #include <cstdint>
 
 #include "kernels/cuda_check.h"
-#include "kernels/optimizer_steps.h"
+#include "enhanced/train_totals.h"
+#include "steps/optimizer_steps.h"
 
 namespace enhanced::cuda {
 
@@ -20,7 +21,7 @@ struct DeviceTotals {
   int64_t steps;
   double halted_value;
   int64_t halted_step;
-  int32_t halted;
+  int32_t halted;  // a Halt
   int32_t reserved;
 };
 constexpr size_t kTotalsCountersBytes = offsetof(DeviceTotals, halted_value);
@@ -28,11 +29,11 @@ constexpr size_t kTotalsHaltBytes = sizeof(DeviceTotals) - kTotalsCountersBytes;
 
 // After the loss: adds mean_loss * B (rounded as the host's `sum += loss * B`), B, and the
 // samples whose first largest logit is the label (as std::max_element), or, when the loss is
-// not finite, halts (kind 1, the step from scalars). Nothing once halted.
+// not finite, halts (Halt::loss, the step from scalars). Nothing once halted.
 void account_step(DeviceTotals* totals, const double* mean_loss, const float* logits, const int32_t* labels,
                   const StepScalars* scalars, int batch, int num_labels, cudaStream_t stream);
 
-// After the update: counts the step, or halts (kind 2) when the gradient norm is not finite
+// After the update: counts the step, or halts (Halt::gradient) when the gradient norm is not finite
 // (the update kernels skipped it already). Nothing once halted.
 void finish_step(DeviceTotals* totals, const double* norm, const StepScalars* scalars, cudaStream_t stream);
 

@@ -2,7 +2,7 @@
 
 #include <cstddef>
 
-#include "layers/blas.h"
+#include "layers/cpu/blas.h"
 
 namespace enhanced {
 

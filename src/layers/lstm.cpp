@@ -4,9 +4,9 @@
 #include <cstring>
 #include <vector>
 
-#include "layers/blas.h"
-#include "layers/lstm_pointwise.h"
-#include "layers/small_gemm.h"
+#include "layers/cpu/blas.h"
+#include "layers/cpu/lstm_pointwise.h"
+#include "layers/cpu/small_gemm.h"
 
 namespace enhanced {
 namespace {

@@ -7,8 +7,8 @@
 namespace enhanced {
 
 template <class Real>
-double softmax_cross_entropy(Real* dlogits, Real* sample_losses, const Real* logits, const int32_t* labels,
-                             int batch, int num_labels) {
+void softmax_cross_entropy(Real* dlogits, Real* sample_losses, double* mean_loss, const Real* logits,
+                           const int32_t* labels, int batch, int num_labels) {
   double total = 0;
   for (int b = 0; b < batch; ++b) {
     const Real* row = logits + static_cast<size_t>(b) * num_labels;
@@ -26,7 +26,7 @@ double softmax_cross_entropy(Real* dlogits, Real* sample_losses, const Real* log
       grad[labels[b]] -= inverse_batch;
     }
   }
-  return total / batch;
+  *mean_loss = total / batch;
 }
 
 template <class Real>
@@ -41,8 +41,8 @@ void softmax_forward(Real* probabilities, const Real* logits, int batch, int num
   }
 }
 
-template double softmax_cross_entropy<float>(float*, float*, const float*, const int32_t*, int, int);
-template double softmax_cross_entropy<double>(double*, double*, const double*, const int32_t*, int, int);
+template void softmax_cross_entropy<float>(float*, float*, double*, const float*, const int32_t*, int, int);
+template void softmax_cross_entropy<double>(double*, double*, double*, const double*, const int32_t*, int, int);
 template void softmax_forward<float>(float*, const float*, int, int);
 template void softmax_forward<double>(double*, const double*, int, int);
 

@@ -6,11 +6,11 @@
 
 namespace enhanced {
 
-// Returns the mean loss. dlogits (B, L) = (softmax - onehot) / B when not null;
-// sample_losses (B) when not null.
+// mean_loss = the mean over the batch, summed in sample order in double (as the CUDA twin
+// writes it). dlogits (B, L) = (softmax - onehot) / B when not null; sample_losses (B) when not null.
 template <class Real>
-double softmax_cross_entropy(Real* dlogits, Real* sample_losses, const Real* logits, const int32_t* labels,
-                             int batch, int num_labels);
+void softmax_cross_entropy(Real* dlogits, Real* sample_losses, double* mean_loss, const Real* logits,
+                           const int32_t* labels, int batch, int num_labels);
 
 // probabilities (B, L) = softmax(logits).
 template <class Real>

@@ -1,3 +1,4 @@
+// Parsing of --device and --rnn-algorithm, and the choice of a device for --device auto|cpu|cuda.
 #include "enhanced/device.h"
 
 #include <cstdio>
@@ -5,13 +6,6 @@
 #include "enhanced/common.h"
 
 namespace enhanced {
-
-#ifdef ENHANCED_HAVE_CUDA
-std::string cuda_probe();  // src/kernels/device.cu
-std::string cuda_unavailable_reason() { return cuda_probe(); }
-#else
-std::string cuda_unavailable_reason() { return "this build has no CUDA backend (configured with ENHANCED_CUDA=OFF or no toolkit)"; }
-#endif
 
 RnnAlgorithm parse_rnn_algorithm(const std::string& name) {
   for (RnnAlgorithm algorithm : {RnnAlgorithm::automatic, RnnAlgorithm::standard, RnnAlgorithm::persistent,

@@ -11,8 +11,9 @@
 // logging interval). The synchronous calls (train_step, compute_gradients, forward) go through
 // the same path and then wait.
 //
-// Semantics follow the CPU path exactly: model_forward / model_backward (network.h), then
-// Optimizer::step (optimizer.h) with the touched embedding rows, then zero_gradients.
+// Semantics follow the CPU engine exactly: model_forward / model_backward (cpu_model.h), then
+// optimizer_step (layers/optimizer.h) with the touched embedding rows, then zero_gradients.
+// make_cuda_engine puts it behind the Engine interface (enhanced/engine.h).
 //
 // Only available in builds with ENHANCED_HAVE_CUDA; needs enhanced::cuda_unavailable_reason()
 // to be empty. Errors (CUDA, cuBLAS, cuDNN, bad batches) throw enhanced::Error.
@@ -25,13 +26,11 @@
 #include "enhanced/batch.h"
 #include "enhanced/device.h"
 #include "enhanced/model.h"
-#include "enhanced/optimizer.h"
+#include "enhanced/engine.h"
+#include "enhanced/optimizer_config.h"
 #include "enhanced/train_totals.h"
 
 namespace enhanced {
-
-// TrainTotals (what collect() returns) is in train_totals.h: the trainer reads the CPU's the same
-// way (backend.h).
 
 class CudaModel {
  public:
@@ -64,7 +63,7 @@ class CudaModel {
   // model_backward adds into zeroed grads. Synchronous.
   void download_gradients(ParameterBuffer<float>& grads) const;
 
-  // Optimizer state, as the CPU Optimizer keeps it: first = SGD velocity or Adam m, second =
+  // Optimizer state, as OptimizerState keeps it: first = SGD velocity or Adam m, second =
   // Adam v; steps = steps taken. For checkpoints / resume. Null pointers are skipped.
   void upload_optimizer_state(const ParameterBuffer<float>* first, const ParameterBuffer<float>* second,
                               int64_t steps);
@@ -83,7 +82,7 @@ class CudaModel {
 
   // One synchronous training step. Returns the mean loss. When the loss is not finite it is
   // returned and the weights stay unchanged (the caller stops, as the CPU trainer does); a
-  // non-finite gradient norm with a finite loss throws Error (as Optimizer::step). Either way
+  // non-finite gradient norm with a finite loss throws Error (as optimizer_step). Either way
   // the halt is cleared. logits_host (B, L), when not null, receives the logits.
   double train_step(const Batch& batch, float* logits_host = nullptr);
 
@@ -101,5 +100,10 @@ class CudaModel {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// The CUDA engine: the model and optimizer state copied to the GPU, synced back by sync_to_host;
+// optimizer == nullptr: inference only. Prints nothing; summary() says what it set up.
+std::unique_ptr<Engine> make_cuda_engine(ParameterBuffer<float>& params, OptimizerState* optimizer,
+                                         const EngineOptions& options);
 
 }  // namespace enhanced

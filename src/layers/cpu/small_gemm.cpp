@@ -1,5 +1,5 @@
-#include "layers/small_gemm.h"
-#include "layers/multiversion.h"
+#include "layers/cpu/small_gemm.h"
+#include "layers/cpu/multiversion.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,6 +1,6 @@
-// CudaModel: the CPU model step (network.cpp + Optimizer::step + zero_gradients) on one device,
+// CudaModel: the CPU engine's step (cpu_model.cpp: the model, optimizer_step, zero_gradients) on one device,
 // pipelined: batch uploads on a copy stream, steps on the compute stream, CUDA graph replay.
-#include "enhanced/cuda_model.h"
+#include "engine/cuda_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -21,30 +21,14 @@ namespace {
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // cuBLAS's advice for Hopper
 
-// Pointers into one device allocation, carved as ParameterBuffer is (parameter_layout offsets).
-struct DeviceParameters {
+// One device allocation carved by parameter_layout, as ParameterBuffer is on the host.
+struct DeviceParameters : ParameterTensors<float> {
   DeviceBuffer<float> data;
-  float* embedding = nullptr;
-  float* weight_ih = nullptr;
-  float* weight_hh = nullptr;
-  float* bias_ih = nullptr;
-  float* bias_hh = nullptr;
-  float* dense_weight = nullptr;
-  float* dense_bias = nullptr;
 
   void allocate(const ModelConfig& config, cudaStream_t stream) {
     data.resize(parameter_count(config));
     ENHANCED_CUDA_CHECK(cudaMemsetAsync(data.data(), 0, data.bytes(), stream));
-    for (const TensorSlot& slot : parameter_layout(config)) {
-      float* at = data.data() + slot.offset;
-      if (slot.name == "embedding.weight") embedding = at;
-      else if (slot.name == "lstm.weight_ih_l0") weight_ih = at;
-      else if (slot.name == "lstm.weight_hh_l0") weight_hh = at;
-      else if (slot.name == "lstm.bias_ih_l0") bias_ih = at;
-      else if (slot.name == "lstm.bias_hh_l0") bias_hh = at;
-      else if (slot.name == "dense.weight") dense_weight = at;
-      else if (slot.name == "dense.bias") dense_bias = at;
-    }
+    carve(data.data(), config);
   }
 };
 
@@ -104,9 +88,11 @@ struct CudaModel::Impl {
 
   DeviceParameters params, grads, first_moment, second_moment;
 
-  // Activations (device), sized for max_batch.
-  DeviceBuffer<float> x, y, pooled, logits, dlogits, sample_losses, dpooled, dy, dx;
-  DeviceBuffer<int32_t> argmax;
+  // Activations (device), sized for max_batch: one allocation carved by activation_layout
+  // (cuDNN keeps the LSTM's own state in its reserve space), and argmax's int32 buffer.
+  DeviceBuffer<float> activation_data;
+  DeviceBuffer<int32_t> argmax_data;
+  ActivationTensors<float> act;
   DeviceBuffer<double> scalars;  // [0] mean loss, [1] gradient norm, [2..258) norm partials
   DeviceBuffer<float> clip_scale;
   DeviceBuffer<DeviceTotals> totals;
@@ -310,15 +296,15 @@ void CudaModel::Impl::run_eager(const BatchView& b, StepKind kind) {
 void CudaModel::Impl::forward_pass(const BatchView& b, bool with_gradient) {
   const ModelConfig& c = config;
   const int B = b.size, T = c.seq_len, D = c.embedding_dim, H = c.hidden;
-  cuda::embedding_blend_forward(x.data(), b.offsets, b.identifiers, b.cur, params.embedding, b.positions, D, c.blend,
+  cuda::embedding_blend_forward(act.x, b.offsets, b.identifiers, b.cur, params.embedding, b.positions, D, c.blend,
                                 s());
-  cuda::bilstm_forward(y.data(), *lstm, x.data(), params.weight_ih, params.weight_hh, params.bias_ih, params.bias_hh,
+  cuda::bilstm_forward(act.y, *lstm, act.x, params.weight_ih, params.weight_hh, params.bias_ih, params.bias_hh,
                        B, T, D, H, s());
-  cuda::maxpool_forward(pooled.data(), argmax.data(), y.data(), B, T, 2 * H, c.pool, s());
-  cuda::dense_forward(logits.data(), pooled.data(), params.dense_weight, params.dense_bias, B, F(), c.num_labels,
+  cuda::maxpool_forward(act.pooled, act.argmax, act.y, B, T, 2 * H, c.pool, s());
+  cuda::dense_forward(act.logits, act.pooled, params.dense_weight, params.dense_bias, B, F(), c.num_labels,
                       cublas, s());
-  cuda::softmax_cross_entropy(with_gradient ? dlogits.data() : nullptr, sample_losses.data(), scalars.data(),
-                              logits.data(), b.labels, B, c.num_labels, s());
+  cuda::softmax_cross_entropy(with_gradient ? act.dlogits : nullptr, act.sample_losses, scalars.data(),
+                              act.logits, b.labels, B, c.num_labels, s());
 }
 
 // The embedding backward sorts room for the most ids a slot holds (the batch's own count is read
@@ -330,12 +316,12 @@ void CudaModel::Impl::backward_pass(const BatchView& b) {
   // grads start at zero: clear what the previous backward wrote (its touched rows, still in the
   // workspace, and everything after the table); the sort below replaces the touched rows.
   cuda::zero_gradients(grads.data.data(), range(true), s());
-  cuda::dense_backward(dpooled.data(), grads.dense_weight, grads.dense_bias, dlogits.data(), pooled.data(),
+  cuda::dense_backward(act.dpooled, grads.dense_weight, grads.dense_bias, act.dlogits, act.pooled,
                        params.dense_weight, B, F(), c.num_labels, cublas, s());
-  cuda::maxpool_backward(dy.data(), argmax.data(), dpooled.data(), B, T, 2 * H, c.pool, s());
-  cuda::bilstm_backward(dx.data(), grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, *lstm, y.data(),
-                        dy.data(), x.data(), B, T, D, H, s());
-  cuda::embedding_blend_backward(grads.embedding, embedding_workspace, dx.data(), b.offsets, b.identifiers, b.cur,
+  cuda::maxpool_backward(act.dy, act.argmax, act.dpooled, B, T, 2 * H, c.pool, s());
+  cuda::bilstm_backward(act.dx, grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, *lstm, act.y,
+                        act.dy, act.x, B, T, D, H, s());
+  cuda::embedding_blend_backward(grads.embedding, embedding_workspace, act.dx, b.offsets, b.identifiers, b.cur,
                                  b.positions, static_cast<int64_t>(id_capacity), D, c.blend, s());
 }
 
@@ -344,17 +330,16 @@ void CudaModel::Impl::step(const BatchView& b) {
   double* loss = scalars.data();
   double* norm = scalars.data() + 1;
   double* partials = scalars.data() + 2;
-  cuda::account_step(totals.data(), loss, logits.data(), b.labels, b.scalars, b.size, config.num_labels, s());
+  cuda::account_step(totals.data(), loss, act.logits, b.labels, b.scalars, b.size, config.num_labels, s());
   cuda::gradient_norm(norm, clip_scale.data(), partials, grads.data.data(), &totals.data()->halted, range(true),
                       o.clip_norm, s());
+  const cuda::StepRange visited = range(rows_only(o));
   if (o.kind == OptimizerKind::sgd) {
-    // Plain SGD moves only rows with a gradient: skipping the rest is exact (as on the CPU).
-    const bool rows_only = o.lazy_embedding || o.momentum == 0;
     cuda::sgd_step(params.data.data(), o.momentum > 0 ? first_moment.data.data() : nullptr, grads.data.data(),
-                   clip_scale.data(), norm, b.scalars, range(rows_only), o.learning_rate, o.momentum, s());
+                   clip_scale.data(), norm, b.scalars, visited, o.learning_rate, o.momentum, s());
   } else {
     cuda::adam_step(params.data.data(), first_moment.data.data(), second_moment.data.data(), grads.data.data(),
-                    clip_scale.data(), norm, b.scalars, range(o.lazy_embedding), o.beta1, o.beta2, o.epsilon, s());
+                    clip_scale.data(), norm, b.scalars, visited, o.beta1, o.beta2, o.epsilon, s());
   }
   cuda::finish_step(totals.data(), norm, b.scalars, s());
 }
@@ -366,7 +351,7 @@ void CudaModel::Impl::wait_and_read(const BatchView& b, float* logits_out) {
                                       s()));
   const size_t logit_count = static_cast<size_t>(b.size) * config.num_labels;
   if (logits_out)
-    ENHANCED_CUDA_CHECK(cudaMemcpyAsync(logits_host.data(), logits.data(), logit_count * sizeof(float),
+    ENHANCED_CUDA_CHECK(cudaMemcpyAsync(logits_host.data(), act.logits, logit_count * sizeof(float),
                                         cudaMemcpyDeviceToHost, s()));
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
   if (logits_out) std::memcpy(logits_out, logits_host.data(), logit_count * sizeof(float));
@@ -391,24 +376,20 @@ CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer
   m.cudnn = cuda::make_cudnn(m.s());
   const ModelConfig& c = config;
   const size_t P = static_cast<size_t>(max_batch) * c.seq_len;
-  const size_t D = c.embedding_dim, H = c.hidden, L = c.num_labels;
+  const size_t L = c.num_labels;
   const size_t F = static_cast<size_t>(max_batch) * c.pooled_features();
   m.lstm = std::make_unique<cuda::CudnnBiLstm>(m.cudnn.get(), max_batch, c.seq_len, c.embedding_dim, c.hidden,
                                                options.tf32, options.rnn_algorithm);
   m.params.allocate(c, m.s());
   m.grads.allocate(c, m.s());
-  if (optimizer.kind == OptimizerKind::adam || optimizer.momentum > 0) m.first_moment.allocate(c, m.s());
-  if (optimizer.kind == OptimizerKind::adam) m.second_moment.allocate(c, m.s());
-  m.x.resize(P * D);
-  m.y.resize(P * 2 * H);
-  m.pooled.resize(F);
-  m.argmax.resize(F);
-  m.logits.resize(max_batch * L);
-  m.dlogits.resize(max_batch * L);
-  m.sample_losses.resize(max_batch);
-  m.dpooled.resize(F);
-  m.dy.resize(P * 2 * H);
-  m.dx.resize(P * D);
+  const size_t moments = moment_names(optimizer).size();
+  if (moments > 0) m.first_moment.allocate(c, m.s());
+  if (moments > 1) m.second_moment.allocate(c, m.s());
+  const std::vector<ActivationSlot> activations = activation_layout(c, max_batch, 0, true);
+  m.activation_data.resize(activation_count(activations));
+  m.act.carve(m.activation_data.data(), activations);
+  m.argmax_data.resize(F);
+  m.act.argmax = m.argmax_data.data();
   m.scalars.resize(2 + 256);
   m.clip_scale.resize(1);
   m.totals.resize(1);
@@ -525,7 +506,7 @@ TrainTotals CudaModel::collect() {
   out.samples = t.samples;
   out.correct = t.correct;
   out.steps = t.steps;
-  out.halted = t.halted;
+  out.halted = static_cast<Halt>(t.halted);
   out.halted_step = t.halted_step;
   out.halted_value = t.halted_value;
   if (t.halted) m.steps = t.halted_step - 1;  // that step and the ones queued after it were skipped

@@ -1,5 +1,5 @@
-#include "layers/lstm_pointwise.h"
-#include "layers/multiversion.h"
+#include "layers/cpu/lstm_pointwise.h"
+#include "layers/cpu/multiversion.h"
 
 #include <cmath>
 #include <cstdint>

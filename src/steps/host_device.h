@@ -11,7 +11,7 @@
 #define ENHANCED_HOST_DEVICE
 #endif
 
-namespace enhanced::cuda::steps {
+namespace enhanced::steps {
 
 ENHANCED_HOST_DEVICE inline float add_rn(float a, float b) {
 #ifdef __CUDA_ARCH__
@@ -49,4 +49,4 @@ ENHANCED_HOST_DEVICE inline float sqrt_rn(float a) {
 #endif
 }
 
-}  // namespace enhanced::cuda::steps
+}  // namespace enhanced::steps

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "enhanced/atomic_file.h"
 #include "enhanced/common.h"
 
 namespace enhanced {
@@ -160,48 +161,6 @@ void SafetensorsWriter::write(const std::string& path) const {
   std::vector<std::pair<const void*, size_t>> pieces = {{&header_size, 8}, {text.data(), text.size()}};
   for (const Entry& entry : entries_) pieces.emplace_back(entry.bytes.data(), entry.bytes.size());
   write_file_atomically(path, pieces);
-}
-
-void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces) {
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(path, ": cannot write (", std::strerror(errno), ")");
-  auto give_up = [&](const char* what) {
-    const int error = errno;
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    fail(path, ": ", what, " failed (", std::strerror(error), "); the previous file, if any, is intact");
-  };
-  for (const auto& [data, size] : pieces) {
-    const char* bytes = static_cast<const char*>(data);
-    size_t done = 0;
-    while (done < size) {
-      const ssize_t written = ::write(fd, bytes + done, size - done);
-      if (written < 0) {
-        if (errno == EINTR) continue;
-        give_up("write");
-      }
-      done += static_cast<size_t>(written);
-    }
-  }
-  if (::fsync(fd) != 0) give_up("fsync");
-  if (::close(fd) != 0) {
-    const int error = errno;
-    ::unlink(temporary.c_str());
-    fail(path, ": close failed (", std::strerror(error), ")");
-  }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(temporary.c_str());
-    fail(path, ": rename failed (", std::strerror(error), ")");
-  }
-  // The rename itself reaches the disk only with the directory: flush it too (best effort).
-  const std::string directory = std::filesystem::path(path).parent_path().string();
-  const int directory_fd = ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (directory_fd >= 0) {
-    ::fsync(directory_fd);
-    ::close(directory_fd);
-  }
 }
 
 }  // namespace enhanced

@@ -1,18 +1,18 @@
-// The per-element steps of the CUDA optimizer (optimizer.cu), written once for the device and
-// the host: the index space an update visits and the SGD / Adam arithmetic, in optimizer.cpp's
-// order with round-to-nearest operations. A CPU test (tests/test_optimizer_steps.cpp) runs them
-// over the space and gets Optimizer::step's bits: the device update's claim to the CPU's bits,
-// checked on every machine.
+// The optimizer's arithmetic, written once for the CPU layer (layers/optimizer.cpp) and its CUDA
+// twin (kernels/optimizer.cu): the step's scalars, the clipping factor, and the SGD / Adam update
+// of one element with round-to-nearest operations, never contracted into FMA. Both devices call
+// these, so their bits agree by construction; tests/test_optimizer_steps.cpp also runs the
+// device's index space (StepRange) on the host against the CPU step.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 
-#include "enhanced/optimizer.h"
-#include "kernels/host_device.h"
+#include "enhanced/optimizer_config.h"
+#include "steps/host_device.h"
 
-namespace enhanced::cuda {
+namespace enhanced::steps {
 
 // The index space an optimizer step visits: the whole buffer, or (rows_only) the touched
 // embedding rows followed by everything after the embedding table.
@@ -35,7 +35,7 @@ struct StepScalars {
   int64_t step = 0;                      // t, 1-based
 };
 
-// Step t's scalars, from optimizer.cpp's host arithmetic (double, then rounded), bit for bit.
+// Step t's scalars: double arithmetic, then rounded to float.
 inline StepScalars step_scalars(const OptimizerConfig& optimizer, int64_t step) {
   StepScalars out;
   out.step = step;
@@ -50,7 +50,11 @@ inline StepScalars step_scalars(const OptimizerConfig& optimizer, int64_t step) 
   return out;
 }
 
-namespace steps {
+// torch.nn.utils.clip_grad_norm_'s factor for a global norm (1 when clipping is off or not needed).
+ENHANCED_HOST_DEVICE inline float clip_factor(double norm, float clip_norm) {
+  if (clip_norm > 0 && norm > clip_norm) return static_cast<float>(clip_norm / (norm + 1e-6));
+  return 1.0f;
+}
 
 // rows_only visits row_count * D elements of the touched rows, then the (total - table)
 // elements after the table; otherwise 0 .. total.
@@ -98,5 +102,4 @@ ENHANCED_HOST_DEVICE inline void adam_update(int64_t k, float* w, float* m, floa
   w[k] = sub_rn(w[k], div_rn(mul_rn(step_size, m_new), denominator));
 }
 
-}  // namespace steps
-}  // namespace enhanced::cuda
+}  // namespace enhanced::steps

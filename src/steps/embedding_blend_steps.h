@@ -14,9 +14,9 @@
 
 #include <cstdint>
 
-#include "kernels/host_device.h"
+#include "steps/host_device.h"
 
-namespace enhanced::cuda::steps {
+namespace enhanced::steps {
 
 // ---- forward --------------------------------------------------------------------------------
 
@@ -144,8 +144,10 @@ ENHANCED_HOST_DEVICE inline void write_chunks(int r, int32_t* chunk_begin, int32
                                               const int32_t* chunk_counts, const int32_t* chunk_offsets,
                                               const int32_t* run_offsets, int bound) {
   if (r == bound - 1) *chunk_count = chunk_offsets[r] + chunk_counts[r];
+  const int chunks = chunk_counts[r];
+  if (chunks == 0) return;  // a short run, or past the runs: run_offsets[r + 1] may be unwritten
   const int first = chunk_offsets[r], end = run_offsets[r + 1];
-  for (int m = 0; m < chunk_counts[r]; ++m) {
+  for (int m = 0; m < chunks; ++m) {
     const int begin = run_offsets[r] + m * kChunkEntries;
     chunk_begin[first + m] = begin;
     chunk_end[first + m] = begin + kChunkEntries < end ? begin + kChunkEntries : end;
@@ -213,4 +215,4 @@ ENHANCED_HOST_DEVICE inline void sum_run(int64_t index, float* dembedding, const
 // most 2 per kChunkEntries of their entries.
 inline int64_t max_chunks(int64_t entries) { return entries / (kChunkEntries / 2) + 1; }
 
-}  // namespace enhanced::cuda::steps
+}  // namespace enhanced::steps

@@ -1,15 +1,17 @@
-#include "data/file_util.h"
+#include "enhanced/atomic_file.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "enhanced/common.h"
 
-namespace enhanced::detail {
+namespace enhanced {
 
 FileWriter::FileWriter(const std::string& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "wb");
@@ -76,13 +78,50 @@ void TempFiles::remove_all() {
   paths_.clear();
 }
 
-void rename_file(const std::string& from, const std::string& to) {
-  if (std::rename(from.c_str(), to.c_str()) != 0)
-    fail(to, ": cannot rename ", from, " to it: ", std::strerror(errno));
-}
-
 std::string temp_name(const std::string& path, const std::string& suffix) {
-  return cat(path, ".tmp", static_cast<long>(::getpid()), suffix);
+  return cat(path, ".tmp.", static_cast<long>(::getpid()), suffix);
 }
 
-}  // namespace enhanced::detail
+namespace {
+
+// Flushes a written file (or a directory) to disk; false with errno set when that fails.
+bool flush_to_disk(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool flushed = ::fsync(fd) == 0;
+  const int error = errno;
+  ::close(fd);
+  errno = error;
+  return flushed;
+}
+
+}  // namespace
+
+void commit_file(const std::string& temporary, const std::string& path) {
+  auto give_up = [&](const char* what) {
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    fail(path, ": ", what, " failed (", std::strerror(error), "); the previous file, if any, is intact");
+  };
+  if (!flush_to_disk(temporary, O_RDONLY)) give_up("fsync");
+  if (::rename(temporary.c_str(), path.c_str()) != 0) give_up("rename");
+  // The rename itself reaches the disk only with the directory: flush it too (best effort).
+  const std::string directory = std::filesystem::path(path).parent_path().string();
+  flush_to_disk(directory.empty() ? "." : directory, O_RDONLY | O_DIRECTORY);
+}
+
+void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces) {
+  const std::string temporary = temp_name(path);
+  TempFiles guard;  // removes the temporary file if anything below throws
+  guard.add(temporary);
+  try {
+    FileWriter out(temporary);
+    for (const auto& [data, size] : pieces) out.write(data, size);
+    out.close();
+  } catch (const Error& e) {
+    fail(path, ": ", e.what(), "; the previous file, if any, is intact");
+  }
+  commit_file(temporary, path);
+}
+
+}  // namespace enhanced

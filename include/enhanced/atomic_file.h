@@ -1,5 +1,7 @@
-// Small file helpers for the data layer: a checked buffered writer and a scope guard that
-// removes temporary files unless the operation completes.
+// Files that appear whole or not at all: every output (checkpoints, state files, .ebin, CSV) is
+// written under a temporary name beside its path, flushed to disk and renamed over it, so a
+// crash or a full disk leaves the previous file intact. Also a checked buffered writer and a
+// scope guard that removes temporary files unless the operation completes.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace enhanced::detail {
+namespace enhanced {
 
 // Buffered binary/text writer over FILE*; every failure throws Error naming the file.
 class FileWriter {
@@ -37,7 +39,7 @@ class FileWriter {
   uint64_t size_ = 0;
 };
 
-// Removes the listed files when destroyed, unless release() was called.
+// Removes the listed files when destroyed (a file already renamed away is not there to remove).
 class TempFiles {
  public:
   TempFiles() = default;
@@ -51,10 +53,14 @@ class TempFiles {
   std::vector<std::string> paths_;
 };
 
-// Renames `from` to `to`, throwing Error on failure.
-void rename_file(const std::string& from, const std::string& to);
+// A temporary name beside `path`: path.tmp.<process id><suffix>.
+std::string temp_name(const std::string& path, const std::string& suffix = "");
 
-// A temporary name beside `path` that includes the process id.
-std::string temp_name(const std::string& path, const std::string& suffix);
+// Makes the closed file `temporary` the file `path`: flushes it to disk, renames it over `path`
+// and flushes the directory. Throws Error naming `path`; `temporary` is removed on failure.
+void commit_file(const std::string& temporary, const std::string& path);
 
-}  // namespace enhanced::detail
+// Writes the pieces to a temporary file and commits it to `path`. Errors name the file.
+void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces);
+
+}  // namespace enhanced

@@ -35,18 +35,19 @@ void ModelConfig::validate() const {
 std::vector<TensorSlot> parameter_layout(const ModelConfig& config) {
   const int64_t V = config.vocab_size, D = config.embedding_dim, H = config.hidden;
   const int64_t L = config.num_labels, F = config.pooled_features();
+  using Field = ParameterField;
   std::vector<TensorSlot> slots = {
-      {"embedding.weight", {V, D}},
-      {"lstm.weight_ih_l0", {4 * H, D}},
+      {"embedding.weight", {V, D}, 0, 0, Field::embedding},
+      {"lstm.weight_ih_l0", {4 * H, D}, 0, 0, Field::weight_ih},
       {"lstm.weight_ih_l0_reverse", {4 * H, D}},
-      {"lstm.weight_hh_l0", {4 * H, H}},
+      {"lstm.weight_hh_l0", {4 * H, H}, 0, 0, Field::weight_hh},
       {"lstm.weight_hh_l0_reverse", {4 * H, H}},
-      {"lstm.bias_ih_l0", {4 * H}},
+      {"lstm.bias_ih_l0", {4 * H}, 0, 0, Field::bias_ih},
       {"lstm.bias_ih_l0_reverse", {4 * H}},
-      {"lstm.bias_hh_l0", {4 * H}},
+      {"lstm.bias_hh_l0", {4 * H}, 0, 0, Field::bias_hh},
       {"lstm.bias_hh_l0_reverse", {4 * H}},
-      {"dense.weight", {L, F}},
-      {"dense.bias", {L}},
+      {"dense.weight", {L, F}, 0, 0, Field::dense_weight},
+      {"dense.bias", {L}, 0, 0, Field::dense_bias},
   };
   size_t offset = 0;
   for (TensorSlot& slot : slots) {
@@ -64,14 +65,32 @@ size_t parameter_count(const ModelConfig& config) {
 }
 
 template <class Real>
-ParameterBuffer<Real>::ParameterBuffer(const ModelConfig& model_config)
-    : config(model_config), data(parameter_count(model_config), Real(0)) {
-  carve();
+void ParameterTensors<Real>::carve(Real* base, const ModelConfig& config) {
+  for (const TensorSlot& slot : parameter_layout(config)) {
+    Real* at = base + slot.offset;
+    switch (slot.field) {
+      case ParameterField::embedding: embedding = at; break;
+      case ParameterField::weight_ih: weight_ih = at; break;
+      case ParameterField::weight_hh: weight_hh = at; break;
+      case ParameterField::bias_ih: bias_ih = at; break;
+      case ParameterField::bias_hh: bias_hh = at; break;
+      case ParameterField::dense_weight: dense_weight = at; break;
+      case ParameterField::dense_bias: dense_bias = at; break;
+      case ParameterField::none: break;
+    }
+  }
 }
 
 template <class Real>
-ParameterBuffer<Real>::ParameterBuffer(const ParameterBuffer& other) : config(other.config), data(other.data) {
-  carve();
+ParameterBuffer<Real>::ParameterBuffer(const ModelConfig& model_config)
+    : config(model_config), data(parameter_count(model_config), Real(0)) {
+  this->carve(data.data(), config);
+}
+
+template <class Real>
+ParameterBuffer<Real>::ParameterBuffer(const ParameterBuffer& other)
+    : ParameterTensors<Real>(), config(other.config), data(other.data) {
+  this->carve(data.data(), config);
 }
 
 template <class Real>
@@ -79,34 +98,63 @@ ParameterBuffer<Real>& ParameterBuffer<Real>::operator=(const ParameterBuffer& o
   if (this != &other) {
     config = other.config;
     data = other.data;
-    carve();
+    this->carve(data.data(), config);
   }
   return *this;
 }
 
-template <class Real>
-void ParameterBuffer<Real>::carve() {
-  embedding = tensor("embedding.weight");
-  weight_ih = tensor("lstm.weight_ih_l0");
-  weight_hh = tensor("lstm.weight_hh_l0");
-  bias_ih = tensor("lstm.bias_ih_l0");
-  bias_hh = tensor("lstm.bias_hh_l0");
-  dense_weight = tensor("dense.weight");
-  dense_bias = tensor("dense.bias");
+std::vector<ActivationSlot> activation_layout(const ModelConfig& config, int batch, size_t lstm_scratch,
+                                              bool lstm_keeps_state) {
+  const size_t P = static_cast<size_t>(batch) * config.seq_len;
+  const size_t D = config.embedding_dim, H = config.hidden, L = config.num_labels;
+  const size_t F = static_cast<size_t>(batch) * config.pooled_features(), B = static_cast<size_t>(batch);
+  const size_t state = lstm_keeps_state ? 0 : 1;
+  using Field = ActivationField;
+  return {{Field::x, P * D},          {Field::gates, state * P * 8 * H}, {Field::cell, state * P * 2 * H},
+          {Field::y, P * 2 * H},      {Field::pooled, F},                {Field::logits, B * L},
+          {Field::dlogits, B * L},    {Field::sample_losses, B},         {Field::dpooled, F},
+          {Field::dy, P * 2 * H},     {Field::dx, P * D},                {Field::lstm_scratch, state * lstm_scratch}};
+}
+
+namespace {
+// Each activation starts on a 64-byte boundary (16 elements), as separate allocations would.
+size_t aligned(size_t elements) { return (elements + 15) / 16 * 16; }
+}  // namespace
+
+size_t activation_count(const std::vector<ActivationSlot>& layout) {
+  size_t total = 0;
+  for (const ActivationSlot& slot : layout) total += aligned(slot.numel);
+  return total;
 }
 
 template <class Real>
-Real* ParameterBuffer<Real>::tensor(const std::string& name) {
-  return const_cast<Real*>(static_cast<const ParameterBuffer&>(*this).tensor(name));
+size_t ActivationTensors<Real>::carve(Real* base, const std::vector<ActivationSlot>& layout) {
+  size_t offset = 0;
+  for (const ActivationSlot& slot : layout) {
+    Real* at = base + offset;
+    switch (slot.field) {
+      case ActivationField::x: x = at; break;
+      case ActivationField::gates: gates = at; break;
+      case ActivationField::cell: cell = at; break;
+      case ActivationField::y: y = at; break;
+      case ActivationField::pooled: pooled = at; break;
+      case ActivationField::logits: logits = at; break;
+      case ActivationField::dlogits: dlogits = at; break;
+      case ActivationField::sample_losses: sample_losses = at; break;
+      case ActivationField::dpooled: dpooled = at; break;
+      case ActivationField::dy: dy = at; break;
+      case ActivationField::dx: dx = at; break;
+      case ActivationField::lstm_scratch: lstm_scratch = at; break;
+    }
+    offset += aligned(slot.numel);
+  }
+  return offset;
 }
 
-template <class Real>
-const Real* ParameterBuffer<Real>::tensor(const std::string& name) const {
-  for (const TensorSlot& slot : parameter_layout(config))
-    if (slot.name == name) return data.data() + slot.offset;
-  fail("no parameter named '", name, "'");
-}
-
+template struct ActivationTensors<float>;
+template struct ActivationTensors<double>;
+template struct ParameterTensors<float>;
+template struct ParameterTensors<double>;
 template struct ParameterBuffer<float>;
 template struct ParameterBuffer<double>;
 

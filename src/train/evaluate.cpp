@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "enhanced/loader.h"
-#include "enhanced/network.h"
+#include "enhanced/engine.h"
 #include "layers/softmax_xent.h"
 
 namespace enhanced {
@@ -47,9 +47,8 @@ double EvalResult::macro_f1() const {
   return counted ? total / counted : 0.0;
 }
 
-EvalResult evaluate(const ForwardFunction& forward, const Dataset& dataset, int batch_size, int num_labels,
-                    bool keep_predictions) {
-  const int L = num_labels;
+EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions) {
+  const int L = engine.config().num_labels;
   EvalResult result;
   result.num_labels = L;
   result.confusion.assign(static_cast<size_t>(L) * L, 0);
@@ -61,7 +60,7 @@ EvalResult evaluate(const ForwardFunction& forward, const Dataset& dataset, int 
   std::vector<float> logits(static_cast<size_t>(batch_size) * L), probabilities(logits.size());
   double loss_sum = 0;
   while (const Batch* batch = loader.next()) {
-    loss_sum += forward(*batch, logits.data()) * batch->size;
+    loss_sum += engine.forward(*batch, logits.data()) * batch->size;
     softmax_forward(probabilities.data(), logits.data(), batch->size, L);
     for (int b = 0; b < batch->size; ++b) {
       const float* row = probabilities.data() + static_cast<size_t>(b) * L;
@@ -74,19 +73,6 @@ EvalResult evaluate(const ForwardFunction& forward, const Dataset& dataset, int 
   }
   result.loss = result.samples ? loss_sum / static_cast<double>(result.samples) : 0.0;
   return result;
-}
-
-EvalResult evaluate(const ParameterBuffer<float>& params, const Dataset& dataset, int batch_size, int threads,
-                    bool keep_predictions) {
-  Activations<float> activations;
-  activations.reserve(params.config, batch_size);
-  const size_t L = static_cast<size_t>(params.config.num_labels);
-  auto forward = [&](const Batch& batch, float* logits) {
-    const double loss = model_forward(activations, params, batch, threads, false);
-    std::copy(activations.logits.begin(), activations.logits.begin() + static_cast<std::ptrdiff_t>(batch.size * L), logits);
-    return loss;
-  };
-  return evaluate(forward, dataset, batch_size, params.config.num_labels, keep_predictions);
 }
 
 }  // namespace enhanced

@@ -1,0 +1,90 @@
+// The engine: the model on one device behind one interface, so that the trainer, the apps and
+// the bench never choose a device themselves. make_engine is the only place that does.
+//
+// The CPU engine (src/engine/cpu_model.cpp) runs each step when it is queued, on the caller's
+// host buffers; the CUDA engine (src/engine/cuda_model.cu) holds copies on the GPU and queues
+// steps without waiting. Either way the loss, accuracy and a halt come back through collect(),
+// so the trainer's handling of them is the same code, tested on every machine.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "enhanced/batch.h"
+#include "enhanced/device.h"
+#include "enhanced/model.h"
+#include "enhanced/optimizer_config.h"
+#include "enhanced/train_totals.h"
+
+namespace enhanced {
+
+struct EngineOptions {
+  int max_batch = 64;  // largest batch any call may pass
+  int threads = 1;     // CPU threads (configure_cpu_threads' result)
+  CudaOptions cuda;    // the CUDA engine's options (ignored on the CPU)
+};
+
+// One part of a step that the bench times alone (the CPU engine's layers): prepare (untimed,
+// may be empty), then run.
+struct EnginePart {
+  std::string name;
+  std::function<void()> prepare;
+  std::function<void()> run;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual const ModelConfig& config() const = 0;
+  // One line: the device and how it runs the model.
+  virtual std::string summary() const = 0;
+  // The cuDNN LSTM algorithm in use (the run records it so a resume keeps the arithmetic).
+  virtual RnnAlgorithm rnn_algorithm() const { return RnnAlgorithm::standard; }
+  // Whether enqueue_train_step returns before the step has run (the GPU's pipeline).
+  virtual bool queues_steps() const { return false; }
+
+  // Queues one training step: forward, backward, optimizer step. Once a step has halted, later
+  // ones are skipped. The batch's memory may be reused on return.
+  virtual void enqueue_train_step(const Batch& batch) = 0;
+  // Waits for the queued steps; returns their totals and starts new ones. A halt stays in force.
+  virtual TrainTotals collect() = 0;
+
+  // Synchronous, after the queued steps: the batch's mean loss and its logits (B, L) on the host
+  // (when not null). compute_gradients also runs backward, leaving d loss / d params for
+  // download_gradients, without an optimizer step.
+  virtual double forward(const Batch& batch, float* logits) = 0;
+  virtual double compute_gradients(const Batch& batch, float* logits) = 0;
+  virtual void download_gradients(ParameterBuffer<float>& grads) = 0;
+
+  // Makes the host's parameters and optimizer state (the ones the engine was made with) those
+  // of the device, after the queued steps.
+  virtual void sync_to_host() = 0;
+  // One line for the end of a run ("" when there is nothing to say).
+  virtual std::string closing_note() const { return ""; }
+  // The parts of a training step on `batch`, each runnable alone (none where the device does
+  // not split its step).
+  virtual std::vector<EnginePart> parts(const Batch& batch) { static_cast<void>(batch); return {}; }
+};
+
+// The engine for `device`, training `params` with `optimizer` (both owned by the caller, kept
+// up to date by sync_to_host). optimizer == nullptr: an engine for inference only (forward).
+std::unique_ptr<Engine> make_engine(Device device, ParameterBuffer<float>& params, OptimizerState* optimizer,
+                                    const EngineOptions& options);
+
+// Version string printed by every app's --version (it says which backends this build has).
+const char* version_string();
+
+// Sets the engine's CPU threads: `requested`, or every core when 0; returns the count. BLAS is
+// kept single-threaded, since the layers split their work over these threads themselves.
+int configure_cpu_threads(int requested);
+
+// The bench's yardstick for the CPU engine: the CPU BLAS's build configuration, and its best
+// sgemm rate (GFLOP/s, the fastest of `runs` after `warmup`) on a GEMM the size of the step's
+// big ones with `threads` BLAS threads. Leaves BLAS those threads: configure_cpu_threads after.
+std::string cpu_blas_name();
+double cpu_gemm_gflops(int threads, int warmup, int runs);
+
+}  // namespace enhanced

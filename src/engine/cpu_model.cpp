@@ -1,0 +1,263 @@
+// The model on the CPU: model_forward / model_backward (the layers' calls, in order and in
+// reverse), and the CPU engine, whose training step is the one CPU step of the code base.
+#include "engine/cpu_model.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "enhanced/common.h"
+#include "layers/cpu/blas.h"
+#include "layers/dense.h"
+#include "layers/embedding_blend.h"
+#include "layers/lstm.h"
+#include "layers/maxpool.h"
+#include "layers/optimizer.h"
+#include "layers/softmax_xent.h"
+
+namespace enhanced {
+
+int configure_cpu_threads(int requested) {
+  const int threads = requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  openblas_set_num_threads(1);
+  omp_set_num_threads(threads);
+  return threads;
+}
+
+std::string cpu_blas_name() { return openblas_get_config(); }
+
+double cpu_gemm_gflops(int threads, int warmup, int runs) {
+  const int m = 4096, n = 1024, k = 160;
+  std::vector<float> a(static_cast<size_t>(m) * k, 0.5f), b(static_cast<size_t>(k) * n, 0.25f), c(static_cast<size_t>(m) * n);
+  openblas_set_num_threads(threads);
+  double best = std::numeric_limits<double>::infinity();
+  for (int run = 0; run < warmup + runs; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (run >= warmup) best = std::min(best, seconds);
+  }
+  return 2.0 * m * n * k / best / 1e9;  // the best run: what the machine can do, not what it did under load
+}
+
+template <class Real>
+void Activations<Real>::reserve(const ModelConfig& config, int batch) {
+  if (batch <= capacity) return;
+  const std::vector<ActivationSlot> layout = activation_layout(
+      config, batch, bilstm_backward_scratch_size(batch, config.seq_len, config.embedding_dim, config.hidden), false);
+  data.assign(activation_count(layout), Real(0));
+  this->carve(data.data(), layout);
+  argmax_data.assign(static_cast<size_t>(batch) * config.pooled_features(), 0);
+  this->argmax = argmax_data.data();
+  capacity = batch;
+}
+
+template <class Real>
+double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, int threads,
+                     bool with_gradient) {
+  const ModelConfig& c = params.config;
+  if (batch.seq_len != c.seq_len) fail("batch has T = ", batch.seq_len, ", the model expects T = ", c.seq_len);
+  if (batch.size > a.capacity) fail("internal: batch of ", batch.size, " exceeds activations sized for ", a.capacity);
+  const int B = batch.size, T = c.seq_len, D = c.embedding_dim, H = c.hidden;
+  embedding_blend_forward(a.x, batch.identifier_offsets.data(), batch.identifier_ids.data(), batch.cur_word_ids.data(),
+                          params.embedding, B * T, D, c.blend);
+  bilstm_forward(a.y, a.gates, a.cell, a.x, params.weight_ih, params.weight_hh, params.bias_ih, params.bias_hh, B, T, D,
+                 H, threads);
+  maxpool_forward(a.pooled, a.argmax, a.y, B, T, 2 * H, c.pool);
+  dense_forward(a.logits, a.pooled, params.dense_weight, params.dense_bias, B, c.pooled_features(), c.num_labels);
+  double mean_loss = 0;
+  softmax_cross_entropy(with_gradient ? a.dlogits : static_cast<Real*>(nullptr), a.sample_losses, &mean_loss, a.logits,
+                        batch.labels.data(), B, c.num_labels);
+  return mean_loss;
+}
+
+template <class Real>
+void model_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const ParameterBuffer<Real>& params,
+                    const Batch& batch, int threads) {
+  const ModelConfig& c = params.config;
+  const int B = batch.size, T = c.seq_len, D = c.embedding_dim, H = c.hidden;
+  dense_backward(a.dpooled, grads.dense_weight, grads.dense_bias, a.dlogits, a.pooled, params.dense_weight, B,
+                 c.pooled_features(), c.num_labels);
+  maxpool_backward(a.dy, a.argmax, a.dpooled, B, T, 2 * H, c.pool);
+  bilstm_backward(a.dx, grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, a.gates, a.lstm_scratch, a.cell,
+                  a.y, a.dy, a.x, params.weight_ih, params.weight_hh, B, T, D, H, threads);
+  embedding_blend_backward(grads.embedding, a.dx, batch.identifier_offsets.data(), batch.identifier_ids.data(),
+                           batch.cur_word_ids.data(), B * T, D, c.blend);
+}
+
+template struct Activations<float>;
+template struct Activations<double>;
+template double model_forward<float>(Activations<float>&, const ParameterBuffer<float>&, const Batch&, int, bool);
+template double model_forward<double>(Activations<double>&, const ParameterBuffer<double>&, const Batch&, int, bool);
+template void model_backward<float>(ParameterBuffer<float>&, Activations<float>&, const ParameterBuffer<float>&,
+                                    const Batch&, int);
+template void model_backward<double>(ParameterBuffer<double>&, Activations<double>&, const ParameterBuffer<double>&,
+                                     const Batch&, int);
+
+namespace {
+
+// Runs each step as it is queued, on the caller's buffers, accumulating the totals the way the
+// device does: loss * B in step order, the first largest logit against the label, a sticky halt
+// on a non-finite loss. (A non-finite gradient with a finite loss throws from optimizer_step.)
+class CpuEngine final : public Engine {
+ public:
+  CpuEngine(ParameterBuffer<float>& params, OptimizerState* optimizer, const EngineOptions& options)
+      : params_(params), grads_(params.config), optimizer_(optimizer), threads_(options.threads),
+        max_batch_(options.max_batch), rnn_algorithm_(options.cuda.rnn_algorithm) {
+    activations_.reserve(params.config, options.max_batch);
+  }
+
+  const ModelConfig& config() const override { return params_.config; }
+  std::string summary() const override { return cat("cpu, ", threads_, " threads"); }
+  // No cuDNN here: the run records the algorithm it was asked for, unchanged.
+  RnnAlgorithm rnn_algorithm() const override { return rnn_algorithm_; }
+
+  void enqueue_train_step(const Batch& batch) override {
+    if (!optimizer_) fail("internal: this engine was made for inference only");
+    if (totals_.halted != Halt::none) return;
+    const double loss = gradients(batch);
+    if (!std::isfinite(loss)) {
+      totals_.halted = Halt::loss;
+      totals_.halted_step = optimizer_->steps + 1;
+      totals_.halted_value = loss;
+      return;
+    }
+    optimizer_step(params_, *optimizer_, grads_, rows_);  // a non-finite gradient throws, weights unchanged
+    clear_gradients();
+    const int L = params_.config.num_labels;
+    for (int b = 0; b < batch.size; ++b) {
+      const float* row = activations_.logits + static_cast<size_t>(b) * L;
+      totals_.correct += (std::max_element(row, row + L) - row) == batch.labels[b];
+    }
+    totals_.loss_sum += loss * batch.size;
+    totals_.samples += batch.size;
+    totals_.steps += 1;
+  }
+
+  TrainTotals collect() override {
+    const TrainTotals out = totals_;
+    totals_.loss_sum = 0;
+    totals_.samples = totals_.correct = totals_.steps = 0;
+    return out;
+  }
+
+  double forward(const Batch& batch, float* logits) override {
+    check_size(batch);
+    const double loss = model_forward(activations_, params_, batch, threads_, false);
+    copy_logits(batch, logits);
+    return loss;
+  }
+
+  double compute_gradients(const Batch& batch, float* logits) override {
+    const double loss = gradients(batch);
+    copy_logits(batch, logits);
+    return loss;
+  }
+
+  void download_gradients(ParameterBuffer<float>& grads) override { grads = grads_; }
+  void sync_to_host() override {}  // the host's buffers are the model
+
+  std::vector<EnginePart> parts(const Batch& batch) override;
+
+ private:
+  // grads_ = d loss / d params on `batch` (rows_ its touched rows); returns the mean loss.
+  double gradients(const Batch& batch) {
+    check_size(batch);
+    clear_gradients();
+    embedding_touched_rows(rows_, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
+                           batch.cur_word_ids.data(), batch.positions());
+    const double loss = model_forward(activations_, params_, batch, threads_, true);
+    if (!std::isfinite(loss)) return loss;
+    model_backward(grads_, activations_, params_, batch, threads_);
+    gradients_written_ = true;
+    return loss;
+  }
+
+  void clear_gradients() {
+    if (gradients_written_) zero_gradients(grads_, rows_);
+    gradients_written_ = false;
+  }
+
+  void check_size(const Batch& batch) const {
+    if (batch.size < 1 || batch.size > max_batch_)
+      fail("batch of ", batch.size, " samples; the engine holds 1..", max_batch_);
+  }
+
+  void copy_logits(const Batch& batch, float* logits) const {
+    if (logits) std::copy_n(activations_.logits, static_cast<size_t>(batch.size) * params_.config.num_labels, logits);
+  }
+
+  ParameterBuffer<float>& params_;
+  ParameterBuffer<float> grads_;
+  OptimizerState* optimizer_;
+  int threads_;
+  int max_batch_;
+  RnnAlgorithm rnn_algorithm_;
+  Activations<float> activations_;
+  std::vector<int32_t> rows_;
+  bool gradients_written_ = false;
+  TrainTotals totals_;
+};
+
+// The step's layers alone, on the engine's buffers (the bench times each).
+std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
+  check_size(batch);
+  const ModelConfig& c = params_.config;
+  const int B = batch.size, T = c.seq_len, D = c.embedding_dim, H = c.hidden, F = c.pooled_features();
+  const int L = c.num_labels;
+  Activations<float>& a = activations_;
+  ParameterBuffer<float>& p = params_;
+  ParameterBuffer<float>& g = grads_;
+  const int threads = threads_;
+  std::vector<EnginePart> out;
+  out.push_back({"blend fwd+bwd", {}, [&, B, T, D] {
+    embedding_blend_forward(a.x, batch.identifier_offsets.data(), batch.identifier_ids.data(),
+                            batch.cur_word_ids.data(), p.embedding, B * T, D, c.blend);
+    embedding_blend_backward(g.embedding, a.dx, batch.identifier_offsets.data(), batch.identifier_ids.data(),
+                             batch.cur_word_ids.data(), B * T, D, c.blend);
+  }});
+  const auto lstm_forward = [&, B, T, D, H, threads] {
+    bilstm_forward(a.y, a.gates, a.cell, a.x, p.weight_ih, p.weight_hh, p.bias_ih, p.bias_hh, B, T, D, H, threads);
+  };
+  out.push_back({"bilstm fwd", {}, lstm_forward});
+  out.push_back({"bilstm fwd+bwd", {}, [&, lstm_forward, B, T, D, H, threads] {
+    lstm_forward();
+    bilstm_backward(a.dx, g.weight_ih, g.weight_hh, g.bias_ih, g.bias_hh, a.gates, a.lstm_scratch, a.cell, a.y, a.dy,
+                    a.x, p.weight_ih, p.weight_hh, B, T, D, H, threads);
+  }});
+  out.push_back({"head fwd+bwd", {}, [&, B, T, H, F, L] {
+    maxpool_forward(a.pooled, a.argmax, a.y, B, T, 2 * H, c.pool);
+    dense_forward(a.logits, a.pooled, p.dense_weight, p.dense_bias, B, F, L);
+    double loss = 0;
+    softmax_cross_entropy(a.dlogits, a.sample_losses, &loss, a.logits, batch.labels.data(), B, L);
+    dense_backward(a.dpooled, g.dense_weight, g.dense_bias, a.dlogits, a.pooled, p.dense_weight, B, F, L);
+    maxpool_backward(a.dy, a.argmax, a.dpooled, B, T, 2 * H, c.pool);
+  }});
+  if (optimizer_) {
+    // A step on zero gradients over the batch's rows: the update's cost, not the gradients'.
+    out.push_back({"optimizer",
+                   [&] {
+                     std::fill(g.data.begin(), g.data.end(), 0.0f);
+                     gradients_written_ = false;
+                     embedding_touched_rows(rows_, batch.identifier_ids.data(),
+                                            static_cast<int64_t>(batch.identifier_ids.size()),
+                                            batch.cur_word_ids.data(), batch.positions());
+                   },
+                   [&] { optimizer_step(p, *optimizer_, g, rows_); }});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cpu_engine(ParameterBuffer<float>& params, OptimizerState* optimizer,
+                                        const EngineOptions& options) {
+  if (options.max_batch < 1) fail("engine: max batch must be positive, got ", options.max_batch);
+  return std::make_unique<CpuEngine>(params, optimizer, options);
+}
+
+}  // namespace enhanced

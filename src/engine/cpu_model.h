@@ -1,0 +1,44 @@
+// The whole model on the CPU: forward (with the loss and its gradient fused) and backward, as
+// the layers' calls in order and in reverse, and the CPU engine around them. The gradient checks
+// run these in double precision; everything else goes through make_engine (enhanced/engine.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "enhanced/batch.h"
+#include "enhanced/engine.h"
+#include "enhanced/huge_pages.h"
+#include "enhanced/model.h"
+
+namespace enhanced {
+
+// The activations, one huge-page allocation (they are large and read with big strides: the
+// (B, T, .) rows of one time step are T rows apart) carved by activation_layout, sized once.
+template <class Real>
+struct Activations : ActivationTensors<Real> {
+  int capacity = 0;  // largest batch the buffers hold
+  std::vector<Real, HugePageAllocator<Real>> data;
+  std::vector<int32_t> argmax_data;
+
+  void reserve(const ModelConfig& config, int batch);
+};
+
+// Runs the model on `batch`; returns the mean loss. With `with_gradient`, also leaves
+// d loss / d logits in activations.dlogits for backward.
+template <class Real>
+double model_forward(Activations<Real>& activations, const ParameterBuffer<Real>& params, const Batch& batch,
+                     int threads, bool with_gradient);
+
+// grads += d loss / d params (the embedding rows named in the batch only). Requires the
+// matching model_forward(..., with_gradient = true) just before.
+template <class Real>
+void model_backward(ParameterBuffer<Real>& grads, Activations<Real>& activations, const ParameterBuffer<Real>& params,
+                    const Batch& batch, int threads);
+
+// The CPU engine: trains the caller's `params` and `optimizer` in place (nullptr: inference only).
+std::unique_ptr<Engine> make_cpu_engine(ParameterBuffer<float>& params, OptimizerState* optimizer,
+                                        const EngineOptions& options);
+
+}  // namespace enhanced

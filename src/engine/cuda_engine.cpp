@@ -1,0 +1,68 @@
+// CudaModel behind the Engine interface: it holds the parameters and moments on the GPU; the
+// host's are refreshed from it by sync_to_host. Built only with the CUDA backend.
+#include "engine/cuda_model.h"
+#include "enhanced/common.h"
+
+namespace enhanced {
+namespace {
+
+// Inference needs no optimizer state: plain SGD keeps no moments on the device.
+OptimizerConfig optimizer_of(const OptimizerState* optimizer) {
+  if (optimizer) return optimizer->config;
+  OptimizerConfig none;
+  none.kind = OptimizerKind::sgd;
+  return none;
+}
+
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(ParameterBuffer<float>& params, OptimizerState* optimizer, const EngineOptions& options)
+      : params_(params), optimizer_(optimizer), model_(params.config, optimizer_of(optimizer), options.max_batch,
+                                                       options.cuda) {
+    model_.upload_parameters(params_);
+    if (optimizer_) model_.upload_optimizer_state(optimizer_->moment(0), optimizer_->moment(1), optimizer_->steps);
+  }
+
+  const ModelConfig& config() const override { return model_.config(); }
+  std::string summary() const override { return "cuda, " + model_.summary(); }
+  RnnAlgorithm rnn_algorithm() const override { return model_.rnn_algorithm(); }
+  bool queues_steps() const override { return true; }
+
+  void enqueue_train_step(const Batch& batch) override {
+    if (!optimizer_) fail("internal: this engine was made for inference only");
+    model_.enqueue_train_step(batch);
+  }
+  TrainTotals collect() override { return model_.collect(); }
+
+  double forward(const Batch& batch, float* logits) override { return model_.forward(batch, logits); }
+  double compute_gradients(const Batch& batch, float* logits) override {
+    return model_.compute_gradients(batch, logits);
+  }
+  void download_gradients(ParameterBuffer<float>& grads) override { model_.download_gradients(grads); }
+
+  void sync_to_host() override {
+    model_.download_parameters(params_);
+    if (!optimizer_) return;
+    model_.download_optimizer_state(optimizer_->moment(0), optimizer_->moment(1));
+    optimizer_->steps = model_.optimizer_steps();
+  }
+
+  std::string closing_note() const override {
+    if (!model_.graphs_off_reason().empty()) return "cuda: CUDA graphs " + model_.graphs_off_reason();
+    return cat("cuda: ", model_.graph_replays(), " steps replayed from CUDA graphs");
+  }
+
+ private:
+  ParameterBuffer<float>& params_;
+  OptimizerState* optimizer_;
+  CudaModel model_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cuda_engine(ParameterBuffer<float>& params, OptimizerState* optimizer,
+                                         const EngineOptions& options) {
+  return std::make_unique<CudaEngine>(params, optimizer, options);
+}
+
+}  // namespace enhanced

@@ -1,0 +1,98 @@
+#include "layers/optimizer.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+
+#include "enhanced/common.h"
+#include "steps/optimizer_steps.h"
+
+namespace enhanced {
+
+namespace {
+
+// Calls visit(begin, end) for the element ranges a step touches: the touched embedding rows
+// (or the whole table) and then everything after the embedding, as one range. Rows are random
+// in a table that can be gigabytes, so each row's cache lines in `streams` (the buffers the visit
+// reads and writes) are prefetched some rows ahead: the loop is bound by memory latency otherwise.
+template <class Visit>
+void for_each_range(const ParameterBuffer<float>& buffer, const std::vector<int32_t>& touched_rows, bool rows_only,
+                    std::initializer_list<const float*> streams, bool parallel, Visit visit) {
+  const size_t dim = static_cast<size_t>(buffer.config.embedding_dim);
+  const size_t table = buffer.embedding_size();
+  // Work is split over the threads only where visit is element-wise (the same bits for any
+  // split); the gradient norm's sum stays in one fixed order.
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  if (rows_only) {
+    constexpr size_t kAhead = 8;
+    const size_t count = touched_rows.size();
+    const int parts = count >= 4096 ? threads : 1;
+#pragma omp parallel for schedule(static) num_threads(parts)
+    for (int part = 0; part < parts; ++part) {
+      const size_t end = count * static_cast<size_t>(part + 1) / parts;
+      for (size_t i = count * static_cast<size_t>(part) / parts; i < end; ++i) {
+        if (i + kAhead < end) {
+          const size_t ahead = static_cast<size_t>(touched_rows[i + kAhead]) * dim;
+          for (const float* stream : streams)
+            for (size_t line = 0; line < dim; line += 16) __builtin_prefetch(stream + ahead + line, 1);
+        }
+        const size_t row = static_cast<size_t>(touched_rows[i]);
+        visit(row * dim, (row + 1) * dim);
+      }
+    }
+    visit(table, buffer.size());
+  } else {
+    const size_t total = buffer.size();
+    const int parts = total >= (size_t{1} << 18) ? threads : 1;
+#pragma omp parallel for schedule(static) num_threads(parts)
+    for (int part = 0; part < parts; ++part)
+      visit(total * static_cast<size_t>(part) / parts, total * static_cast<size_t>(part + 1) / parts);
+  }
+}
+
+}  // namespace
+
+double optimizer_step(ParameterBuffer<float>& params, OptimizerState& state, const ParameterBuffer<float>& grads,
+                      const std::vector<int32_t>& touched_rows) {
+  const OptimizerConfig& c = state.config;
+  const bool rows = rows_only(c);
+  // Every row outside touched_rows has a zero gradient, so the norm needs the touched ones only.
+  double sum_squares = 0;
+  for_each_range(grads, touched_rows, true, {grads.data.data()}, false, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) sum_squares += static_cast<double>(grads.data[i]) * grads.data[i];
+  });
+  const double norm = std::sqrt(sum_squares);
+  if (!std::isfinite(norm))
+    fail("non-finite gradient (norm ", norm, ") at step ", state.steps + 1, "; weights left unchanged");
+  const float scale = steps::clip_factor(norm, c.clip_norm);
+  const steps::StepScalars scalars = steps::step_scalars(c, ++state.steps);
+  float* w = params.data.data();
+  const float* g = grads.data.data();
+  if (c.kind == OptimizerKind::sgd) {
+    const float lr = c.learning_rate, mu = c.momentum;
+    float* v = mu > 0 ? state.moments[0].data.data() : nullptr;
+    const bool first_step = scalars.first_step != 0;
+    for_each_range(params, touched_rows, rows, {w, g, v ? v : w}, true, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) steps::sgd_update(static_cast<int64_t>(i), w, v, g, scale, lr, mu, first_step);
+    });
+  } else {
+    float* m = state.moments[0].data.data();
+    float* v = state.moments[1].data.data();
+    const float b1 = c.beta1, b2 = c.beta2, eps = c.epsilon;
+    for_each_range(params, touched_rows, rows, {w, g, m, v}, true, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i)
+        steps::adam_update(static_cast<int64_t>(i), w, m, v, g, scale, b1, b2, eps, scalars.adam_step_size,
+                           scalars.adam_bias_correction2_sqrt);
+    });
+  }
+  return norm;
+}
+
+void zero_gradients(ParameterBuffer<float>& grads, const std::vector<int32_t>& touched_rows) {
+  for_each_range(grads, touched_rows, true, {grads.data.data()}, true,
+                 [&](size_t begin, size_t end) { std::fill(grads.data.begin() + begin, grads.data.begin() + end, 0.0f); });
+}
+
+}  // namespace enhanced

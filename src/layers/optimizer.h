@@ -1,0 +1,24 @@
+// The optimizer step on the CPU: SGD (optional momentum, PyTorch semantics) or Adam over the
+// whole parameter buffer in one loop. The embedding gradient is sparse: when rows_only(config)
+// only the rows named in the batch are visited, so a step's cost does not grow with V. The
+// per-element arithmetic is steps/optimizer_steps.h's, shared with kernels/optimizer.cu.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "enhanced/model.h"
+#include "enhanced/optimizer_config.h"
+
+namespace enhanced {
+
+// params, state.moments -= update(grads); state.steps += 1. touched_rows: the sorted embedding
+// rows named in the batch (every other row's gradient is zero). Returns the global gradient norm
+// before clipping; a non-finite norm throws Error and leaves everything unchanged.
+double optimizer_step(ParameterBuffer<float>& params, OptimizerState& state, const ParameterBuffer<float>& grads,
+                      const std::vector<int32_t>& touched_rows);
+
+// grads = 0 where a step may have written: everything but the embedding, and the touched rows.
+void zero_gradients(ParameterBuffer<float>& grads, const std::vector<int32_t>& touched_rows);
+
+}  // namespace enhanced
