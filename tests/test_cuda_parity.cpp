@@ -164,7 +164,7 @@ void check_embedding(int B, int T, int D, BlendMode mode, uint64_t seed, int V =
   // that rule (embedding_reference.h), which for a row with at most kChunkEntries terms are the
   // float CPU layer's.
   EXPECT_EQ(runs[0], testing::chunked_embedding_gradient(batch, to_float(dx), V, D, mode,
-                                                         cuda::steps::kChunkEntries))
+                                                         steps::kChunkEntries))
       << "embedding backward differs from the CPU layer's order of summation";
   // The touched rows the optimizer will visit.
   std::vector<int32_t> rows;
@@ -403,7 +403,7 @@ TEST(CudaParity, ModelLossAndEveryGradientMatchCpu) {
       std::vector<float> logits(static_cast<size_t>(3) * config.num_labels);
       const double gpu_loss = model.compute_gradients(batch, logits.data());
       EXPECT_NEAR(gpu_loss, loss, 1e-4 * std::max(1.0, loss)) << to_string(blend) << "/" << to_string(pool);
-      expect_relative(logits, activations.logits, 1e-4, "logits");
+      expect_relative(logits, std::span<const double>(activations.logits, logits.size()), 1e-4, "logits");
       ParameterBuffer<float> grads(config);
       model.download_gradients(grads);
       for (const TensorSlot& slot : parameter_layout(config)) {
@@ -440,24 +440,24 @@ void check_training(const TrainCase& c, BlendMode blend, PoolMode pool) {
   CudaModel model(config, c.optimizer, 4);
   model.upload_parameters(cpu);
 
-  Optimizer optimizer(c.optimizer, config);
+  // The CPU engine's step is the reference; its gradient on each batch gives the norm.
+  OptimizerState optimizer(c.optimizer, config);
+  const std::unique_ptr<Engine> engine = make_engine(Device::cpu, cpu, &optimizer, EngineOptions{4, 1, {}});
   ParameterBuffer<float> grads(config);
-  Activations<float> activations;
-  activations.reserve(config, 4);
-  std::vector<int32_t> rows;
   for (size_t step = 0; step < batches.size(); ++step) {
     const Batch& batch = batches[step];
-    embedding_touched_rows(rows, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
-                           batch.cur_word_ids.data(), batch.positions());
-    const double loss = model_forward(activations, cpu, batch, 1, true);
-    model_backward(grads, activations, cpu, batch, 1);
-    const double norm = optimizer.step(cpu, grads, rows);
-    zero_gradients(grads, rows);
+    const double loss = engine->compute_gradients(batch, nullptr);
+    engine->download_gradients(grads);
+    double sum_squares = 0;
+    for (const float g : grads.data) sum_squares += static_cast<double>(g) * g;
+    const double norm = std::sqrt(sum_squares);
+    engine->enqueue_train_step(batch);
+    ASSERT_EQ(engine->collect().steps, 1) << c.name << " step " << step + 1;
     const double gpu_loss = model.train_step(batch);
     ASSERT_NEAR(gpu_loss, loss, 1e-4 * std::max(1.0, loss)) << c.name << " step " << step + 1;
     ASSERT_NEAR(model.last_gradient_norm(), norm, 1e-3 * std::max(1.0, norm)) << c.name << " step " << step + 1;
   }
-  EXPECT_EQ(model.optimizer_steps(), optimizer.steps());
+  EXPECT_EQ(model.optimizer_steps(), optimizer.steps);
   ParameterBuffer<float> gpu(config);
   model.download_parameters(gpu);
   double moved = 0;
@@ -527,7 +527,7 @@ TEST(CudaParity, EvaluationForwardMatchesCpu) {
   model.upload_parameters(params);
   std::vector<float> logits(static_cast<size_t>(4) * config.num_labels);
   EXPECT_NEAR(model.forward(batch, logits.data()), loss, 1e-4 * std::max(1.0, loss));
-  expect_relative(logits, to_double(activations.logits), 1e-4, "evaluation logits");
+  expect_relative(logits, to_double(std::span<const float>(activations.logits, logits.size())), 1e-4, "evaluation logits");
 }
 
 TEST(CudaParity, BadBatchesAreErrors) {

@@ -122,7 +122,7 @@ void check_pipeline(const OptimizerConfig& optimizer, const char* name) {
       EXPECT_EQ(got.samples, want.samples) << name;
       EXPECT_EQ(got.correct, want.correct) << name;
       EXPECT_EQ(got.steps, want.steps) << name;
-      EXPECT_EQ(got.halted, 0) << name;
+      EXPECT_EQ(got.halted, Halt::none) << name;
       want = TrainTotals{};
     }
   }
@@ -178,7 +178,7 @@ TEST(CudaPipeline, NonFiniteLossHaltsAndKeepsTheLastGoodWeights) {
   }
   for (int step = 0; step < 8; ++step) piped.enqueue_train_step(batches[step]);
   const TrainTotals totals = piped.collect();
-  EXPECT_EQ(totals.halted, 1);
+  EXPECT_EQ(totals.halted, Halt::loss);
   EXPECT_EQ(totals.halted_step, 6);
   EXPECT_TRUE(std::isnan(totals.halted_value));
   EXPECT_EQ(totals.steps, 5);
@@ -189,7 +189,7 @@ TEST(CudaPipeline, NonFiniteLossHaltsAndKeepsTheLastGoodWeights) {
   // The halt stays until a synchronous call reports it: later steps change nothing.
   piped.enqueue_train_step(batches[8]);
   const TrainTotals later = piped.collect();
-  EXPECT_EQ(later.halted, 1);
+  EXPECT_EQ(later.halted, Halt::loss);
   EXPECT_EQ(later.steps, 0);
   EXPECT_TRUE(same_bits(state_of(piped, adam).params, state_of(reference, adam).params));
 }

@@ -1,4 +1,4 @@
-// Parsing of --device and --rnn-algorithm, and the choice of a device for --device auto|cpu|cuda.
+// The choice of a device for --device auto|cpu|cuda.
 #include "enhanced/device.h"
 
 #include <cstdio>
@@ -6,23 +6,6 @@
 #include "enhanced/common.h"
 
 namespace enhanced {
-
-RnnAlgorithm parse_rnn_algorithm(const std::string& name) {
-  for (RnnAlgorithm algorithm : {RnnAlgorithm::automatic, RnnAlgorithm::standard, RnnAlgorithm::persistent,
-                                 RnnAlgorithm::persistent_small_h})
-    if (name == to_string(algorithm)) return algorithm;
-  fail("--rnn-algorithm must be auto, standard, persistent or persistent-small-h, got '", name, "'");
-}
-
-const char* to_string(RnnAlgorithm algorithm) {
-  switch (algorithm) {
-    case RnnAlgorithm::automatic: return "auto";
-    case RnnAlgorithm::standard: return "standard";
-    case RnnAlgorithm::persistent: return "persistent";
-    case RnnAlgorithm::persistent_small_h: return "persistent-small-h";
-  }
-  return "?";
-}
 
 Device resolve_device(const std::string& flag, bool verbose) {
   if (flag != "auto" && flag != "cpu" && flag != "cuda") fail("--device must be auto, cpu or cuda, got '", flag, "'");

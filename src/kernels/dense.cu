@@ -4,7 +4,7 @@
 //   forward   out (B, L) = in (B, F) W^T       <=>  out^T (L, B)  = W (op T of W^T (F, L)) in^T (F, B)
 //   dweight   dW (L, F) += dout^T (L, B) in     <=>  dW^T (F, L)  += in^T (F, B) (op T of dout^T (L, B))
 //   din       din (B, F) = dout (B, L) W (L, F) <=>  din^T (F, B) = W^T (F, L) dout^T (L, B)
-#include "kernels/layers.h"
+#include "kernels/dense.cuh"
 
 namespace enhanced::cuda {
 namespace {

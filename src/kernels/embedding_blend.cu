@@ -4,7 +4,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "steps/embedding_blend_steps.h"
-#include "kernels/layers.h"
+#include "kernels/embedding_blend.cuh"
 
 namespace enhanced::cuda {
 namespace {

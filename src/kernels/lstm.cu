@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/layers.h"
+#include "kernels/lstm.cuh"
 
 namespace enhanced::cuda {
 namespace {

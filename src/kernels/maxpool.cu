@@ -1,5 +1,5 @@
 // Max-pool over features or time, and its scatter backward.
-#include "kernels/layers.h"
+#include "kernels/maxpool.cuh"
 
 namespace enhanced::cuda {
 namespace {

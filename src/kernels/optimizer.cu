@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "kernels/layers.h"
+#include "kernels/optimizer.cuh"
 
 namespace enhanced::cuda {
 namespace {

@@ -1,5 +1,5 @@
 // Softmax cross-entropy with its gradient fused, as the CPU layer: max-shifted log-sum-exp.
-#include "kernels/layers.h"
+#include "kernels/softmax_xent.cuh"
 
 namespace enhanced::cuda {
 namespace {

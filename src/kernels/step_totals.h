@@ -12,6 +12,8 @@
 
 namespace enhanced::cuda {
 
+using steps::StepScalars;
+
 // The first four fields are what collect() hands out and resets; the rest is the halt, sticky
 // until a synchronous call reports and clears it.
 struct DeviceTotals {

@@ -1,0 +1,24 @@
+// The CUDA options' names (--rnn-algorithm), shared by the apps, the run state and the kernels.
+#include "enhanced/common.h"
+#include "enhanced/device.h"
+
+namespace enhanced {
+
+RnnAlgorithm parse_rnn_algorithm(const std::string& name) {
+  for (RnnAlgorithm algorithm : {RnnAlgorithm::automatic, RnnAlgorithm::standard, RnnAlgorithm::persistent,
+                                 RnnAlgorithm::persistent_small_h})
+    if (name == to_string(algorithm)) return algorithm;
+  fail("--rnn-algorithm must be auto, standard, persistent or persistent-small-h, got '", name, "'");
+}
+
+const char* to_string(RnnAlgorithm algorithm) {
+  switch (algorithm) {
+    case RnnAlgorithm::automatic: return "auto";
+    case RnnAlgorithm::standard: return "standard";
+    case RnnAlgorithm::persistent: return "persistent";
+    case RnnAlgorithm::persistent_small_h: return "persistent-small-h";
+  }
+  return "?";
+}
+
+}  // namespace enhanced

@@ -1,0 +1,58 @@
+// The BiLSTM through cuDNN on the GPU: the CUDA twin of layers/lstm.h,
+// with the same argument order plus the stream / library handle last (kernels/layers.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "enhanced/device.h"
+#include "enhanced/model.h"
+#include "kernels/cuda_check.h"
+
+namespace enhanced::cuda {
+
+// What the cuDNN BiLSTM keeps: descriptors, the weight space W and its gradient dW, the map
+// between them and the SPEC's tensors (from cudnnGetRNNWeightParams), the workspace and the
+// reserve space that forward fills and both backward calls consume.
+class CudnnBiLstm {
+ public:
+  // tf32 = false: CUDNN_FMA_MATH (plain FP32, matches the CPU engine); true: CUDNN_DEFAULT_MATH,
+  // which lets cuDNN use TF32 tensor cores on Ampere and later. algorithm: automatic times each
+  // algorithm cuDNN accepts at max_batch (checking its results against standard's) and keeps the
+  // fastest; a named one is checked the same way and used (an Error when cuDNN refuses it or it
+  // disagrees). Either way it runs batches of max_batch; other sizes run the standard one.
+  CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int input, int hidden, bool tf32,
+              RnnAlgorithm algorithm = RnnAlgorithm::standard);
+  ~CudnnBiLstm();
+  CudnnBiLstm(const CudnnBiLstm&) = delete;
+  CudnnBiLstm& operator=(const CudnnBiLstm&) = delete;
+
+  size_t weight_space_bytes() const;
+  int max_batch() const;
+  RnnAlgorithm algorithm() const;
+  const std::string& selection() const;  // what the automatic selection measured, one line
+  uint64_t generation() const;           // changes when the workspace or reserve is reallocated
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// y (B, T, 2H) = [h_fwd(t), h_rev(t)]. The weights (SPEC layout, stacked as in the CPU layer:
+// weight_ih (2, 4H, D), weight_hh (2, 4H, H), bias_ih (2, 4H), bias_hh (2, 4H)) are packed into
+// cuDNN's weight space first (one kernel). Saved for backward: the reserve space in `saved`.
+void bilstm_forward(float* y, CudnnBiLstm& saved, const float* x, const float* weight_ih, const float* weight_hh,
+                    const float* bias_ih, const float* bias_hh, int batch, int seq_len, int input, int hidden,
+                    cudaStream_t stream);
+
+// dx (B, T, D) =; dweight_ih, dweight_hh, dbias_ih, dbias_hh += (SPEC layout). Consumes the
+// reserve space: run bilstm_forward again before another backward. BackwardData runs first,
+// then dW is zeroed and BackwardWeights adds into it, then dW is added into the SPEC tensors.
+void bilstm_backward(float* dx, float* dweight_ih, float* dweight_hh, float* dbias_ih, float* dbias_hh,
+                     CudnnBiLstm& saved, const float* y, const float* dy, const float* x, int batch, int seq_len,
+                     int input, int hidden, cudaStream_t stream);
+
+}  // namespace enhanced::cuda

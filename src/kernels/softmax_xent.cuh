@@ -1,0 +1,18 @@
+// Softmax cross-entropy on the GPU: the CUDA twin of layers/softmax_xent.h,
+// with the same argument order plus the stream / library handle last (kernels/layers.h).
+#pragma once
+
+#include <cstdint>
+
+#include "enhanced/model.h"
+#include "kernels/cuda_check.h"
+
+namespace enhanced::cuda {
+
+// mean_loss (1, double) = mean over the batch, summed in sample order; dlogits (B, L) =
+// (softmax - onehot) / B when not null; sample_losses (B) when not null (needed for mean_loss:
+// pass a buffer of B floats).
+void softmax_cross_entropy(float* dlogits, float* sample_losses, double* mean_loss, const float* logits,
+                           const int32_t* labels, int batch, int num_labels, cudaStream_t stream);
+
+}  // namespace enhanced::cuda
