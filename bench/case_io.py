@@ -1,5 +1,5 @@
 """What the bench peers share: reading a bench case written by `enhanced-bench --dump-case DIR`: the engine's initial weights
-(checkpoint.safetensors, SPEC names) and the batch (batch.safetensors, CSR), as NumPy arrays.
+(checkpoint.safetensors, the checkpoint's names) and the batch (batch.safetensors, CSR), as NumPy arrays.
 Uses tests/reference/safetensors_io.py (plain NumPy), so every peer reads the same bytes."""
 import os
 import statistics

@@ -4,7 +4,7 @@
                        the empty case handled), Bidirectional(LSTM), max over features, Dense.
   --design original:   the original layer: an Embedding subclass whose call walks the batch with
                        tf.map_fn over samples and, inside, tf.map_fn over positions with a tf.cond
-                       for an empty identifier, and tf.reduce_mean without an axis (the SPEC's
+                       for an empty identifier, and tf.reduce_mean without an axis (the contract's
                        scalar-mean blend), run as a tf.function.
 
 usage: peer_tf.py CASE_DIR --design vectorised|original --threads N [--warmup W] [--repeats R]"""

@@ -1,4 +1,4 @@
-// Model checkpoints: safetensors with the SPEC's tensor names (torch load_state_dict takes them
+// Model checkpoints: safetensors with the contract's tensor names (torch load_state_dict takes them
 // as they are) and the hyper-parameters in __metadata__, so a checkpoint alone rebuilds the model.
 #pragma once
 

@@ -69,6 +69,13 @@ class Dataset {
 
  private:
   int64_t position(int64_t sample, int t) const { return sample * header_->seq_len + t; }
+  // The steps of open(), each throwing Error naming the file.
+  void map_file();           // mapping_, mapping_size_ (a file of at least a header)
+  void check_header() const; // magic, version, size, section bounds
+  void carve_sections();     // the section pointers
+  void check_offsets() const;
+  void check_ids();          // and sets max_model_token_id_
+  void check_labels() const;
 
   std::string path_;
   void* mapping_ = nullptr;

@@ -1,4 +1,4 @@
-// The model's shape, its parameters (one allocation carved into the SPEC's named tensors) and
+// The model's shape, its parameters (one allocation carved into the checkpoint's named tensors) and
 // the activations a training step keeps (caller-owned, sized once for the largest batch).
 #pragma once
 
@@ -10,7 +10,7 @@
 
 namespace enhanced {
 
-enum class BlendMode { mean, scalar_mean };  // SPEC "mean" (per dimension) / "scalar-mean"
+enum class BlendMode { mean, scalar_mean };  // docs/model.md: "mean" (per dimension) / "scalar-mean"
 enum class PoolMode { feature, time };       // max over the 2H features (default) / over T
 
 const char* to_string(BlendMode mode);
@@ -45,7 +45,7 @@ struct TensorSlot {
   ParameterField field = ParameterField::none;
 };
 
-// The SPEC's tensors in buffer order. Direction pairs are adjacent, so the two directions'
+// The checkpoint's named tensors in buffer order. Direction pairs are adjacent, so the two directions'
 // input weights form one (8H, D) matrix and their biases one (8H) vector. Parameters, their
 // gradients and the optimizer moments are all carved from this one table, on either device.
 std::vector<TensorSlot> parameter_layout(const ModelConfig& config);
@@ -84,7 +84,7 @@ struct ParameterBuffer : ParameterTensors<Real> {
   size_t embedding_size() const { return static_cast<size_t>(config.vocab_size) * config.embedding_dim; }
 };
 
-// Keras-default initialisation (SPEC "Initialisation"); the embedding is uniform(-0.05, 0.05)
+// Keras-default initialisation (docs/model.md, "Initialisation"); the embedding is uniform(-0.05, 0.05)
 // unless a pretrained table is copied in afterwards.
 void initialize_parameters(ParameterBuffer<float>& params, uint64_t seed);
 

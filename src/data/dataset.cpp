@@ -42,6 +42,18 @@ void check_section(const std::string& path, const char* name, uint64_t offset, u
 Dataset Dataset::open(const std::string& path) {
   Dataset ds;
   ds.path_ = path;
+  ds.map_file();  // from here on `ds` owns the mapping; its destructor unmaps on any throw
+  ds.header_ = static_cast<const DatasetHeader*>(ds.mapping_);
+  ds.check_header();
+  ds.carve_sections();
+  ds.check_offsets();
+  ds.check_ids();
+  ds.check_labels();
+  return ds;
+}
+
+void Dataset::map_file() {
+  const std::string& path = path_;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
   struct stat st {};
@@ -57,27 +69,25 @@ Dataset Dataset::open(const std::string& path) {
   }
   if (real_size < sizeof(DatasetHeader)) {
     ::close(fd);
-    fail(path, ": truncated: ", real_size, " bytes, smaller than the ", sizeof(DatasetHeader),
-         "-byte header");
+    fail(path, ": truncated: ", real_size, " bytes, smaller than the ", sizeof(DatasetHeader), "-byte header");
   }
   void* map = ::mmap(nullptr, real_size, PROT_READ, MAP_SHARED, fd, 0);
   int map_err = errno;
   ::close(fd);
   if (map == MAP_FAILED) fail(path, ": cannot mmap: ", std::strerror(map_err));
-  ds.mapping_ = map;
-  ds.mapping_size_ = real_size;
-  // From here on `ds` owns the mapping; its destructor unmaps on any throw.
+  mapping_ = map;
+  mapping_size_ = real_size;
+}
 
-  const auto* base = static_cast<const unsigned char*>(map);
-  const auto* h = reinterpret_cast<const DatasetHeader*>(base);
-  ds.header_ = h;
-  if (std::memcmp(h->magic, kDatasetMagic, sizeof(kDatasetMagic)) != 0)
-    fail(path, ": bad magic: not an .ebin dataset");
+void Dataset::check_header() const {
+  const std::string& path = path_;
+  const DatasetHeader* h = header_;
+  const uint64_t real_size = mapping_size_;
+  if (std::memcmp(h->magic, kDatasetMagic, sizeof(kDatasetMagic)) != 0) fail(path, ": bad magic: not an .ebin dataset");
   if (h->version != kDatasetVersion)
     fail(path, ": unsupported version ", h->version, " (this build reads version ", kDatasetVersion, ")");
   if (h->file_size != real_size) {
-    if (h->file_size > real_size)
-      fail(path, ": truncated: header says ", h->file_size, " bytes, file has ", real_size);
+    if (h->file_size > real_size) fail(path, ": truncated: header says ", h->file_size, " bytes, file has ", real_size);
     fail(path, ": size mismatch: header says ", h->file_size, " bytes, file has ", real_size);
   }
   if (h->seq_len == 0) fail(path, ": seq_len (T) is 0");
@@ -86,74 +96,84 @@ Dataset Dataset::open(const std::string& path) {
   if (n > real_size / 4 || (n != 0 && T > real_size / 4 / n))
     fail(path, ": header claims ", n, " samples of ", T, " positions, more than the file can hold");
   const uint64_t np = n * T;
-
   check_section(path, "labels", h->labels_offset, n, 4, real_size);
   check_section(path, "cur_word", h->cur_word_offset, np, 4, real_size);
   check_section(path, "identifier_offsets", h->identifier_offsets_offset, np + 1, 8, real_size);
   check_section(path, "identifier_ids", h->identifier_ids_offset, h->num_identifier_ids, 4, real_size);
   check_section(path, "auxiliary_offsets", h->auxiliary_offsets_offset, np + 1, 8, real_size);
   check_section(path, "auxiliary_ids", h->auxiliary_ids_offset, h->num_auxiliary_ids, 4, real_size);
+}
 
-  ds.labels_ = reinterpret_cast<const int32_t*>(base + h->labels_offset);
-  ds.cur_word_ = reinterpret_cast<const int32_t*>(base + h->cur_word_offset);
-  ds.identifier_offsets_ = reinterpret_cast<const uint64_t*>(base + h->identifier_offsets_offset);
-  ds.identifier_ids_ = reinterpret_cast<const int32_t*>(base + h->identifier_ids_offset);
-  ds.auxiliary_offsets_ = reinterpret_cast<const uint64_t*>(base + h->auxiliary_offsets_offset);
-  ds.auxiliary_ids_ = reinterpret_cast<const int32_t*>(base + h->auxiliary_ids_offset);
+void Dataset::carve_sections() {
+  const auto* base = static_cast<const unsigned char*>(mapping_);
+  const DatasetHeader* h = header_;
+  labels_ = reinterpret_cast<const int32_t*>(base + h->labels_offset);
+  cur_word_ = reinterpret_cast<const int32_t*>(base + h->cur_word_offset);
+  identifier_offsets_ = reinterpret_cast<const uint64_t*>(base + h->identifier_offsets_offset);
+  identifier_ids_ = reinterpret_cast<const int32_t*>(base + h->identifier_ids_offset);
+  auxiliary_offsets_ = reinterpret_cast<const uint64_t*>(base + h->auxiliary_offsets_offset);
+  auxiliary_ids_ = reinterpret_cast<const int32_t*>(base + h->auxiliary_ids_offset);
+}
 
-  // Offsets: start at 0, monotone, end at the id counts.
-  auto check_offsets = [&](const uint64_t* off, uint64_t total, const char* name, int field) {
-    if (off[0] != 0) fail(path, ": ", name, "[0] is ", off[0], ", must be 0");
+// Offsets: start at 0, monotone, end at the id counts.
+void Dataset::check_offsets() const {
+  const uint64_t T = header_->seq_len, np = header_->num_samples * T;
+  auto check = [&](const uint64_t* off, uint64_t total, const char* name, int field) {
+    if (off[0] != 0) fail(path_, ": ", name, "[0] is ", off[0], ", must be 0");
     for (uint64_t p = 0; p < np; ++p) {
       if (off[p + 1] < off[p] || off[p + 1] > total)
-        fail(path, ": sample ", p / T, ": position ", p % T, ": field ", field, " (", field_name(field),
+        fail(path_, ": sample ", p / T, ": position ", p % T, ": field ", field, " (", field_name(field),
              ") offsets out of range: ", off[p], " .. ", off[p + 1], " (", total, " ids in all)");
     }
-    if (off[np] != total)
-      fail(path, ": ", name, " end at ", off[np], " but the header says ", total, " ids");
+    if (off[np] != total) fail(path_, ": ", name, " end at ", off[np], " but the header says ", total, " ids");
   };
-  check_offsets(ds.identifier_offsets_, h->num_identifier_ids, "identifier_offsets", 0);
-  check_offsets(ds.auxiliary_offsets_, h->num_auxiliary_ids, "auxiliary_offsets", 1);
+  check(identifier_offsets_, header_->num_identifier_ids, "identifier_offsets", 0);
+  check(auxiliary_offsets_, header_->num_auxiliary_ids, "auxiliary_offsets", 1);
+}
 
-  // Ids non-negative and <= max_token_id; labels in range.
+// Ids non-negative, the largest one the header's.
+void Dataset::check_ids() {
+  const uint64_t T = header_->seq_len, np = header_->num_samples * T;
   int32_t max_id = -1;
-  auto check_ids = [&](const int32_t* ids, const uint64_t* off, int field) {
+  auto check = [&](const int32_t* ids, const uint64_t* off, int field) {
     for (uint64_t p = 0; p < np; ++p) {
       for (uint64_t k = off[p]; k < off[p + 1]; ++k) {
         if (ids[k] < 0)
-          fail(path, ": sample ", p / T, ": position ", p % T, ": field ", field, " (", field_name(field),
+          fail(path_, ": sample ", p / T, ": position ", p % T, ": field ", field, " (", field_name(field),
                ") has negative id ", ids[k]);
         if (ids[k] > max_id) max_id = ids[k];
       }
     }
   };
-  check_ids(ds.identifier_ids_, ds.identifier_offsets_, 0);
+  check(identifier_ids_, identifier_offsets_, 0);
   // The largest id the model looks up: fields 0 and 2 (field 1 is only carried).
   int32_t max_model_id = max_id;
-  check_ids(ds.auxiliary_ids_, ds.auxiliary_offsets_, 1);
+  check(auxiliary_ids_, auxiliary_offsets_, 1);
   for (uint64_t p = 0; p < np; ++p) {
-    if (ds.cur_word_[p] < 0)
-      fail(path, ": sample ", p / T, ": position ", p % T, ": field 2 (cur_word) has negative id ",
-           ds.cur_word_[p]);
-    max_id = std::max(max_id, ds.cur_word_[p]);
-    max_model_id = std::max(max_model_id, ds.cur_word_[p]);
+    if (cur_word_[p] < 0)
+      fail(path_, ": sample ", p / T, ": position ", p % T, ": field 2 (cur_word) has negative id ", cur_word_[p]);
+    max_id = std::max(max_id, cur_word_[p]);
+    max_model_id = std::max(max_model_id, cur_word_[p]);
   }
-  if (max_id != h->max_token_id)
-    fail(path, ": header says the largest id is ", h->max_token_id, " but the data holds ", max_id);
-  ds.max_model_token_id_ = max_model_id;
-  if (h->num_labels > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()))
-    fail(path, ": header says ", h->num_labels, " labels, more than an int32 count");
+  if (max_id != header_->max_token_id)
+    fail(path_, ": header says the largest id is ", header_->max_token_id, " but the data holds ", max_id);
+  max_model_token_id_ = max_model_id;
+}
+
+// Labels in [0, num_labels), the largest one num_labels - 1.
+void Dataset::check_labels() const {
+  const uint32_t num_labels = header_->num_labels;
+  if (num_labels > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()))
+    fail(path_, ": header says ", num_labels, " labels, more than an int32 count");
   int32_t max_label = -1;
-  for (uint64_t s = 0; s < n; ++s) {
-    if (ds.labels_[s] < 0) fail(path, ": sample ", s, ": negative label ", ds.labels_[s]);
-    if (static_cast<uint32_t>(ds.labels_[s]) >= h->num_labels)
-      fail(path, ": sample ", s, ": label ", ds.labels_[s], " >= num_labels ", h->num_labels,
-           " in the header");
-    if (ds.labels_[s] > max_label) max_label = ds.labels_[s];
+  for (uint64_t s = 0; s < header_->num_samples; ++s) {
+    if (labels_[s] < 0) fail(path_, ": sample ", s, ": negative label ", labels_[s]);
+    if (static_cast<uint32_t>(labels_[s]) >= num_labels)
+      fail(path_, ": sample ", s, ": label ", labels_[s], " >= num_labels ", num_labels, " in the header");
+    if (labels_[s] > max_label) max_label = labels_[s];
   }
-  if (static_cast<int64_t>(h->num_labels) != static_cast<int64_t>(max_label) + 1)
-    fail(path, ": header says ", h->num_labels, " labels but the largest label is ", max_label);
-  return ds;
+  if (static_cast<int64_t>(num_labels) != static_cast<int64_t>(max_label) + 1)
+    fail(path_, ": header says ", num_labels, " labels but the largest label is ", max_label);
 }
 
 Dataset::Dataset(Dataset&& other) noexcept { *this = std::move(other); }

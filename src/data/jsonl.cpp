@@ -72,12 +72,170 @@ class ConvertProgress {
   std::string what_;
 };
 
+// The .ebin sections being written, one temporary file each, and what the header needs of them.
 struct SectionWriters {
   FileWriter labels, cur_word, id_offsets, id_ids, aux_offsets, aux_ids;
-  SectionWriters(const std::string& l, const std::string& c, const std::string& io, const std::string& ii,
-                 const std::string& ao, const std::string& ai)
-      : labels(l), cur_word(c), id_offsets(io), id_ids(ii), aux_offsets(ao), aux_ids(ai) {}
+  uint64_t num_id = 0, num_aux = 0;
+  int32_t max_id = -1, max_label = -1;
+  int64_t samples = 0;
+
+  SectionWriters(TempFiles& temps, const std::string& out_path)
+      : labels(temps.add(temp_name(out_path, ".labels"))), cur_word(temps.add(temp_name(out_path, ".cur_word"))),
+        id_offsets(temps.add(temp_name(out_path, ".id_offsets"))), id_ids(temps.add(temp_name(out_path, ".id_ids"))),
+        aux_offsets(temps.add(temp_name(out_path, ".aux_offsets"))),
+        aux_ids(temps.add(temp_name(out_path, ".aux_ids"))) {
+    id_offsets.put<uint64_t>(0);
+    aux_offsets.put<uint64_t>(0);
+  }
+  std::vector<FileWriter*> in_file_order() { return {&labels, &cur_word, &id_offsets, &id_ids, &aux_offsets, &aux_ids}; }
 };
+
+// One JSONL line at a time into the sections; every error names the file, the line, the
+// position and the field.
+class JsonlSampleParser {
+ public:
+  JsonlSampleParser(const std::string& file, int seq_len, SectionWriters& out)
+      : file_(file), seq_len_(seq_len), out_(out), cur_words_(static_cast<size_t>(seq_len)) {}
+
+  void add(const std::string& line, int64_t line_no) {
+    line_no_ = line_no;
+    if (line.find_first_not_of(" \t") == std::string::npos) fail(file_, ": line ", line_no_, ": blank line");
+    json doc;
+    try {
+      doc = json::parse(line);
+    } catch (const json::parse_error& e) {
+      fail(file_, ": line ", line_no_, ": column ", e.byte, ": malformed JSON: ", parse_error_text(e));
+    }
+    if (!doc.is_object()) fail(file_, ": line ", line_no_, ": expected a JSON object, got ", type_name(doc));
+    const int32_t label_value = label(doc);
+    const json& tokens = positions(doc);
+    for (int t = 0; t < seq_len_; ++t) add_position(tokens[static_cast<size_t>(t)], t);
+    out_.cur_word.write(cur_words_.data(), cur_words_.size() * sizeof(int32_t));
+    out_.labels.put(label_value);
+    out_.max_label = std::max(out_.max_label, label_value);
+    ++out_.samples;
+  }
+
+ private:
+  int32_t label(const json& doc) const {
+    auto label_it = doc.find("label");
+    if (label_it == doc.end()) fail(file_, ": line ", line_no_, ": missing \"label\"");
+    const json& label = *label_it;
+    if (!label.is_number_integer())
+      fail(file_, ": line ", line_no_, ": \"label\" holds ", type_name(label), ", expected an integer");
+    // The number of labels (largest + 1) must fit int32 too, hence the strict bound.
+    if (label.is_number_unsigned() ? label.get<uint64_t>() >= static_cast<uint64_t>(std::numeric_limits<int32_t>::max())
+                                   : label.get<int64_t>() >= std::numeric_limits<int32_t>::max())
+      fail(file_, ": line ", line_no_, ": label ", label.dump(), " does not fit int32 (nor may the label count, largest + 1)");
+    if (!label.is_number_unsigned() && label.get<int64_t>() < 0)
+      fail(file_, ": line ", line_no_, ": negative label ", label.get<int64_t>());
+    return static_cast<int32_t>(label.get<int64_t>());
+  }
+
+  const json& positions(const json& doc) const {
+    auto tokens_it = doc.find("tokens");
+    if (tokens_it == doc.end()) fail(file_, ": line ", line_no_, ": missing \"tokens\"");
+    const json& tokens = *tokens_it;
+    if (!tokens.is_array())
+      fail(file_, ": line ", line_no_, ": \"tokens\" holds ", type_name(tokens), ", expected a list of positions");
+    if (tokens.size() != static_cast<size_t>(seq_len_))
+      fail(file_, ": line ", line_no_, ": expected ", seq_len_, " positions, got ", tokens.size());
+    return tokens;
+  }
+
+  void add_position(const json& pos, int t) {
+    if (!pos.is_array() || pos.size() != 3)
+      fail(file_, ": line ", line_no_, ": position ", t, ": expected exactly 3 lists, got ",
+           pos.is_array() ? cat(pos.size(), pos.size() == 1 ? " element" : " elements") : std::string(type_name(pos)));
+    for (int f = 0; f < 3; ++f) {
+      if (!pos[static_cast<size_t>(f)].is_array())
+        fail(file_, ": line ", line_no_, ": position ", t, ": field ", f, " (", field_name(f), ") holds ",
+             type_name(pos[static_cast<size_t>(f)]), ", expected a list");
+    }
+    const json& cur = pos[2];
+    if (cur.size() != 1)
+      fail(file_, ": line ", line_no_, ": position ", t, ": field 2 (cur_word) must hold exactly one id, got ",
+           cur.size());
+    add_ragged(pos[0], t, 0, out_.id_ids, out_.id_offsets, out_.num_id);
+    add_ragged(pos[1], t, 1, out_.aux_ids, out_.aux_offsets, out_.num_aux);
+    const int32_t cur_word = id(cur[0], t, 2);
+    out_.max_id = std::max(out_.max_id, cur_word);
+    cur_words_[static_cast<size_t>(t)] = cur_word;
+  }
+
+  // Fields 0 and 1: ragged ids into their section, then the running count into its offsets.
+  void add_ragged(const json& list, int t, int field, FileWriter& ids, FileWriter& offsets, uint64_t& count) {
+    for (const json& v : list) {
+      const int32_t value = id(v, t, field);
+      ids.put(value);
+      out_.max_id = std::max(out_.max_id, value);
+      ++count;
+    }
+    offsets.put(count);
+  }
+
+  int32_t id(const json& v, int t, int field) const {
+    if (!v.is_number_integer())
+      fail(file_, ": line ", line_no_, ": position ", t, ": field ", field, " (", field_name(field), ") holds ",
+           type_name(v), ", expected an integer id");
+    if (v.is_number_unsigned()) {
+      const auto u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+        fail(file_, ": line ", line_no_, ": position ", t, ": field ", field, " (", field_name(field), ") id ", u,
+             " does not fit int32");
+      return static_cast<int32_t>(u);
+    }
+    const auto s = v.get<int64_t>();
+    if (s < 0)
+      fail(file_, ": line ", line_no_, ": position ", t, ": field ", field, " (", field_name(field),
+           ") has negative id ", s);
+    if (s > std::numeric_limits<int32_t>::max())
+      fail(file_, ": line ", line_no_, ": position ", t, ": field ", field, " (", field_name(field), ") id ", s,
+           " does not fit int32");
+    return static_cast<int32_t>(s);
+  }
+
+  const std::string& file_;
+  int seq_len_;
+  SectionWriters& out_;
+  std::vector<int32_t> cur_words_;
+  int64_t line_no_ = 0;
+};
+
+// The header for the written sections, laid out one after another, each 8-byte aligned.
+DatasetHeader ebin_header(SectionWriters& sections, int seq_len) {
+  DatasetHeader h{};
+  std::memcpy(h.magic, kDatasetMagic, sizeof(kDatasetMagic));
+  h.version = kDatasetVersion;
+  h.seq_len = static_cast<uint32_t>(seq_len);
+  h.num_samples = static_cast<uint64_t>(sections.samples);
+  h.num_labels = static_cast<uint32_t>(sections.max_label + 1);
+  h.max_token_id = sections.max_id;
+  h.num_identifier_ids = sections.num_id;
+  h.num_auxiliary_ids = sections.num_aux;
+  uint64_t* in_file_order[] = {&h.labels_offset, &h.cur_word_offset, &h.identifier_offsets_offset,
+                               &h.identifier_ids_offset, &h.auxiliary_offsets_offset, &h.auxiliary_ids_offset};
+  uint64_t at = sizeof(DatasetHeader);
+  const std::vector<FileWriter*> writers = sections.in_file_order();
+  for (size_t i = 0; i < writers.size(); ++i) {
+    *in_file_order[i] = at;
+    at = (at + writers[i]->size() + 7) / 8 * 8;
+  }
+  h.file_size = at;
+  return h;
+}
+
+// The header, then each section padded to 8 bytes, into `path`.
+void assemble_ebin(const std::string& path, const DatasetHeader& h, SectionWriters& sections) {
+  FileWriter out(path);
+  out.put(h);
+  for (FileWriter* section : sections.in_file_order()) {
+    out.append_file(section->path());
+    out.pad_to(8);
+  }
+  if (out.size() != h.file_size) fail(path, ": internal error: wrote ", out.size(), " bytes, expected ", h.file_size);
+  out.close();
+}
 
 // The same file under two names (relative and absolute paths, links), not only the same string.
 bool same_file(const std::string& a, const std::string& b) {
@@ -87,8 +245,8 @@ bool same_file(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::string& out_path,
-                                   int seq_len, bool show_progress) {
+ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::string& out_path, int seq_len,
+                                   bool show_progress) {
   if (seq_len <= 0) fail(jsonl_path, ": sequence length must be positive, got ", seq_len);
   if (same_file(jsonl_path, out_path)) fail(out_path, ": output would overwrite the input");
   std::ifstream in(jsonl_path, std::ios::binary);
@@ -97,167 +255,28 @@ ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::str
   in.rdbuf()->pubsetbuf(inbuf.data(), static_cast<std::streamsize>(inbuf.size()));
 
   TempFiles temps;
-  const std::string tmp_out = temps.add(temp_name(out_path, ""));
-  SectionWriters sec(temps.add(temp_name(out_path, ".labels")),
-                     temps.add(temp_name(out_path, ".cur_word")),
-                     temps.add(temp_name(out_path, ".id_offsets")),
-                     temps.add(temp_name(out_path, ".id_ids")),
-                     temps.add(temp_name(out_path, ".aux_offsets")),
-                     temps.add(temp_name(out_path, ".aux_ids")));
-
-  const std::string& file = jsonl_path;
-  uint64_t num_id = 0, num_aux = 0;
-  sec.id_offsets.put<uint64_t>(0);
-  sec.aux_offsets.put<uint64_t>(0);
-  int32_t max_id = -1, max_label = -1;
-  int64_t samples = 0, line_no = 0;
+  const std::string tmp_out = temps.add(temp_name(out_path));
+  SectionWriters sections(temps, out_path);
+  JsonlSampleParser parser(jsonl_path, seq_len, sections);
   ConvertProgress progress(show_progress, jsonl_path);
   std::string line;
-  std::vector<int32_t> cur_words(static_cast<size_t>(seq_len));
-
-  auto get_id = [&](const json& v, int t, int field) -> int32_t {
-    if (!v.is_number_integer())
-      fail(file, ": line ", line_no, ": position ", t, ": field ", field, " (", field_name(field),
-           ") holds ", type_name(v), ", expected an integer id");
-    if (v.is_number_unsigned()) {
-      auto u = v.get<uint64_t>();
-      if (u > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
-        fail(file, ": line ", line_no, ": position ", t, ": field ", field, " (", field_name(field), ") id ", u,
-             " does not fit int32");
-      return static_cast<int32_t>(u);
-    }
-    auto s = v.get<int64_t>();
-    if (s < 0)
-      fail(file, ": line ", line_no, ": position ", t, ": field ", field, " (", field_name(field),
-           ") has negative id ", s);
-    if (s > std::numeric_limits<int32_t>::max())
-      fail(file, ": line ", line_no, ": position ", t, ": field ", field, " (", field_name(field), ") id ", s,
-           " does not fit int32");
-    return static_cast<int32_t>(s);
-  };
-
+  int64_t line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) fail(file, ": line ", line_no, ": blank line");
-    json doc;
-    try {
-      doc = json::parse(line);
-    } catch (const json::parse_error& e) {
-      fail(file, ": line ", line_no, ": column ", e.byte, ": malformed JSON: ", parse_error_text(e));
-    }
-    if (!doc.is_object()) fail(file, ": line ", line_no, ": expected a JSON object, got ", type_name(doc));
-    auto label_it = doc.find("label");
-    if (label_it == doc.end()) fail(file, ": line ", line_no, ": missing \"label\"");
-    const json& label = *label_it;
-    if (!label.is_number_integer())
-      fail(file, ": line ", line_no, ": \"label\" holds ", type_name(label), ", expected an integer");
-    // The number of labels (largest + 1) must fit int32 too, hence the strict bound.
-    if (label.is_number_unsigned() ? label.get<uint64_t>() >= static_cast<uint64_t>(std::numeric_limits<int32_t>::max())
-                                   : label.get<int64_t>() >= std::numeric_limits<int32_t>::max())
-      fail(file, ": line ", line_no, ": label ", label.dump(), " does not fit int32 (nor may the label count, largest + 1)");
-    if (!label.is_number_unsigned() && label.get<int64_t>() < 0)
-      fail(file, ": line ", line_no, ": negative label ", label.get<int64_t>());
-    const auto label_value = static_cast<int32_t>(label.get<int64_t>());
-
-    auto tokens_it = doc.find("tokens");
-    if (tokens_it == doc.end()) fail(file, ": line ", line_no, ": missing \"tokens\"");
-    const json& tokens = *tokens_it;
-    if (!tokens.is_array())
-      fail(file, ": line ", line_no, ": \"tokens\" holds ", type_name(tokens), ", expected a list of positions");
-    if (tokens.size() != static_cast<size_t>(seq_len))
-      fail(file, ": line ", line_no, ": expected ", seq_len, " positions, got ", tokens.size());
-    for (int t = 0; t < seq_len; ++t) {
-      const json& pos = tokens[static_cast<size_t>(t)];
-      if (!pos.is_array() || pos.size() != 3)
-        fail(file, ": line ", line_no, ": position ", t, ": expected exactly 3 lists, got ",
-             pos.is_array() ? cat(pos.size(), pos.size() == 1 ? " element" : " elements") : std::string(type_name(pos)));
-      for (int f = 0; f < 3; ++f) {
-        if (!pos[static_cast<size_t>(f)].is_array())
-          fail(file, ": line ", line_no, ": position ", t, ": field ", f, " (", field_name(f), ") holds ",
-               type_name(pos[static_cast<size_t>(f)]), ", expected a list");
-      }
-      const json& cur = pos[2];
-      if (cur.size() != 1)
-        fail(file, ": line ", line_no, ": position ", t, ": field 2 (cur_word) must hold exactly one id, got ",
-             cur.size());
-      // Fields 0 and 1: ragged ids into their section, then the running count into its offsets.
-      auto put_field = [&](int field, auto& ids_out, auto& offsets_out, uint64_t& count) {
-        for (const json& v : pos[static_cast<size_t>(field)]) {
-          const int32_t id = get_id(v, t, field);
-          ids_out.put(id);
-          if (id > max_id) max_id = id;
-          ++count;
-        }
-        offsets_out.put(count);
-      };
-      put_field(0, sec.id_ids, sec.id_offsets, num_id);
-      put_field(1, sec.aux_ids, sec.aux_offsets, num_aux);
-      int32_t cw = get_id(cur[0], t, 2);
-      if (cw > max_id) max_id = cw;
-      cur_words[static_cast<size_t>(t)] = cw;
-    }
-    sec.cur_word.write(cur_words.data(), cur_words.size() * sizeof(int32_t));
-    sec.labels.put(label_value);
-    if (label_value > max_label) max_label = label_value;
-    ++samples;
+    parser.add(line, line_no);
     progress.tick(line_no);
   }
-  if (in.bad()) fail(file, ": read failed after line ", line_no);
-  if (samples == 0) fail(file, ": no samples");
+  if (in.bad()) fail(jsonl_path, ": read failed after line ", line_no);
+  if (sections.samples == 0) fail(jsonl_path, ": no samples");
   progress.done(line_no);
+  for (FileWriter* section : sections.in_file_order()) section->close();
 
-  sec.labels.close();
-  sec.cur_word.close();
-  sec.id_offsets.close();
-  sec.id_ids.close();
-  sec.aux_offsets.close();
-  sec.aux_ids.close();
-
-  DatasetHeader h{};
-  std::memcpy(h.magic, kDatasetMagic, sizeof(kDatasetMagic));
-  h.version = kDatasetVersion;
-  h.seq_len = static_cast<uint32_t>(seq_len);
-  h.num_samples = static_cast<uint64_t>(samples);
-  h.num_labels = static_cast<uint32_t>(max_label + 1);
-  h.max_token_id = max_id;
-  h.num_identifier_ids = num_id;
-  h.num_auxiliary_ids = num_aux;
-  auto align8 = [](uint64_t x) { return (x + 7) / 8 * 8; };
-  uint64_t off = sizeof(DatasetHeader);
-  h.labels_offset = off;
-  off = align8(off + sec.labels.size());
-  h.cur_word_offset = off;
-  off = align8(off + sec.cur_word.size());
-  h.identifier_offsets_offset = off;
-  off = align8(off + sec.id_offsets.size());
-  h.identifier_ids_offset = off;
-  off = align8(off + sec.id_ids.size());
-  h.auxiliary_offsets_offset = off;
-  off = align8(off + sec.aux_offsets.size());
-  h.auxiliary_ids_offset = off;
-  off = align8(off + sec.aux_ids.size());
-  h.file_size = off;
-
-  {
-    FileWriter out(tmp_out);
-    out.put(h);
-    for (FileWriter* s : {&sec.labels, &sec.cur_word, &sec.id_offsets, &sec.id_ids, &sec.aux_offsets,
-                          &sec.aux_ids}) {
-      out.append_file(s->path());
-      out.pad_to(8);
-    }
-    if (out.size() != h.file_size) fail(tmp_out, ": internal error: wrote ", out.size(), " bytes, expected ", h.file_size);
-    out.close();
-  }
+  const DatasetHeader h = ebin_header(sections, seq_len);
+  assemble_ebin(tmp_out, h, sections);
   commit_file(tmp_out, out_path);
   temps.remove_all();  // the section files; tmp_out no longer exists under its temporary name
-
-  ConvertStats stats;
-  stats.samples = samples;
-  stats.seq_len = seq_len;
-  stats.bytes_written = h.file_size;
-  return stats;
+  return ConvertStats{sections.samples, seq_len, h.file_size};
 }
 
 namespace {

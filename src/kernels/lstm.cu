@@ -1,10 +1,10 @@
-// BiLSTM through cuDNN 9's v8 RNN API (see /work/shared/notes/cudnn-rnn.md and
+// BiLSTM through cuDNN 9's v8 RNN API (see docs/notes/cudnn-rnn.md and
 // docs/cuda-backend.md): one layer, LSTM, bidirectional, double bias, FP32, batch-major unpacked
 // data with every sequence length = T, zero initial states (NULL hx/cx). The algorithm for full
 // batches is chosen by timing (or named); every other batch size runs ALGO_STANDARD, which
 // cuDNN supports for any shape.
 //
-// The SPEC's tensors live in the carved parameter buffer; cuDNN wants its own weight space. The
+// The checkpoint's named tensors live in the carved parameter buffer; cuDNN wants its own weight space. The
 // map between them comes from cudnnGetRNNWeightParams (never hard-coded offsets) and is applied
 // by one gather kernel before forward (pack) and one scatter-add kernel after backward (unpack).
 #include <algorithm>
@@ -23,7 +23,7 @@ constexpr int kMaxPieces = 32;  // 2 directions x 8 linear layers x (matrix, bia
 enum Tensor : int { kWeightIh = 0, kWeightHh = 1, kBiasIh = 2, kBiasHh = 3 };
 
 struct Piece {
-  int tensor = 0;             // which SPEC tensor (stacked over the two directions)
+  int tensor = 0;             // which checkpoint tensor (stacked over the two directions)
   int64_t tensor_offset = 0;  // in floats, inside that tensor
   int64_t space_offset = 0;   // in floats, inside cuDNN's weight space
   int64_t count = 0;
@@ -80,7 +80,7 @@ int64_t described_elements(cudnnTensorDescriptor_t desc, const char* what) {
   return elements;
 }
 
-// One cuDNN RNN descriptor (one algorithm) and the map between its weight space and the SPEC's
+// One cuDNN RNN descriptor (one algorithm) and the map between its weight space and the contract's
 // tensors.
 struct Variant {
   UniqueRnnDesc rnn;
@@ -151,7 +151,7 @@ void CudnnBiLstm::Impl::map_weight_space(Variant& variant) {
                                                    m_desc, &m_addr, b_desc, &b_addr));
       if (!m_addr || !b_addr) fail("cuDNN weight space: no matrix or bias for pseudo-layer ", direction, " id ", id);
       const bool recurrent = id >= 4;
-      const int gate = id % 4;  // i, f, g, o: the SPEC's row blocks, in cuDNN's id order
+      const int gate = id % 4;  // i, f, g, o: the checkpoint's row blocks, in cuDNN's id order
       const int64_t columns = recurrent ? H : D;
       Piece matrix;
       matrix.tensor = recurrent ? kWeightHh : kWeightIh;
@@ -172,7 +172,7 @@ void CudnnBiLstm::Impl::map_weight_space(Variant& variant) {
         const int64_t described = described_elements(where.second, "piece");
         if (described != piece->count)
           fail("cuDNN weight space: pseudo-layer ", direction, " id ", id, " has ", described,
-               " elements, the SPEC tensor block has ", piece->count);
+               " elements, the checkpoint tensor block has ", piece->count);
         piece->space_offset = bytes / static_cast<std::ptrdiff_t>(sizeof(float));
         pieces.piece[pieces.count++] = *piece;
       }
@@ -189,7 +189,7 @@ void CudnnBiLstm::Impl::map_weight_space(Variant& variant) {
   int64_t total = 0;
   for (const Piece& piece : sorted) total += piece.count;
   if (static_cast<size_t>(total) * sizeof(float) != weight_bytes)
-    fail("cuDNN weight space: the SPEC tensors hold ", total * 4, " bytes, cuDNN's space has ", weight_bytes);
+    fail("cuDNN weight space: the checkpoint tensors hold ", total * 4, " bytes, cuDNN's space has ", weight_bytes);
 }
 
 // Sets the variant's descriptor for `algorithm` and maps the weight space it implies. Both
@@ -334,7 +334,7 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 }  // namespace
 
 // Runs forward + both backwards at max_batch with each candidate algorithm on the same synthetic
-// inputs and weights, and checks its y, dx and weight gradient (in the SPEC's layout, so the
+// inputs and weights, and checks its y, dx and weight gradient (in the contract's layout, so the
 // weight spaces' layouts may differ) against the standard algorithm's. automatic: every
 // algorithm cuDNN accepts is timed (5 runs) and the fastest that agrees is kept. A named one is
 // checked the same way (not timed) and kept, or refused with the reason. The model's own

@@ -13,7 +13,7 @@
 namespace enhanced::cuda {
 
 // What the cuDNN BiLSTM keeps: descriptors, the weight space W and its gradient dW, the map
-// between them and the SPEC's tensors (from cudnnGetRNNWeightParams), the workspace and the
+// between them and the checkpoint's named tensors (from cudnnGetRNNWeightParams), the workspace and the
 // reserve space that forward fills and both backward calls consume.
 class CudnnBiLstm {
  public:
@@ -41,16 +41,16 @@ class CudnnBiLstm {
   std::unique_ptr<Impl> impl_;
 };
 
-// y (B, T, 2H) = [h_fwd(t), h_rev(t)]. The weights (SPEC layout, stacked as in the CPU layer:
+// y (B, T, 2H) = [h_fwd(t), h_rev(t)]. The weights (checkpoint layout, stacked as in the CPU layer:
 // weight_ih (2, 4H, D), weight_hh (2, 4H, H), bias_ih (2, 4H), bias_hh (2, 4H)) are packed into
 // cuDNN's weight space first (one kernel). Saved for backward: the reserve space in `saved`.
 void bilstm_forward(float* y, CudnnBiLstm& saved, const float* x, const float* weight_ih, const float* weight_hh,
                     const float* bias_ih, const float* bias_hh, int batch, int seq_len, int input, int hidden,
                     cudaStream_t stream);
 
-// dx (B, T, D) =; dweight_ih, dweight_hh, dbias_ih, dbias_hh += (SPEC layout). Consumes the
+// dx (B, T, D) =; dweight_ih, dweight_hh, dbias_ih, dbias_hh += (checkpoint layout). Consumes the
 // reserve space: run bilstm_forward again before another backward. BackwardData runs first,
-// then dW is zeroed and BackwardWeights adds into it, then dW is added into the SPEC tensors.
+// then dW is zeroed and BackwardWeights adds into it, then dW is added into the checkpoint tensors.
 void bilstm_backward(float* dx, float* dweight_ih, float* dweight_hh, float* dbias_ih, float* dbias_hh,
                      CudnnBiLstm& saved, const float* y, const float* dy, const float* x, int batch, int seq_len,
                      int input, int hidden, cudaStream_t stream);

@@ -1,4 +1,4 @@
-// Dense layer (SPEC forward step 4): out (B, L) = in (B, F) W^T + b, W (L, F) as torch.nn.Linear.
+// Dense layer (docs/model.md, forward step 4): out (B, L) = in (B, F) W^T + b, W (L, F) as torch.nn.Linear.
 #pragma once
 
 namespace enhanced {

@@ -1,4 +1,4 @@
-// Embedding blend over a CSR batch (SPEC forward step 1). For position p with n identifier ids:
+// Embedding blend over a CSR batch (docs/model.md, forward step 1). For position p with n identifier ids:
 //   n == 0: x[p] = E[cur[p]]
 //   n  > 0: x[p] = 0.5 * mean_j E[id_j] + 0.5 * E[cur[p]]        (mean: per dimension)
 //                  0.5 * mean(all n*D numbers) + 0.5 * E[cur[p]] (scalar-mean, the original)

@@ -1,10 +1,10 @@
-// Bidirectional single-layer LSTM (SPEC forward step 2), gates i, f, g, o, zero initial state.
+// Bidirectional single-layer LSTM (docs/model.md, forward step 2), gates i, f, g, o, zero initial state.
 // Structure after haste: one GEMM projects all B*T inputs for both directions at once, then
 // each step does one small recurrent GEMM and one fused pointwise pass. The two directions
 // are independent and run on separate threads when threads >= 2.
 //
 // Weights of both directions are stacked (forward first): weight_ih (2, 4H, D),
-// weight_hh (2, 4H, H), bias_ih (2, 4H), bias_hh (2, 4H), i.e. the SPEC's named tensors
+// weight_hh (2, 4H, H), bias_ih (2, 4H), bias_hh (2, 4H), i.e. the checkpoint's named tensors
 // lstm.weight_ih_l0 / _reverse etc. laid side by side in the parameter buffer.
 #pragma once
 

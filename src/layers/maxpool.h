@@ -1,4 +1,4 @@
-// Max-pool of the BiLSTM output (SPEC forward step 3). Feature mode: pooled (B, T) = max over
+// Max-pool of the BiLSTM output (docs/model.md, forward step 3). Feature mode: pooled (B, T) = max over
 // the 2H features of y (B, T, 2H). Time mode: pooled (B, 2H) = max over T. The gradient goes to
 // the first maximal element; argmax keeps its index.
 #pragma once

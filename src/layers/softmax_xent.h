@@ -1,4 +1,4 @@
-// Softmax cross-entropy against integer labels, mean over the batch (SPEC forward step 5).
+// Softmax cross-entropy against integer labels, mean over the batch (docs/model.md, forward step 5).
 // Loss and its gradient in one pass, stable through the max-shifted log-sum-exp.
 #pragma once
 

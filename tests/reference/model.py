@@ -1,6 +1,6 @@
-"""PyTorch reference of the model in /work/shared/SPEC.md (independent of the C++ engine).
+"""PyTorch reference of the model in docs/model.md (independent of the C++ engine).
 
-Submodule and parameter names are the checkpoint names of the SPEC, so
+Submodule and parameter names are the checkpoint names of docs/model.md, so
 `model.load_state_dict({name: tensor})` takes an engine checkpoint as it is.
 
 Batch (CSR over the B*T positions, row-major b*T + t):
@@ -91,7 +91,7 @@ class Model(nn.Module):
 
 @torch.no_grad()
 def keras_init(model, generator=None):
-    """SPEC initialisation (Keras defaults): embedding U(-0.05, 0.05); W_ih glorot-uniform over
+    """The contract's initialisation (Keras defaults): embedding U(-0.05, 0.05); W_ih glorot-uniform over
     [4H, D]; W_hh orthogonal over [4H, H]; bias_ih 0, bias_hh 0 except forget quarter 1;
     dense glorot-uniform, bias 0."""
     def uniform_(t, a):

@@ -7,7 +7,7 @@ Checks:
   1. safetensors_io: write/read round trip (F32/F64/I32/I64, shapes [0], [], [2,0,3]) and
      rejection of malformed files (bad offsets, overlaps, holes, truncation, bad JSON).
   2. the blend (both modes) against a naive per-position Python loop; the whole forward
-     against a naive NumPy implementation of the SPEC's equations (gate order i,f,g,o,
+     against a naive NumPy implementation of the contract's equations (docs/model.md) (gate order i,f,g,o,
      reverse direction, [fwd, rev] concatenation, pooling, dense); first-maximal-k gradient
      routing of the feature max-pool on an exact tie.
   3. random case directories (both blends, both pools, empty identifier lists, a batch with
@@ -203,7 +203,7 @@ def test_naive():
             sd = {k: v.detach().numpy() for k, v in m.state_dict().items()}
             ln = naive_forward(sd, xn, H, pool)
             check(np.abs(lg - ln).max() < 1e-10,
-                  f"forward {blend}/{pool}: torch == naive SPEC equations, max diff {np.abs(lg - ln).max():.1e}")
+                  f"forward {blend}/{pool}: torch == naive equations of docs/model.md, max diff {np.abs(lg - ln).max():.1e}")
     # scalar-mean differs from mean when identifier rows differ per dimension
     m1 = randomise(Model(9, 4, 2, 3, 2, "mean", dtype=torch.float64), gen)
     m2 = Model(9, 4, 2, 3, 2, "scalar-mean", dtype=torch.float64)
