@@ -49,6 +49,70 @@ void inspect(const std::string& path) {
                 100.0 * static_cast<double>(count) / positions, len == 0 ? "  empty" : "");
 }
 
+struct ConvertCommand {
+  std::string in, out;
+  int seq_len = 400;
+  bool to_jsonl = false, progress = false;
+};
+
+CLI::App* add_convert(CLI::App& app, ConvertCommand& c) {
+  auto* convert = app.add_subcommand("convert", "Convert JSONL -> .ebin or .ebin -> JSONL (by extension)");
+  convert->add_option("IN", c.in, "Input file (.jsonl or .ebin)")->required();
+  convert->add_option("OUT", c.out, "Output file")->required();
+  convert->add_option("--seq-len,-T", c.seq_len, "Positions per sample (T) of the JSONL input")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  convert->add_flag("--to-jsonl", c.to_jsonl, "Write JSONL from a .ebin input whatever the extensions");
+  convert->add_flag("--progress", c.progress, "Show progress (lines/s) on stderr");
+  return convert;
+}
+
+CLI::App* add_demo(CLI::App& app, std::string& dir, enhanced::DemoOptions& o) {
+  auto* demo = app.add_subcommand("demo", "Write the demo data set (train/valid/test .jsonl and .ebin, emb.bin)");
+  demo->add_option("DIR", dir, "Output directory")->required();
+  demo->add_option("--train", o.train_samples, "Training samples")->capture_default_str();
+  demo->add_option("--valid", o.valid_samples, "Validation samples")->capture_default_str();
+  demo->add_option("--test", o.test_samples, "Test samples")->capture_default_str();
+  demo->add_option("--seq-len,-T", o.seq_len, "Positions per sample")->capture_default_str();
+  demo->add_option("--labels", o.num_labels, "Number of labels (segments)")->capture_default_str();
+  demo->add_option("--vocab", o.vocab_size, "Vocabulary size V")->capture_default_str();
+  demo->add_option("--dim", o.embedding_dim, "Embedding dimension D of emb.bin")->capture_default_str();
+  demo->add_option("--seed", o.seed, "Random seed")->capture_default_str();
+  return demo;
+}
+
+void run_convert(const ConvertCommand& c) {
+  const bool ebin_in = ends_with(c.in, ".ebin"), jsonl_in = ends_with(c.in, ".jsonl");
+  enhanced::ConvertStats st;
+  if (c.to_jsonl || (ebin_in && !ends_with(c.out, ".ebin"))) {
+    st = enhanced::convert_ebin_to_jsonl(c.in, c.out);
+  } else if (jsonl_in || ends_with(c.out, ".ebin")) {
+    st = enhanced::convert_jsonl_to_ebin(c.in, c.out, c.seq_len, c.progress);
+  } else {
+    enhanced::fail(c.in, ": cannot tell the direction from the extensions (.jsonl -> .ebin, .ebin -> .jsonl); "
+                         "use --to-jsonl for .ebin -> JSONL");
+  }
+  std::fprintf(stderr, "%s: %lld samples of %d positions, %llu bytes\n", c.out.c_str(), static_cast<long long>(st.samples),
+               st.seq_len, static_cast<unsigned long long>(st.bytes_written));
+}
+
+// Help and version exit as CLI11 decides; any other parse error is one "error:" line.
+int parse(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    return 1;
+  }
+  return -1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -56,64 +120,18 @@ int main(int argc, char** argv) {
     CLI::App app{"enhanced-data: convert, inspect and generate datasets for the enhanced engine"};
     app.set_version_flag("--version", std::string(enhanced::version_string()));
     app.require_subcommand(1);
-
-    std::string conv_in, conv_out;
-    int seq_len = 400;
-    bool to_jsonl = false, progress = false;
-    auto* convert = app.add_subcommand("convert", "Convert JSONL -> .ebin or .ebin -> JSONL (by extension)");
-    convert->add_option("IN", conv_in, "Input file (.jsonl or .ebin)")->required();
-    convert->add_option("OUT", conv_out, "Output file")->required();
-    convert->add_option("--seq-len,-T", seq_len, "Positions per sample (T) of the JSONL input")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    convert->add_flag("--to-jsonl", to_jsonl, "Write JSONL from a .ebin input whatever the extensions");
-    convert->add_flag("--progress", progress, "Show progress (lines/s) on stderr");
-
+    ConvertCommand convert_command;
+    CLI::App* convert = add_convert(app, convert_command);
     std::string inspect_path;
     auto* insp = app.add_subcommand("inspect", "Print a summary of a .ebin file");
     insp->add_option("FILE", inspect_path, ".ebin file")->required();
-
     std::string demo_dir;
     enhanced::DemoOptions demo_opts;
-    auto* demo = app.add_subcommand("demo", "Write the demo data set (train/valid/test .jsonl and .ebin, emb.bin)");
-    demo->add_option("DIR", demo_dir, "Output directory")->required();
-    demo->add_option("--train", demo_opts.train_samples, "Training samples")->capture_default_str();
-    demo->add_option("--valid", demo_opts.valid_samples, "Validation samples")->capture_default_str();
-    demo->add_option("--test", demo_opts.test_samples, "Test samples")->capture_default_str();
-    demo->add_option("--seq-len,-T", demo_opts.seq_len, "Positions per sample")->capture_default_str();
-    demo->add_option("--labels", demo_opts.num_labels, "Number of labels (segments)")->capture_default_str();
-    demo->add_option("--vocab", demo_opts.vocab_size, "Vocabulary size V")->capture_default_str();
-    demo->add_option("--dim", demo_opts.embedding_dim, "Embedding dimension D of emb.bin")->capture_default_str();
-    demo->add_option("--seed", demo_opts.seed, "Random seed")->capture_default_str();
-
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::CallForHelp& e) {
-      return app.exit(e);
-    } catch (const CLI::CallForAllHelp& e) {
-      return app.exit(e);
-    } catch (const CLI::CallForVersion& e) {
-      return app.exit(e);
-    } catch (const CLI::ParseError& e) {
-      std::fprintf(stderr, "error: %s (see --help)\n", e.what());
-      return 1;
-    }
+    CLI::App* demo = add_demo(app, demo_dir, demo_opts);
+    if (const int code = parse(app, argc, argv); code >= 0) return code;
 
     if (*convert) {
-      bool ebin_in = ends_with(conv_in, ".ebin");
-      bool jsonl_in = ends_with(conv_in, ".jsonl");
-      if (to_jsonl || (ebin_in && !ends_with(conv_out, ".ebin"))) {
-        auto st = enhanced::convert_ebin_to_jsonl(conv_in, conv_out);
-        std::fprintf(stderr, "%s: %lld samples of %d positions, %llu bytes\n", conv_out.c_str(),
-                     static_cast<long long>(st.samples), st.seq_len, static_cast<unsigned long long>(st.bytes_written));
-      } else if (jsonl_in || ends_with(conv_out, ".ebin")) {
-        auto st = enhanced::convert_jsonl_to_ebin(conv_in, conv_out, seq_len, progress);
-        std::fprintf(stderr, "%s: %lld samples of %d positions, %llu bytes\n", conv_out.c_str(),
-                     static_cast<long long>(st.samples), st.seq_len, static_cast<unsigned long long>(st.bytes_written));
-      } else {
-        enhanced::fail(conv_in, ": cannot tell the direction from the extensions (.jsonl -> .ebin, .ebin -> .jsonl); "
-                                "use --to-jsonl for .ebin -> JSONL");
-      }
+      run_convert(convert_command);
     } else if (*insp) {
       inspect(inspect_path);
     } else if (*demo) {

@@ -28,14 +28,4 @@ int64_t metadata_integer(const SafetensorsReader& file, const std::string& key);
 struct Batch;
 void save_batch(const std::string& path, const Batch& batch);
 
-// Pretrained embedding table: raw little-endian float32 (rows of `raw_dim` floats), NumPy .npy
-// (float32/float64, 2-D, C order) or word2vec binary. Non-finite values are errors naming the
-// file, row and column.
-struct EmbeddingTable {
-  int64_t rows = 0;
-  int dim = 0;
-  std::vector<float> values;  // (rows, dim)
-};
-EmbeddingTable load_embedding_table(const std::string& path, int raw_dim);
-
 }  // namespace enhanced

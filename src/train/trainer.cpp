@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "enhanced/checkpoint.h"
+#include "enhanced/embedding_table.h"
 #include "enhanced/common.h"
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
