@@ -8,6 +8,7 @@
 // map between them comes from cudnnGetRNNWeightParams (never hard-coded offsets) and is applied
 // by one gather kernel before forward (pack) and one scatter-add kernel after backward (unpack).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -128,6 +129,10 @@ struct CudnnBiLstm::Impl {
   void run_forward(const float* x, float* y);
   void run_backward(float* dx, const float* y, const float* dy, const float* x);
   void select(RnnAlgorithm asked, cudaStream_t stream);
+  struct Probe;
+  void probe_step(Probe& probe, cudaStream_t stream);
+  std::array<std::vector<float>, 3> probe_outputs(Probe& probe, cudaStream_t stream);
+  double probe_milliseconds(Probe& probe, cudaStream_t stream);
   void check_shape(int batch, int seq, int in, int h) const {
     if (seq != seq_len || in != input || h != hidden)
       fail("internal: cuDNN BiLSTM built for T=", seq_len, " D=", input, " H=", hidden, ", called with T=", seq,
@@ -333,32 +338,81 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 
 }  // namespace
 
+// Synthetic inputs and weights at max_batch for trying an algorithm: one training step (pack,
+// forward, both backwards) and its outputs y, dx and the weight gradient in the checkpoint's
+// layout (so that the weight spaces' layouts may differ between algorithms).
+struct CudnnBiLstm::Impl::Probe {
+  size_t x_count, y_count, weight_count;
+  DeviceBuffer<float> x, dx, y, dy, weights, dweights;
+
+  explicit Probe(const Impl& lstm)
+      : x_count(static_cast<size_t>(lstm.max_batch) * lstm.seq_len * lstm.input),
+        y_count(static_cast<size_t>(lstm.max_batch) * lstm.seq_len * 2 * lstm.hidden),
+        weight_count(2 * (4 * static_cast<size_t>(lstm.hidden) * lstm.input +
+                          4 * static_cast<size_t>(lstm.hidden) * lstm.hidden + 8 * static_cast<size_t>(lstm.hidden))),
+        x(x_count), dx(x_count), y(y_count), dy(y_count), weights(weight_count), dweights(weight_count) {}
+
+  void fill_inputs(int hidden, cudaStream_t stream) {
+    fill(x.data(), x_count, 1, 1.0f, stream);
+    fill(dy.data(), y_count, 2, 1e-2f, stream);
+    fill(weights.data(), weight_count, 3, 1.0f / std::sqrt(static_cast<float>(hidden)), stream);
+  }
+
+  static TensorPointers carve(float* base, size_t H, size_t D) {
+    return TensorPointers{{base, base + 2 * 4 * H * D, base + 2 * 4 * H * (D + H), base + 2 * 4 * H * (D + H) + 8 * H}};
+  }
+};
+
+void CudnnBiLstm::Impl::probe_step(Probe& probe, cudaStream_t stream) {
+  pack(Probe::carve(probe.weights.data(), hidden, input), stream);
+  run_forward(probe.x.data(), probe.y.data());
+  run_backward(probe.dx.data(), probe.y.data(), probe.dy.data(), probe.x.data());
+}
+
+// One step with the configured algorithm: y, dx and the weight gradient on the host. The outputs
+// are NaN first, so that what an algorithm failed to write cannot pass for the reference's.
+std::array<std::vector<float>, 3> CudnnBiLstm::Impl::probe_outputs(Probe& probe, cudaStream_t stream) {
+  ENHANCED_CUDA_CHECK(cudaMemsetAsync(probe.y.data(), 0xff, probe.y.bytes(), stream));
+  ENHANCED_CUDA_CHECK(cudaMemsetAsync(probe.dx.data(), 0xff, probe.dx.bytes(), stream));
+  probe_step(probe, stream);
+  ENHANCED_CUDA_CHECK(cudaMemsetAsync(probe.dweights.data(), 0, probe.dweights.bytes(), stream));
+  unpack_add(Probe::carve(probe.dweights.data(), hidden, input), stream);
+  std::array<std::vector<float>, 3> got = {std::vector<float>(probe.y_count), std::vector<float>(probe.x_count),
+                                           std::vector<float>(probe.weight_count)};
+  copy_to_host(got[0].data(), probe.y.data(), probe.y_count, stream);
+  copy_to_host(got[1].data(), probe.dx.data(), probe.x_count, stream);
+  copy_to_host(got[2].data(), probe.dweights.data(), probe.weight_count, stream);
+  return got;
+}
+
+// Milliseconds a step takes with the configured algorithm, the mean of 5.
+double CudnnBiLstm::Impl::probe_milliseconds(Probe& probe, cudaStream_t stream) {
+  constexpr int kRuns = 5;
+  const UniqueEvent start = make_event(true), stop = make_event(true);
+  ENHANCED_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int run = 0; run < kRuns; ++run) probe_step(probe, stream);
+  ENHANCED_CUDA_CHECK(cudaEventRecord(stop, stream));
+  ENHANCED_CUDA_CHECK(cudaEventSynchronize(stop));
+  float total_ms = 0;
+  ENHANCED_CUDA_CHECK(cudaEventElapsedTime(&total_ms, start, stop));
+  return total_ms / kRuns;
+}
+
 // Runs forward + both backwards at max_batch with each candidate algorithm on the same synthetic
-// inputs and weights, and checks its y, dx and weight gradient (in the contract's layout, so the
-// weight spaces' layouts may differ) against the standard algorithm's. automatic: every
-// algorithm cuDNN accepts is timed (5 runs) and the fastest that agrees is kept. A named one is
-// checked the same way (not timed) and kept, or refused with the reason. The model's own
-// weights are packed in at each forward later.
+// inputs and weights, and checks its y, dx and weight gradient against the standard
+// algorithm's. automatic: every algorithm cuDNN accepts is timed and the fastest that agrees is
+// kept. A named one is checked the same way (not timed) and kept, or refused with the reason.
+// The model's own weights are packed in at each forward later.
 void CudnnBiLstm::Impl::select(RnnAlgorithm asked, cudaStream_t stream) {
   const bool automatic = asked == RnnAlgorithm::automatic;
   std::vector<RnnAlgorithm> candidates{RnnAlgorithm::standard};
   if (automatic) candidates.insert(candidates.end(), {RnnAlgorithm::persistent_small_h, RnnAlgorithm::persistent});
   else if (asked != RnnAlgorithm::standard) candidates.push_back(asked);
-  const size_t x_count = static_cast<size_t>(max_batch) * seq_len * input;
-  const size_t y_count = static_cast<size_t>(max_batch) * seq_len * 2 * hidden;
-  const size_t H = hidden, D = input;
-  const size_t spec_count = 2 * (4 * H * D + 4 * H * H + 8 * H);
-  DeviceBuffer<float> x(x_count), dx(x_count), y(y_count), dy(y_count), spec(spec_count), dspec(spec_count);
-  fill(x.data(), x_count, 1, 1.0f, stream);
-  fill(dy.data(), y_count, 2, 1e-2f, stream);
-  fill(spec.data(), spec_count, 3, 1.0f / std::sqrt(static_cast<float>(hidden)), stream);
-  const auto carve = [&](float* base) {
-    return TensorPointers{{base, base + 2 * 4 * H * D, base + 2 * 4 * H * (D + H), base + 2 * 4 * H * (D + H) + 8 * H}};
-  };
-  const UniqueEvent start = make_event(true), stop = make_event(true);
+  Probe probe(*this);
+  probe.fill_inputs(hidden, stream);
   // FMA math: the algorithms differ by rounding only; TF32 rounds inputs to 10 bits.
   const double tolerance = tf32 ? 2e-2 : 1e-4;
-  std::vector<float> reference[3];
+  std::array<std::vector<float>, 3> reference;
   RnnAlgorithm best = RnnAlgorithm::standard;
   double best_ms = 0;
   selection.clear();
@@ -367,28 +421,12 @@ void CudnnBiLstm::Impl::select(RnnAlgorithm asked, cudaStream_t stream) {
     try {
       configure(chosen, candidate);
       describe(max_batch, stream);
-      const auto step = [&] {
-        pack(carve(spec.data()), stream);
-        run_forward(x.data(), y.data());
-        run_backward(dx.data(), y.data(), dy.data(), x.data());
-      };
-      // NaN first: outputs a candidate failed to write cannot pass for the reference's.
-      ENHANCED_CUDA_CHECK(cudaMemsetAsync(y.data(), 0xff, y.bytes(), stream));
-      ENHANCED_CUDA_CHECK(cudaMemsetAsync(dx.data(), 0xff, dx.bytes(), stream));
-      step();
-      ENHANCED_CUDA_CHECK(cudaMemsetAsync(dspec.data(), 0, dspec.bytes(), stream));
-      unpack_add(carve(dspec.data()), stream);
-      std::vector<float> got[3] = {std::vector<float>(y_count), std::vector<float>(x_count),
-                                   std::vector<float>(spec_count)};
-      copy_to_host(got[0].data(), y.data(), y_count, stream);
-      copy_to_host(got[1].data(), dx.data(), x_count, stream);
-      copy_to_host(got[2].data(), dspec.data(), spec_count, stream);
+      std::array<std::vector<float>, 3> got = probe_outputs(probe, stream);
       double worst = 0;
       if (candidate == RnnAlgorithm::standard) {
-        for (int k = 0; k < 3; ++k) {
-          if (relative_difference(got[k], got[k]) != 0) fail("cuDNN's standard LSTM gave non-finite values");
-          reference[k] = std::move(got[k]);
-        }
+        for (const std::vector<float>& values : got)
+          if (relative_difference(values, values) != 0) fail("cuDNN's standard LSTM gave non-finite values");
+        reference = std::move(got);
       } else {
         for (int k = 0; k < 3; ++k) worst = std::max(worst, relative_difference(got[k], reference[k]));
       }
@@ -400,14 +438,7 @@ void CudnnBiLstm::Impl::select(RnnAlgorithm asked, cudaStream_t stream) {
         best = candidate;
         outcome = candidate == RnnAlgorithm::standard ? "as asked" : "as asked, agrees with standard";
       } else {
-        constexpr int kRuns = 5;
-        ENHANCED_CUDA_CHECK(cudaEventRecord(start, stream));
-        for (int run = 0; run < kRuns; ++run) step();
-        ENHANCED_CUDA_CHECK(cudaEventRecord(stop, stream));
-        ENHANCED_CUDA_CHECK(cudaEventSynchronize(stop));
-        float total_ms = 0;
-        ENHANCED_CUDA_CHECK(cudaEventElapsedTime(&total_ms, start, stop));
-        const double ms = total_ms / kRuns;
+        const double ms = probe_milliseconds(probe, stream);
         outcome = cat(ms, " ms");
         // Another algorithm must win by 10%: a choice that flips with timing noise would change
         // the bits of otherwise identical runs.
