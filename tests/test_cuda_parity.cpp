@@ -330,12 +330,12 @@ void check_bilstm(int B, int T, int D, int H, uint64_t seed) {
   const std::vector<double> b_hh = random_floats(static_cast<size_t>(8) * H, random, 0.5);
   const std::vector<double> dy = random_floats(static_cast<size_t>(B) * T * 2 * H, random);
   std::vector<double> y(dy.size()), gates(static_cast<size_t>(B) * T * 8 * H), cell(dy.size());
-  bilstm_forward(y.data(), gates.data(), cell.data(), x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(), B,
-                 T, D, H, 1);
-  std::vector<double> dx(x.size()), dw_ih(w_ih.size()), dw_hh(w_hh.size()), db_ih(b_ih.size()), db_hh(b_hh.size());
   std::vector<double> scratch(bilstm_backward_scratch_size(B, T, D, H));
-  bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), gates.data(), scratch.data(),
-                  cell.data(), y.data(), dy.data(), x.data(), w_ih.data(), w_hh.data(), B, T, D, H, 1);
+  BiLstmState<double> saved{gates.data(), cell.data(), scratch.data()};
+  bilstm_forward(y.data(), saved, x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(), B, T, D, H, 1);
+  std::vector<double> dx(x.size()), dw_ih(w_ih.size()), dw_hh(w_hh.size()), db_ih(b_ih.size()), db_hh(b_hh.size());
+  bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), saved, y.data(), dy.data(),
+                  x.data(), w_ih.data(), w_hh.data(), B, T, D, H, 1);
 
   cuda::CudnnBiLstm lstm(gpu.cudnn, B, T, D, H, false);
   auto d_x = to_device(to_float(x), gpu.stream);

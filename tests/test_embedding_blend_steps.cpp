@@ -1,5 +1,5 @@
 // The CUDA embedding blend's forward and backward, run on the CPU: every kernel of
-// embedding_blend.cu is a thread index around one step of kernels/embedding_blend_steps.h; here
+// embedding_blend.cu is a thread index around one step of steps/embedding_blend_steps.h; here
 // each step runs thread by thread, std::stable_sort standing in for CUB's stable radix sort and a
 // loop for its exclusive scans. The results must be the float CPU layer's bits (and, backward,
 // its touched rows), with the sort exact or padded (as a captured CUDA graph pads it). This checks

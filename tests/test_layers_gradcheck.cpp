@@ -83,16 +83,17 @@ TEST_P(LstmGradient, MatchesFiniteDifferences) {
   std::vector<double> b_hh = random_vector(8 * static_cast<size_t>(H), random, 0.5);
   const std::vector<double> projection = random_vector(P * 2 * H, random);
   std::vector<double> y(P * 2 * H), gates(P * 8 * H), cell(P * 2 * H);
+  std::vector<double> scratch(bilstm_backward_scratch_size(B, T, D, H));
+  BiLstmState<double> saved{gates.data(), cell.data(), scratch.data()};
   auto loss = [&] {
-    bilstm_forward(y.data(), gates.data(), cell.data(), x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(),
-                   B, T, D, H, threads);
+    bilstm_forward(y.data(), saved, x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(), B, T, D, H, threads);
     return dot(y, projection);
   };
   loss();
   std::vector<double> dx(x.size()), dw_ih(w_ih.size(), 0.0), dw_hh(w_hh.size(), 0.0), db_ih(b_ih.size(), 0.0),
-      db_hh(b_hh.size(), 0.0), scratch(bilstm_backward_scratch_size(B, T, D, H));
-  bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), gates.data(), scratch.data(),
-                  cell.data(), y.data(), projection.data(), x.data(), w_ih.data(), w_hh.data(), B, T, D, H, threads);
+      db_hh(b_hh.size(), 0.0);
+  bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), saved, y.data(), projection.data(),
+                  x.data(), w_ih.data(), w_hh.data(), B, T, D, H, threads);
   check_tensor(loss, x.data(), dx.data(), x.size(), "dx", random);
   check_tensor(loss, w_ih.data(), dw_ih.data(), w_ih.size(), "dW_ih", random);
   check_tensor(loss, w_hh.data(), dw_hh.data(), w_hh.size(), "dW_hh", random);
@@ -115,10 +116,9 @@ TEST(Lstm, ThreadedEqualsSerialBitForBit) {
   for (float& v : w_hh) v = static_cast<float>(random.uniform(-0.3, 0.3));
   for (float& v : b) v = static_cast<float>(random.uniform(-0.3, 0.3));
   std::vector<float> y1(P * 2 * H), y2(P * 2 * H), gates(P * 8 * H), cell(P * 2 * H);
-  bilstm_forward(y1.data(), gates.data(), cell.data(), x.data(), w_ih.data(), w_hh.data(), b.data(), b.data(), B, T,
-                 D, H, 1);
-  bilstm_forward(y2.data(), gates.data(), cell.data(), x.data(), w_ih.data(), w_hh.data(), b.data(), b.data(), B, T,
-                 D, H, 2);
+  BiLstmState<float> saved{gates.data(), cell.data(), nullptr};
+  bilstm_forward(y1.data(), saved, x.data(), w_ih.data(), w_hh.data(), b.data(), b.data(), B, T, D, H, 1);
+  bilstm_forward(y2.data(), saved, x.data(), w_ih.data(), w_hh.data(), b.data(), b.data(), B, T, D, H, 2);
   EXPECT_EQ(y1, y2);
 }
 

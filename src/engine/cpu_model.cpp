@@ -65,8 +65,9 @@ double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, 
   const int B = batch.size, T = c.seq_len, D = c.embedding_dim, H = c.hidden;
   embedding_blend_forward(a.x, batch.identifier_offsets.data(), batch.identifier_ids.data(), batch.cur_word_ids.data(),
                           params.embedding, B * T, D, c.blend);
-  bilstm_forward(a.y, a.gates, a.cell, a.x, params.weight_ih, params.weight_hh, params.bias_ih, params.bias_hh, B, T, D,
-                 H, threads);
+  BiLstmState<Real> lstm{a.gates, a.cell, a.lstm_scratch};
+  bilstm_forward(a.y, lstm, a.x, params.weight_ih, params.weight_hh, params.bias_ih, params.bias_hh, B, T, D, H,
+                 threads);
   maxpool_forward(a.pooled, a.argmax, a.y, B, T, 2 * H, c.pool);
   dense_forward(a.logits, a.pooled, params.dense_weight, params.dense_bias, B, c.pooled_features(), c.num_labels);
   double mean_loss = 0;
@@ -83,8 +84,9 @@ void model_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Pa
   dense_backward(a.dpooled, grads.dense_weight, grads.dense_bias, a.dlogits, a.pooled, params.dense_weight, B,
                  c.pooled_features(), c.num_labels);
   maxpool_backward(a.dy, a.argmax, a.dpooled, B, T, 2 * H, c.pool);
-  bilstm_backward(a.dx, grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, a.gates, a.lstm_scratch, a.cell,
-                  a.y, a.dy, a.x, params.weight_ih, params.weight_hh, B, T, D, H, threads);
+  BiLstmState<Real> lstm{a.gates, a.cell, a.lstm_scratch};
+  bilstm_backward(a.dx, grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, lstm, a.y, a.dy, a.x,
+                  params.weight_ih, params.weight_hh, B, T, D, H, threads);
   embedding_blend_backward(grads.embedding, a.dx, batch.identifier_offsets.data(), batch.identifier_ids.data(),
                            batch.cur_word_ids.data(), B * T, D, c.blend);
 }
@@ -221,13 +223,15 @@ std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
                              batch.cur_word_ids.data(), B * T, D, c.blend);
   }});
   const auto lstm_forward = [&, B, T, D, H, threads] {
-    bilstm_forward(a.y, a.gates, a.cell, a.x, p.weight_ih, p.weight_hh, p.bias_ih, p.bias_hh, B, T, D, H, threads);
+    BiLstmState<float> lstm{a.gates, a.cell, a.lstm_scratch};
+    bilstm_forward(a.y, lstm, a.x, p.weight_ih, p.weight_hh, p.bias_ih, p.bias_hh, B, T, D, H, threads);
   };
   out.push_back({"bilstm fwd", {}, lstm_forward});
   out.push_back({"bilstm fwd+bwd", {}, [&, lstm_forward, B, T, D, H, threads] {
     lstm_forward();
-    bilstm_backward(a.dx, g.weight_ih, g.weight_hh, g.bias_ih, g.bias_hh, a.gates, a.lstm_scratch, a.cell, a.y, a.dy,
-                    a.x, p.weight_ih, p.weight_hh, B, T, D, H, threads);
+    BiLstmState<float> lstm{a.gates, a.cell, a.lstm_scratch};
+    bilstm_backward(a.dx, g.weight_ih, g.weight_hh, g.bias_ih, g.bias_hh, lstm, a.y, a.dy, a.x, p.weight_ih,
+                    p.weight_hh, B, T, D, H, threads);
   }});
   out.push_back({"head fwd+bwd", {}, [&, B, T, H, F, L] {
     maxpool_forward(a.pooled, a.argmax, a.y, B, T, 2 * H, c.pool);

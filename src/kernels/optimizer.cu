@@ -1,7 +1,7 @@
 // Gradient norm (deterministic two-stage reduction), SGD and Adam in one launch each over the
 // carved parameter buffer, and gradient zeroing. The index space and the update arithmetic are
-// optimizer_steps.h's (optimizer.cpp's operations in its order, round-to-nearest, no FMA), so
-// from the same inputs the device step gives the CPU step's bits (tested on the host).
+// steps/optimizer_steps.h's, which the CPU layer (layers/optimizer.cpp) calls too, so from the
+// same inputs the device step gives the CPU step's bits (the index space is tested on the host).
 #include <cub/block/block_reduce.cuh>
 #include <math_constants.h>
 

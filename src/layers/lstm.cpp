@@ -140,9 +140,11 @@ size_t bilstm_backward_scratch_size(int batch, int seq_len, int input, int hidde
 }
 
 template <class Real>
-void bilstm_forward(Real* y, Real* gates, Real* cell, const Real* x, const Real* weight_ih, const Real* weight_hh,
+void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real* weight_ih, const Real* weight_hh,
                     const Real* bias_ih, const Real* bias_hh, int batch, int seq_len, int input, int hidden,
                     int threads) {
+  Real* gates = saved.gates;
+  Real* cell = saved.cell;
   const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
   const size_t gates_time_stride = static_cast<size_t>(seq_len) * G8;  // rows of one time step are B apart
   in_two_parts(threads, [&](int direction) {
@@ -170,10 +172,12 @@ void bilstm_forward(Real* y, Real* gates, Real* cell, const Real* x, const Real*
 }
 
 template <class Real>
-void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh, Real* gates,
-                     Real* scratch, const Real* cell, const Real* y, const Real* dy, const Real* x,
-                     const Real* weight_ih, const Real* weight_hh, int batch, int seq_len, int input, int hidden,
-                     int threads) {
+void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh,
+                     BiLstmState<Real>& saved, const Real* y, const Real* dy, const Real* x, const Real* weight_ih,
+                     const Real* weight_hh, int batch, int seq_len, int input, int hidden, int threads) {
+  Real* gates = saved.gates;
+  Real* scratch = saved.scratch;
+  const Real* cell = saved.cell;
   const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
   const int positions = batch * seq_len;
   const size_t state = static_cast<size_t>(batch) * H;
@@ -242,14 +246,13 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
   });
 }
 
-template void bilstm_forward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
-                                    const float*, int, int, int, int, int);
-template void bilstm_forward<double>(double*, double*, double*, const double*, const double*, const double*,
+template void bilstm_forward<float>(float*, BiLstmState<float>&, const float*, const float*, const float*,
+                                    const float*, const float*, int, int, int, int, int);
+template void bilstm_forward<double>(double*, BiLstmState<double>&, const double*, const double*, const double*,
                                      const double*, const double*, int, int, int, int, int);
-template void bilstm_backward<float>(float*, float*, float*, float*, float*, float*, float*, const float*,
-                                     const float*, const float*, const float*, const float*, const float*, int, int,
-                                     int, int, int);
-template void bilstm_backward<double>(double*, double*, double*, double*, double*, double*, double*, const double*,
+template void bilstm_backward<float>(float*, float*, float*, float*, float*, BiLstmState<float>&, const float*,
+                                     const float*, const float*, const float*, const float*, int, int, int, int, int);
+template void bilstm_backward<double>(double*, double*, double*, double*, double*, BiLstmState<double>&,
                                       const double*, const double*, const double*, const double*, const double*, int,
                                       int, int, int, int);
 

@@ -15,21 +15,28 @@ namespace enhanced {
 // Floats of scratch bilstm_backward needs.
 size_t bilstm_backward_scratch_size(int batch, int seq_len, int input, int hidden);
 
-// y (B, T, 2H) = [h_fwd(t), h_rev(t)].
-// Saved for backward: gates (B, T, 8H) activated gates [fwd i f g o | rev i f g o];
-// cell (B, T, 2H) cell states [c_fwd(t), c_rev(t)].
+// What forward saves for backward, in caller-owned buffers (the CUDA twin's is CudnnBiLstm):
+// gates (B, T, 8H), the activated gates [fwd i f g o | rev i f g o]; cell (B, T, 2H), the cell
+// states [c_fwd(t), c_rev(t)]; scratch, backward's workspace (bilstm_backward_scratch_size).
 template <class Real>
-void bilstm_forward(Real* y, Real* gates, Real* cell, const Real* x, const Real* weight_ih, const Real* weight_hh,
+struct BiLstmState {
+  Real* gates = nullptr;
+  Real* cell = nullptr;
+  Real* scratch = nullptr;
+};
+
+// y (B, T, 2H) = [h_fwd(t), h_rev(t)]; fills saved.gates and saved.cell.
+template <class Real>
+void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real* weight_ih, const Real* weight_hh,
                     const Real* bias_ih, const Real* bias_hh, int batch, int seq_len, int input, int hidden,
                     int threads);
 
-// dx (B, T, D) =; dweight_ih, dweight_hh, dbias_ih, dbias_hh +=.
-// `gates` holds the forward's activations on entry and their pre-activation gradients on exit
-// (consumed: run forward again before another backward). scratch: bilstm_backward_scratch_size.
+// dx (B, T, D) =; dweight_ih, dweight_hh, dbias_ih, dbias_hh +=. saved.gates holds the forward's
+// activations on entry and their pre-activation gradients on exit (consumed: run forward again
+// before another backward). Unlike the CUDA twin it takes the weights: cuDNN keeps its own copy.
 template <class Real>
-void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh, Real* gates,
-                     Real* scratch, const Real* cell, const Real* y, const Real* dy, const Real* x,
-                     const Real* weight_ih, const Real* weight_hh, int batch, int seq_len, int input, int hidden,
-                     int threads);
+void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh,
+                     BiLstmState<Real>& saved, const Real* y, const Real* dy, const Real* x, const Real* weight_ih,
+                     const Real* weight_hh, int batch, int seq_len, int input, int hidden, int threads);
 
 }  // namespace enhanced
