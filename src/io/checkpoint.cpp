@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "enhanced/batch.h"
 #include "enhanced/common.h"
@@ -21,6 +22,32 @@ int64_t parse_integer(const SafetensorsReader& file, const std::string& key) {
   fail(file.path(), ": metadata '", key, "' is not an integer: '", text, "'");
 }
 
+// The model's hyper-parameters in a checkpoint's metadata: one row per field, written and read
+// from this table only.
+struct MetadataField {
+  const char* key;
+  std::string (*write)(const ModelConfig&);
+  void (*read)(ModelConfig&, const std::string& text);  // text already checked when an integer
+  bool integer;
+};
+
+const MetadataField kModelMetadata[] = {
+    {"vocab_size", [](const ModelConfig& c) { return std::to_string(c.vocab_size); },
+     [](ModelConfig& c, const std::string& t) { c.vocab_size = std::stoll(t); }, true},
+    {"embedding_dim", [](const ModelConfig& c) { return std::to_string(c.embedding_dim); },
+     [](ModelConfig& c, const std::string& t) { c.embedding_dim = static_cast<int>(std::stoll(t)); }, true},
+    {"hidden", [](const ModelConfig& c) { return std::to_string(c.hidden); },
+     [](ModelConfig& c, const std::string& t) { c.hidden = static_cast<int>(std::stoll(t)); }, true},
+    {"seq_len", [](const ModelConfig& c) { return std::to_string(c.seq_len); },
+     [](ModelConfig& c, const std::string& t) { c.seq_len = static_cast<int>(std::stoll(t)); }, true},
+    {"num_labels", [](const ModelConfig& c) { return std::to_string(c.num_labels); },
+     [](ModelConfig& c, const std::string& t) { c.num_labels = static_cast<int>(std::stoll(t)); }, true},
+    {"blend", [](const ModelConfig& c) { return std::string(to_string(c.blend)); },
+     [](ModelConfig& c, const std::string& t) { c.blend = parse_blend_mode(t); }, false},
+    {"pool", [](const ModelConfig& c) { return std::string(to_string(c.pool)); },
+     [](ModelConfig& c, const std::string& t) { c.pool = parse_pool_mode(t); }, false},
+};
+
 }  // namespace
 
 void add_model(SafetensorsWriter& writer, const ParameterBuffer<float>& params, const std::string& prefix) {
@@ -29,13 +56,7 @@ void add_model(SafetensorsWriter& writer, const ParameterBuffer<float>& params, 
     writer.add(prefix + slot.name, params.data.data() + slot.offset, slot.shape);
   writer.set_metadata("format", "enhanced-checkpoint");
   writer.set_metadata("format_version", "1");
-  writer.set_metadata("vocab_size", std::to_string(c.vocab_size));
-  writer.set_metadata("embedding_dim", std::to_string(c.embedding_dim));
-  writer.set_metadata("hidden", std::to_string(c.hidden));
-  writer.set_metadata("seq_len", std::to_string(c.seq_len));
-  writer.set_metadata("num_labels", std::to_string(c.num_labels));
-  writer.set_metadata("blend", to_string(c.blend));
-  writer.set_metadata("pool", to_string(c.pool));
+  for (const MetadataField& field : kModelMetadata) writer.set_metadata(field.key, field.write(c));
 }
 
 void save_checkpoint(const std::string& path, const ParameterBuffer<float>& params,
@@ -62,14 +83,11 @@ void save_batch(const std::string& path, const Batch& batch) {
 
 ModelConfig checkpoint_config(const SafetensorsReader& file) {
   ModelConfig c;
-  c.vocab_size = parse_integer(file, "vocab_size");
-  c.embedding_dim = static_cast<int>(parse_integer(file, "embedding_dim"));
-  c.hidden = static_cast<int>(parse_integer(file, "hidden"));
-  c.seq_len = static_cast<int>(parse_integer(file, "seq_len"));
-  c.num_labels = static_cast<int>(parse_integer(file, "num_labels"));
+  for (const MetadataField& field : kModelMetadata)
+    if (field.integer) field.read(c, std::to_string(parse_integer(file, field.key)));
   try {
-    c.blend = parse_blend_mode(file.metadata_value("blend"));
-    c.pool = parse_pool_mode(file.metadata_value("pool"));
+    for (const MetadataField& field : kModelMetadata)
+      if (!field.integer) field.read(c, file.metadata_value(field.key));
     c.validate();
   } catch (const Error& e) {
     fail(file.path(), ": ", e.what());
