@@ -74,6 +74,9 @@ class Engine {
 std::unique_ptr<Engine> make_engine(Device device, ParameterBuffer<float>& params, OptimizerState* optimizer,
                                     const EngineOptions& options);
 
+// probabilities (B, L) = softmax(logits (B, L)), on the host, as the loss layer computes it.
+void softmax_probabilities(float* probabilities, const float* logits, int batch, int num_labels);
+
 // Version string printed by every app's --version (it says which backends this build has).
 const char* version_string();
 

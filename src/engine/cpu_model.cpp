@@ -28,6 +28,10 @@ int configure_cpu_threads(int requested) {
   return threads;
 }
 
+void softmax_probabilities(float* probabilities, const float* logits, int batch, int num_labels) {
+  softmax_forward(probabilities, logits, batch, num_labels);
+}
+
 std::string cpu_blas_name() { return openblas_get_config(); }
 
 double cpu_gemm_gflops(int threads, int warmup, int runs) {

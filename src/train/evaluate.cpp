@@ -4,7 +4,6 @@
 
 #include "enhanced/loader.h"
 #include "enhanced/engine.h"
-#include "layers/softmax_xent.h"
 
 namespace enhanced {
 
@@ -61,7 +60,7 @@ EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool
   double loss_sum = 0;
   while (const Batch* batch = loader.next()) {
     loss_sum += engine.forward(*batch, logits.data()) * batch->size;
-    softmax_forward(probabilities.data(), logits.data(), batch->size, L);
+    softmax_probabilities(probabilities.data(), logits.data(), batch->size, L);
     for (int b = 0; b < batch->size; ++b) {
       const float* row = probabilities.data() + static_cast<size_t>(b) * L;
       const int predicted = static_cast<int>(std::max_element(row, row + L) - row);
