@@ -56,9 +56,8 @@ ModelState state_of(const CudaModel& model, const OptimizerConfig& optimizer) {
   const ModelConfig& config = model.config();
   ParameterBuffer<float> params(config), first(config), second(config);
   model.download_parameters(params);
-  const bool has_first = optimizer.kind == OptimizerKind::adam || optimizer.momentum > 0;
-  model.download_optimizer_state(has_first ? &first : nullptr,
-                                 optimizer.kind == OptimizerKind::adam ? &second : nullptr);
+  const size_t moments = moment_names(optimizer).size();
+  model.download_optimizer_state(moments > 0 ? &first : nullptr, moments > 1 ? &second : nullptr);
   const auto copy = [](const ParameterBuffer<float>& buffer) {
     return std::vector<float>(buffer.data.begin(), buffer.data.end());
   };

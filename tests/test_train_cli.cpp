@@ -241,7 +241,7 @@ TEST(TrainVocabulary, AuxiliaryIdsDoNotSizeTheTable) {
 }
 
 TEST(DeviceFlag, CudaWithoutAUsableGpuIsOneClearError) {
-  const auto result = run_app("enhanced-train", "--data x.ebin --out /tmp/enhanced-device-test --device cuda");
+  const auto result = run_app("enhanced-train", "--data x.ebin --out " ENHANCED_TEST_TMP "/device-test --device cuda");
   if (result.output.find("no usable GPU") == std::string::npos && result.exit_code == 0)
     GTEST_SKIP() << "a usable GPU is present: " << result.output;
   EXPECT_NE(result.exit_code, 0);
@@ -252,7 +252,7 @@ TEST(DeviceFlag, CudaWithoutAUsableGpuIsOneClearError) {
 // clear line, never ignored because the run happens to be on the CPU.
 TEST(DeviceFlag, CudaFlagsAreCheckedByEveryApp) {
   for (const std::string app : {"enhanced-train", "enhanced-eval", "enhanced-bench"}) {
-    const std::string base = app == "enhanced-train"  ? "--data x.ebin --out /tmp/enhanced-flag-test --device cpu"
+    const std::string base = app == "enhanced-train"  ? "--data x.ebin --out " ENHANCED_TEST_TMP "/flag-test --device cpu"
                              : app == "enhanced-eval" ? "--data x.ebin --checkpoint x.safetensors --device cpu"
                                                       : "--device cpu";
     const auto graphs = run_app(app, base + " --cuda-graphs maybe");

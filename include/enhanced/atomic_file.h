@@ -60,7 +60,8 @@ std::string temp_name(const std::string& path, const std::string& suffix = "");
 // and flushes the directory. Throws Error naming `path`; `temporary` is removed on failure.
 void commit_file(const std::string& temporary, const std::string& path);
 
-// Writes the pieces to a temporary file and commits it to `path`. Errors name the file.
+// Writes the pieces to a temporary file (0644), flushes it to disk and renames it over `path`.
+// Errors name the file.
 void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces);
 
 }  // namespace enhanced

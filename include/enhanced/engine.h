@@ -54,7 +54,8 @@ class Engine {
 
   // Synchronous, after the queued steps: the batch's mean loss and its logits (B, L) on the host
   // (when not null). compute_gradients also runs backward, leaving d loss / d params for
-  // download_gradients, without an optimizer step.
+  // download_gradients, without an optimizer step (download_gradients is defined only after it:
+  // a training step leaves the CPU's gradients zeroed and the GPU's those of its backward).
   virtual double forward(const Batch& batch, float* logits) = 0;
   virtual double compute_gradients(const Batch& batch, float* logits) = 0;
   virtual void download_gradients(ParameterBuffer<float>& grads) = 0;

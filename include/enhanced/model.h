@@ -88,10 +88,6 @@ struct ParameterBuffer : ParameterTensors<Real> {
 // unless a pretrained table is copied in afterwards.
 void initialize_parameters(ParameterBuffer<float>& params, uint64_t seed);
 
-}  // namespace enhanced
-
-namespace enhanced {
-
 // The activations one training step keeps, sized for a batch of B: one allocation carved by
 // activation_layout on either device. P = B * T positions, F = pooled_features().
 enum class ActivationField { x, gates, cell, y, pooled, logits, dlogits, sample_losses, dpooled, dy, dx, lstm_scratch };

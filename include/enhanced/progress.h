@@ -18,7 +18,9 @@ class ProgressLine {
   void finish();
   // Prints a line of its own (a validation result) without garbling the progress line.
   void note(const std::string& text);
+  // Seconds since construction or restart().
   double elapsed_seconds() const;
+  void restart();
   bool enabled() const { return enabled_; }
 
  private:

@@ -131,7 +131,7 @@ template <class Real>
 size_t ActivationTensors<Real>::carve(Real* base, const std::vector<ActivationSlot>& layout) {
   size_t offset = 0;
   for (const ActivationSlot& slot : layout) {
-    Real* at = base + offset;
+    Real* at = slot.numel ? base + offset : nullptr;  // an empty slot must not alias the next one
     switch (slot.field) {
       case ActivationField::x: x = at; break;
       case ActivationField::gates: gates = at; break;

@@ -31,6 +31,8 @@ void ProgressLine::note(const std::string& text) {
   std::fprintf(stderr, "%s\n", text.c_str());
 }
 
+void ProgressLine::restart() { start_ = last_ = Clock::now(); }
+
 double ProgressLine::elapsed_seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
 std::string duration_text(double seconds) {

@@ -335,7 +335,7 @@ void CudaModel::Impl::step(const BatchView& b) {
                       o.clip_norm, s());
   const cuda::StepRange visited = range(rows_only(o));
   if (o.kind == OptimizerKind::sgd) {
-    cuda::sgd_step(params.data.data(), o.momentum > 0 ? first_moment.data.data() : nullptr, grads.data.data(),
+    cuda::sgd_step(params.data.data(), first_moment.data.size() ? first_moment.data.data() : nullptr, grads.data.data(),
                    clip_scale.data(), norm, b.scalars, visited, o.learning_rate, o.momentum, s());
   } else {
     cuda::adam_step(params.data.data(), first_moment.data.data(), second_moment.data.data(), grads.data.data(),

@@ -84,44 +84,65 @@ std::string temp_name(const std::string& path, const std::string& suffix) {
 
 namespace {
 
-// Flushes a written file (or a directory) to disk; false with errno set when that fails.
-bool flush_to_disk(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool flushed = ::fsync(fd) == 0;
-  const int error = errno;
-  ::close(fd);
-  errno = error;
-  return flushed;
+// Renames a temporary file that is already on disk over `path`, then flushes the directory so
+// that the rename reaches the disk too (best effort).
+void rename_into_place(const std::string& temporary, const std::string& path) {
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    fail(path, ": rename failed (", std::strerror(error), "); the previous file, if any, is intact");
+  }
+  const std::string directory = std::filesystem::path(path).parent_path().string();
+  const int directory_fd = ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (directory_fd >= 0) {
+    ::fsync(directory_fd);
+    ::close(directory_fd);
+  }
 }
 
 }  // namespace
 
 void commit_file(const std::string& temporary, const std::string& path) {
-  auto give_up = [&](const char* what) {
+  const int fd = ::open(temporary.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
     const int error = errno;
+    if (fd >= 0) ::close(fd);
     ::unlink(temporary.c_str());
-    fail(path, ": ", what, " failed (", std::strerror(error), "); the previous file, if any, is intact");
-  };
-  if (!flush_to_disk(temporary, O_RDONLY)) give_up("fsync");
-  if (::rename(temporary.c_str(), path.c_str()) != 0) give_up("rename");
-  // The rename itself reaches the disk only with the directory: flush it too (best effort).
-  const std::string directory = std::filesystem::path(path).parent_path().string();
-  flush_to_disk(directory.empty() ? "." : directory, O_RDONLY | O_DIRECTORY);
+    fail(path, ": fsync failed (", std::strerror(error), "); the previous file, if any, is intact");
+  }
+  ::close(fd);
+  rename_into_place(temporary, path);
 }
 
 void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces) {
   const std::string temporary = temp_name(path);
-  TempFiles guard;  // removes the temporary file if anything below throws
-  guard.add(temporary);
-  try {
-    FileWriter out(temporary);
-    for (const auto& [data, size] : pieces) out.write(data, size);
-    out.close();
-  } catch (const Error& e) {
-    fail(path, ": ", e.what(), "; the previous file, if any, is intact");
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(path, ": cannot write (", std::strerror(errno), ")");
+  auto give_up = [&](const char* what) {
+    const int error = errno;
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    fail(path, ": ", what, " failed (", std::strerror(error), "); the previous file, if any, is intact");
+  };
+  for (const auto& [data, size] : pieces) {
+    const char* bytes = static_cast<const char*>(data);
+    size_t done = 0;
+    while (done < size) {
+      const ssize_t written = ::write(fd, bytes + done, size - done);
+      if (written < 0) {
+        if (errno == EINTR) continue;
+        give_up("write");
+      }
+      done += static_cast<size_t>(written);
+    }
   }
-  commit_file(temporary, path);
+  if (::fsync(fd) != 0) give_up("fsync");
+  if (::close(fd) != 0) {
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    fail(path, ": close failed (", std::strerror(error), ")");
+  }
+  rename_into_place(temporary, path);
 }
 
 }  // namespace enhanced

@@ -44,9 +44,7 @@ __global__ void norm_finish_kernel(double* __restrict__ norm, float* __restrict_
   if (threadIdx.x == 0) {
     const double value = (halted && *halted) ? CUDART_NAN : sqrt(total);
     *norm = value;
-    float factor = 1.0f;
-    if (clip_norm > 0 && value > clip_norm) factor = static_cast<float>(clip_norm / (value + 1e-6));
-    *scale = factor;
+    *scale = steps::clip_factor(value, clip_norm);
   }
 }
 

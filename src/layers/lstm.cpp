@@ -171,6 +171,31 @@ void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real
   });
 }
 
+namespace {
+
+// operand (P, D + H) = [x_t | h_{t-1}] of one direction for every position: what each step's
+// gates were computed from (h_{t-1} is zero at a sequence's first step).
+template <class Real>
+void gather_step_inputs(Real* operand, const Real* x, const Real* y, int direction, int batch, int seq_len, int input,
+                        int hidden) {
+  const int H = hidden, W = input + hidden, C = 2 * hidden;
+  for (int b = 0; b < batch; ++b) {
+    for (int t = 0; t < seq_len; ++t) {
+      const size_t p = static_cast<size_t>(b) * seq_len + t;
+      const int t_prev = direction == 0 ? t - 1 : t + 1;
+      Real* row = operand + p * W;
+      std::memcpy(row, x + p * input, input * sizeof(Real));
+      if (t_prev < 0 || t_prev >= seq_len) {
+        std::memset(row + input, 0, H * sizeof(Real));
+      } else {
+        std::memcpy(row + input, y + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H, H * sizeof(Real));
+      }
+    }
+  }
+}
+
+}  // namespace
+
 template <class Real>
 void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh,
                      BiLstmState<Real>& saved, const Real* y, const Real* dy, const Real* x, const Real* weight_ih,
@@ -210,20 +235,8 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
       }
     }
     // [dW_ih | dW_hh] (4H, D + H) = dgates^T (4H, P) [x | h_{t-1}] (P, D + H) in one GEMM, so the
-    // large dgates operand is packed once; h_{t-1} is zero at each sequence's first step.
-    for (int b = 0; b < batch; ++b) {
-      for (int t = 0; t < seq_len; ++t) {
-        const size_t p = static_cast<size_t>(b) * seq_len + t;
-        const int t_prev = direction == 0 ? t - 1 : t + 1;
-        Real* row = operand + p * W;
-        std::memcpy(row, x + p * input, input * sizeof(Real));
-        if (t_prev < 0 || t_prev >= seq_len) {
-          std::memset(row + input, 0, H * sizeof(Real));
-        } else {
-          std::memcpy(row + input, y + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H, H * sizeof(Real));
-        }
-      }
-    }
+    // large dgates operand is packed once.
+    gather_step_inputs(operand, x, y, direction, batch, seq_len, input, H);
     gemm(true, false, G4, W, positions, Real(1), gates + direction * G4, G8, operand, W, Real(0), dweight, W);
     Real* dw_ih = dweight_ih + static_cast<size_t>(direction) * G4 * input;
     Real* dw_hh = dweight_hh + static_cast<size_t>(direction) * G4 * H;

@@ -17,7 +17,7 @@ std::string run_options_text(const TrainOptions& options);
 // Errors name `source`.
 TrainOptions resumed_options(const TrainOptions& caller, const std::string& recorded, const std::string& source);
 
-// A double as hexadecimal text ("%a"), and back; errors name `what`.
+// A double as hexadecimal text ("%a"): strtod reads it back exactly.
 std::string exact_text(double value);
 
 }  // namespace enhanced

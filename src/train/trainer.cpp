@@ -129,6 +129,7 @@ class TrainingRun {
     total_steps_ = o_.steps > 0 ? o_.steps : o_.epochs * batches_;
     first_step_ = position_.step;
     print_model();
+    progress_.restart();  // rates and times count the training loop only
     while (position_.step < total_steps_) {
       bool epoch_done = false;
       if (const int code = train_epoch(loader, epoch_done)) return code;
