@@ -2,9 +2,16 @@
 max, linear, cross-entropy, Adam), timed on a bench case. Prints one JSON object.
 
 usage: peer_torch.py CASE_DIR --threads N [--warmup W] [--repeats R] [--device cpu|cuda] [--compile]
+                    [--compile-rnn] [--tf32]
 
---device cuda runs it on the GPU (cuDNN LSTM); --compile wraps the model in
-torch.compile(mode="reduce-overhead"), which replays CUDA graphs on a GPU."""
+--device cuda runs it on the GPU (cuDNN LSTM) in plain FP32: PyTorch lets cuDNN use TF32 by
+default (torch.backends.cudnn.allow_tf32), the engine does not (FP32 with FMA), so TF32 is turned
+off in cuDNN and cuBLAS unless --tf32 turns it on in both, as the engine's --tf32 does.
+--compile wraps the model in torch.compile(mode="reduce-overhead"), which replays CUDA graphs on a
+GPU. Dynamo breaks its graph at nn.LSTM (torch._dynamo.config.allow_rnn is off by default): the
+LSTM then runs eagerly through cuDNN between two compiled pieces, and the JSON says so
+("lstm": "eager (graph break)"). --compile-rnn sets allow_rnn, so Dynamo traces into the LSTM
+(which Inductor may unroll over the sequence: slow to compile at T = 400)."""
 import argparse
 import json
 
@@ -47,7 +54,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--compile-rnn", action="store_true", help="with --compile: let Dynamo trace nn.LSTM")
+    parser.add_argument("--tf32", action="store_true", help="allow TF32 in cuDNN and cuBLAS (default: off)")
     args = parser.parse_args()
+    precision = set_tf32(args.tf32) if args.device == "cuda" else "fp32"
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -65,6 +75,10 @@ def main():
     with torch.no_grad():
         loss = F.cross_entropy(model(ids, offsets, counts, cur, B, T), labels).item()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+    lstm = "eager"
+    if args.compile:
+        torch._dynamo.config.allow_rnn = args.compile_rnn
+        lstm = "compiled (allow_rnn)" if torch._dynamo.config.allow_rnn else "eager (graph break)"
     forward = torch.compile(model, mode="reduce-overhead") if args.compile else model
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
 
@@ -100,7 +114,23 @@ def main():
         times["train step"] = timed(train_step, args.warmup, args.repeats)
     name = "pytorch" + ("-cuda" if args.device == "cuda" else "") + ("-compiled" if args.compile else "")
     print(json.dumps({"peer": name, "version": torch.__version__, "threads": args.threads, "loss": loss,
-                      "times": times}))
+                      "precision": precision, "lstm": lstm, "times": times}))
+
+
+def set_tf32(on):
+    """TF32 on or off in cuDNN (its LSTM included) and cuBLAS; returns what the backends report.
+    PyTorch >= 2.9 has per-backend fp32_precision settings (the allow_tf32 flags are deprecated
+    there, and mixing the two is refused); older ones only the flags."""
+    if hasattr(torch.backends, "fp32_precision"):
+        mode = "tf32" if on else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = mode
+        torch.backends.cudnn.fp32_precision = mode
+        torch.backends.cudnn.rnn.fp32_precision = mode
+        return (f"cudnn.rnn {torch.backends.cudnn.rnn.fp32_precision}, "
+                f"cuda.matmul {torch.backends.cuda.matmul.fp32_precision}")
+    torch.backends.cudnn.allow_tf32 = on
+    torch.backends.cuda.matmul.allow_tf32 = on
+    return f"cudnn.allow_tf32 {torch.backends.cudnn.allow_tf32}, matmul.allow_tf32 {torch.backends.cuda.matmul.allow_tf32}"
 
 
 if __name__ == "__main__":

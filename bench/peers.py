@@ -25,7 +25,7 @@ def run_json(command):
         return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def engine(args, shapes, case_dir=None, blend="mean", repeats=None, loader=False):
+def engine(args, shapes, case_dir=None, blend="mean", repeats=None, loader=False, extra=()):
     command = [args.bench, "--json", "--device", args.device, "--repeats", str(repeats or args.repeats), "--warmup", "2",
                "--blend", blend,
                "-B", str(shapes["B"]), "-T", str(shapes["T"]), "-D", str(shapes["D"]), "-H", str(shapes["H"]),
@@ -34,7 +34,7 @@ def engine(args, shapes, case_dir=None, blend="mean", repeats=None, loader=False
         command += ["--dump-case", case_dir]
     if not loader:
         command.append("--no-loader")
-    return run_json(command)
+    return run_json(command + list(extra))
 
 
 def peer(python, script, case_dir, threads, repeats, extra=()):
@@ -42,9 +42,9 @@ def peer(python, script, case_dir, threads, repeats, extra=()):
                      *extra])
 
 
-def check_loss(name, peer_loss, engine_loss):
+def check_loss(name, peer_loss, engine_loss, tolerance=1e-4):
     error = abs(peer_loss - engine_loss) / max(abs(engine_loss), 1e-12)
-    if error > 1e-4:
+    if error > tolerance:
         sys.exit(f"peers.py: {name} computes loss {peer_loss}, the engine {engine_loss} (relative error {error:.2e}): "
                  "not the same function, no timing reported")
     return error
@@ -95,14 +95,7 @@ def main():
     results = {"shapes": shapes, "engine": mine, "peers": {}}
 
     if args.device == "cuda":
-        for name, extra in (("pytorch-cuda", ("--device", "cuda")), ("pytorch-cuda-compiled", ("--device", "cuda", "--compile"))):
-            print(f"{name} ({args.torch_python}) ...", flush=True)
-            run = peer(args.torch_python, "peer_torch.py", case, 1, args.repeats, extra)
-            run["loss_relative_error"] = check_loss(name, run["loss"], mine["initial_loss"])
-            results["peers"][name] = {"runs": [run], "best": best_of_threads([run])}
-        print_table(results)
-        with open(os.path.join(args.out, "results.json"), "w") as f:
-            json.dump(results, f, indent=2)
+        cuda_side_by_side(args, shapes, case, mine)
         return
 
     runs = []
@@ -146,6 +139,38 @@ def main():
     print(f"\nresults: {os.path.join(args.out, 'results.json')}")
 
 
+def cuda_side_by_side(args, shapes, case, mine):
+    """Like with like on the GPU. FP32: the engine's FP32 (with FMA) against PyTorch with TF32 off
+    in cuDNN and cuBLAS (PyTorch's default lets cuDNN's LSTM use TF32), eager and compiled. TF32:
+    the engine's --tf32 against PyTorch with TF32 on in both, eager. A compiled row names what ran:
+    Dynamo breaks its graph at nn.LSTM unless allow_rnn is set, so the LSTM there is eager cuDNN."""
+    all_results = {}
+    for precision, engine_extra, peer_extra, rows, tolerance in (
+            ("fp32", (), (), (("pytorch-cuda", ()), ("pytorch-cuda-compiled", ("--compile",))), 1e-4),
+            # TF32 rounds the LSTM's matrix inputs to 10 bits: the two losses agree less closely.
+            ("tf32", ("--tf32",), ("--tf32",), (("pytorch-cuda", ()),), 5e-3)):
+        if precision == "fp32":
+            engine_run = mine
+        else:
+            case = os.path.join(os.path.abspath(args.out), "case-tf32")
+            print("engine --tf32: timing ...", flush=True)
+            engine_run = engine(args, shapes, case, extra=engine_extra)
+        results = {"shapes": shapes, "engine": engine_run, "peers": {}}
+        for name, extra in rows:
+            print(f"{name} {precision} ({args.torch_python}) ...", flush=True)
+            run = peer(args.torch_python, "peer_torch.py", case, 1, args.repeats, ("--device", "cuda", *extra, *peer_extra))
+            run["loss_relative_error"] = check_loss(f"{name} ({precision})", run["loss"], engine_run["initial_loss"],
+                                                    tolerance)
+            label = name + (f" [LSTM {run['lstm']}]" if "--compile" in extra else "")
+            results["peers"][label] = {"runs": [run], "best": best_of_threads([run])}
+        print(f"\n{precision.upper()}: engine {'--tf32' if engine_extra else 'FP32 (FMA)'}; PyTorch "
+              + "; ".join(sorted({r['runs'][0]['precision'] for r in results['peers'].values()})))
+        print_table(results)
+        all_results[precision] = results
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(all_results, f, indent=2)
+
+
 def print_table(results):
     mine = results["engine"]
     s = results["shapes"]
@@ -153,7 +178,8 @@ def print_table(results):
     print(f"\nB={s['B']} T={s['T']} D={s['D']} H={s['H']} V={s['V']} L={s['L']}; engine: {where}; "
           "peers: the faster of their thread settings (median ms)")
     names = list(results["peers"])
-    print(f"{'figure':<16}{'engine':>10}" + "".join(f"{n:>24}" for n in names) + f"{'vs fastest peer':>18}")
+    widths = {n: max(24, len(n) + 2) for n in names}
+    print(f"{'figure':<16}{'engine':>10}" + "".join(f"{n:>{widths[n]}}" for n in names) + f"{'vs fastest peer':>18}")
     figures = ["train step", "inference step"]
     if "train step, sync" in mine["times"] and all("train step, sync" in results["peers"][n]["best"] for n in names):
         figures.append("train step, sync")  # GPU: each step waited for, on both sides
@@ -164,7 +190,7 @@ def print_table(results):
             t = results["peers"][n]["best"][figure]
             ms = 1e3 * t["median_s"]
             fastest = ms if fastest is None else min(fastest, ms)
-            cells += f"{ms:>18.1f} ({t['threads']}t)"
+            cells += f"{ms:>{widths[n] - 6}.1f} ({t['threads']}t)"
         print(f"{figure:<16}{engine_ms:>10.1f}{cells}{fastest / engine_ms:>17.2f}x")
     gemm = mine["gemm_gflops"]
     if not gemm:  # on a GPU there is no CPU GEMM yardstick
