@@ -7,46 +7,77 @@
 namespace enhanced::small_gemm {
 namespace {
 
-// 16 floats; aligned(4) makes loads and stores through it unaligned-safe.
-typedef float Vector16 __attribute__((vector_size(64), aligned(4)));
+// Vectors of 16 or 8 floats; aligned(4) makes loads and stores through them unaligned-safe. (A
+// traits struct, not the typedef as a template argument: GCC drops the typedef's aligned(4) there.)
+template <int kLanes>
+struct Unaligned;
+template <>
+struct Unaligned<16> {
+  typedef float Vector __attribute__((vector_size(64), aligned(4)));
+};
+template <>
+struct Unaligned<8> {
+  typedef float Vector __attribute__((vector_size(32), aligned(4)));
+};
 
-// One tile: `rows` (<= kRows) rows of A against one 32-column panel, the tile of C in registers.
-template <int kRows>
-ENHANCED_INLINE void tile(float* c, int ldc, const float* a, int lda, const float* panel, int k,
-                                                int columns, bool accumulate) {
-  Vector16 low[kRows], high[kRows];
+// One tile: kRows rows of A against one 32-column panel, the tile of C in registers, as
+// kVectors vectors of kLanes floats per row. Each element of C sums its k products in order (one FMA
+// each where the ISA has FMA), whatever the vector width: the same bits from every tile shape.
+template <int kLanes, int kRows>
+ENHANCED_INLINE void tile(float* c, int ldc, const float* a, int lda, const float* panel, int k, int columns,
+                          bool accumulate) {
+  typedef typename Unaligned<kLanes>::Vector Vector;
+  constexpr int kVectors = kPanelWidth / kLanes;
+  Vector sum[kRows][kVectors];
 #pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) low[r] = high[r] = Vector16{};
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) sum[r][v] = Vector{};
   for (int i = 0; i < k; ++i) {
-    const Vector16 b_low = *reinterpret_cast<const Vector16*>(panel + static_cast<size_t>(i) * kPanelWidth);
-    const Vector16 b_high = *reinterpret_cast<const Vector16*>(panel + static_cast<size_t>(i) * kPanelWidth + 16);
+    const float* b = panel + static_cast<size_t>(i) * kPanelWidth;
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
       const float value = a[static_cast<size_t>(r) * lda + i];
-      low[r] += value * b_low;
-      high[r] += value * b_high;
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v) sum[r][v] += value * *reinterpret_cast<const Vector*>(b + v * kLanes);
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
     float* row = c + static_cast<size_t>(r) * ldc;
     if (columns == kPanelWidth) {
-      Vector16* out_low = reinterpret_cast<Vector16*>(row);
-      Vector16* out_high = reinterpret_cast<Vector16*>(row + 16);
-      if (accumulate) {
-        *out_low += low[r];
-        *out_high += high[r];
-      } else {
-        *out_low = low[r];
-        *out_high = high[r];
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v) {
+        Vector* out = reinterpret_cast<Vector*>(row + v * kLanes);
+        *out = accumulate ? *out + sum[r][v] : sum[r][v];
       }
     } else {
       float values[kPanelWidth];
-      std::memcpy(values, &low[r], sizeof low[r]);
-      std::memcpy(values + 16, &high[r], sizeof high[r]);
+      std::memcpy(values, sum[r], sizeof sum[r]);
       for (int j = 0; j < columns; ++j) row[j] = accumulate ? row[j] + values[j] : values[j];
     }
   }
+}
+
+// C's panel p: tiles of kRows rows, then single rows.
+template <int kLanes, int kRows>
+ENHANCED_INLINE void multiply_panel(float* c_panel, int ldc, const float* a, int lda, const float* panel, int m,
+                                    int k, int columns, bool accumulate) {
+  int row = 0;
+  for (; row + kRows <= m; row += kRows)
+    tile<kLanes, kRows>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda,
+                        panel, k, columns, accumulate);
+  for (; row < m; ++row)
+    tile<kLanes, 1>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda, panel,
+                    k, columns, accumulate);
+}
+
+// AVX-512's 32 registers hold an 8 x 32 tile of C in 16-float vectors; with AVX2's 16 (and the
+// baseline's 16 halves of them) that tile spills on every product, so there it is 3 x 32 in
+// 8-float vectors.
+bool has_wide_registers() {
+  static const bool wide = __builtin_cpu_supports("avx512f");
+  return wide;
 }
 
 }  // namespace
@@ -77,19 +108,14 @@ void pack(float* packed, const float* source, int k, int n, size_t stride_n, siz
 
 ENHANCED_MULTIVERSION
 void multiply(float* c, int ldc, const float* a, int lda, const float* packed, int m, int n, int k, bool accumulate) {
-  constexpr int kRows = 8;
+  const bool wide = has_wide_registers();
   const int panels = (n + kPanelWidth - 1) / kPanelWidth;
   for (int p = 0; p < panels; ++p) {  // a panel of B stays in L1 across every row block
     const float* panel = packed + static_cast<size_t>(p) * kPanelWidth * k;
     const int columns = std::min(kPanelWidth, n - p * kPanelWidth);
     float* c_panel = c + static_cast<size_t>(p) * kPanelWidth;
-    int row = 0;
-    for (; row + kRows <= m; row += kRows)
-      tile<kRows>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda, panel, k,
-                  columns, accumulate);
-    for (; row < m; ++row)
-      tile<1>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda, panel, k,
-              columns, accumulate);
+    if (wide) multiply_panel<16, 8>(c_panel, ldc, a, lda, panel, m, k, columns, accumulate);
+    else multiply_panel<8, 3>(c_panel, ldc, a, lda, panel, m, k, columns, accumulate);
   }
 }
 

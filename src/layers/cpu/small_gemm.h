@@ -1,7 +1,8 @@
 // A small float GEMM for the LSTM's per-step recurrent products, C (B, 4H) += h (B, H) W_hh^T and
 // dh (B, H) = dgates (B, 4H) W_hh. The weight operand is packed once per call of the layer into
-// 32-column panels, so the 400 steps do not re-pack it as a BLAS call would; the kernel keeps an
-// 8 x 32 tile of C in registers. Compiled for AVX-512, AVX2 and baseline x86-64.
+// 32-column panels, so the 400 steps do not re-pack it as a BLAS call would; the kernel keeps a
+// tile of C in registers (8 x 32 with AVX-512, 3 x 32 with AVX2: the same bits either way).
+// Compiled for AVX-512, AVX2 and baseline x86-64.
 #pragma once
 
 #include <cstddef>
