@@ -60,19 +60,47 @@ void Activations<Real>::reserve(const ModelConfig& config, int batch) {
   capacity = batch;
 }
 
+namespace {
+
+// The model's stages, each a forward or its backward: model_forward and model_backward are their
+// calls in order and in reverse, and the bench times each stage alone (CpuEngine::parts).
 template <class Real>
-double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, int threads,
-                     bool with_gradient) {
+void blend_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch) {
   const ModelConfig& c = params.config;
-  if (batch.seq_len != c.seq_len) fail("batch has T = ", batch.seq_len, ", the model expects T = ", c.seq_len);
-  if (batch.size > a.capacity) fail("internal: batch of ", batch.size, " exceeds activations sized for ", a.capacity);
-  const int B = batch.size, T = c.seq_len, D = c.embedding_dim, H = c.hidden;
   embedding_blend_forward(a.x, batch.identifier_offsets.data(), batch.identifier_ids.data(), batch.cur_word_ids.data(),
-                          params.embedding, B * T, D, c.blend);
-  BiLstmState<Real> lstm{a.gates, a.cell, a.lstm_scratch};
-  bilstm_forward(a.y, lstm, a.x, params.weight_ih, params.weight_hh, params.bias_ih, params.bias_hh, B, T, D, H,
-                 threads);
-  maxpool_forward(a.pooled, a.argmax, a.y, B, T, 2 * H, c.pool);
+                          params.embedding, batch.positions(), c.embedding_dim, c.blend);
+}
+
+template <class Real>
+void blend_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Batch& batch) {
+  const ModelConfig& c = grads.config;
+  embedding_blend_backward(grads.embedding, a.dx, batch.identifier_offsets.data(), batch.identifier_ids.data(),
+                           batch.cur_word_ids.data(), batch.positions(), c.embedding_dim, c.blend);
+}
+
+template <class Real>
+void lstm_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, int batch, int threads) {
+  const ModelConfig& c = params.config;
+  BiLstmState<Real> saved{a.gates, a.cell, a.lstm_scratch};
+  bilstm_forward(a.y, saved, a.x, params.weight_ih, params.weight_hh, params.bias_ih, params.bias_hh, batch, c.seq_len,
+                 c.embedding_dim, c.hidden, threads);
+}
+
+template <class Real>
+void lstm_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const ParameterBuffer<Real>& params, int batch,
+                   int threads) {
+  const ModelConfig& c = params.config;
+  BiLstmState<Real> saved{a.gates, a.cell, a.lstm_scratch};
+  bilstm_backward(a.dx, grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, saved, a.y, a.dy, a.x,
+                  params.weight_ih, params.weight_hh, batch, c.seq_len, c.embedding_dim, c.hidden, threads);
+}
+
+// Max-pool, dense and the loss; returns the mean loss (and d loss / d logits with_gradient).
+template <class Real>
+double head_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, bool with_gradient) {
+  const ModelConfig& c = params.config;
+  const int B = batch.size;
+  maxpool_forward(a.pooled, a.argmax, a.y, B, c.seq_len, 2 * c.hidden, c.pool);
   dense_forward(a.logits, a.pooled, params.dense_weight, params.dense_bias, B, c.pooled_features(), c.num_labels);
   double mean_loss = 0;
   softmax_cross_entropy(with_gradient ? a.dlogits : static_cast<Real*>(nullptr), a.sample_losses, &mean_loss, a.logits,
@@ -81,18 +109,32 @@ double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, 
 }
 
 template <class Real>
+void head_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const ParameterBuffer<Real>& params, int batch) {
+  const ModelConfig& c = params.config;
+  dense_backward(a.dpooled, grads.dense_weight, grads.dense_bias, a.dlogits, a.pooled, params.dense_weight, batch,
+                 c.pooled_features(), c.num_labels);
+  maxpool_backward(a.dy, a.argmax, a.dpooled, batch, c.seq_len, 2 * c.hidden, c.pool);
+}
+
+}  // namespace
+
+template <class Real>
+double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, int threads,
+                     bool with_gradient) {
+  const ModelConfig& c = params.config;
+  if (batch.seq_len != c.seq_len) fail("batch has T = ", batch.seq_len, ", the model expects T = ", c.seq_len);
+  if (batch.size > a.capacity) fail("internal: batch of ", batch.size, " exceeds activations sized for ", a.capacity);
+  blend_forward(a, params, batch);
+  lstm_forward(a, params, batch.size, threads);
+  return head_forward(a, params, batch, with_gradient);
+}
+
+template <class Real>
 void model_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const ParameterBuffer<Real>& params,
                     const Batch& batch, int threads) {
-  const ModelConfig& c = params.config;
-  const int B = batch.size, T = c.seq_len, D = c.embedding_dim, H = c.hidden;
-  dense_backward(a.dpooled, grads.dense_weight, grads.dense_bias, a.dlogits, a.pooled, params.dense_weight, B,
-                 c.pooled_features(), c.num_labels);
-  maxpool_backward(a.dy, a.argmax, a.dpooled, B, T, 2 * H, c.pool);
-  BiLstmState<Real> lstm{a.gates, a.cell, a.lstm_scratch};
-  bilstm_backward(a.dx, grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, lstm, a.y, a.dy, a.x,
-                  params.weight_ih, params.weight_hh, B, T, D, H, threads);
-  embedding_blend_backward(grads.embedding, a.dx, batch.identifier_offsets.data(), batch.identifier_ids.data(),
-                           batch.cur_word_ids.data(), B * T, D, c.blend);
+  head_backward(grads, a, params, batch.size);
+  lstm_backward(grads, a, params, batch.size, threads);
+  blend_backward(grads, a, batch);
 }
 
 template struct Activations<float>;
@@ -209,41 +251,26 @@ class CpuEngine final : public Engine {
   TrainTotals totals_;
 };
 
-// The step's layers alone, on the engine's buffers (the bench times each).
+// The model's stages alone, on the engine's buffers (the bench times each).
 std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
   check_size(batch);
-  const ModelConfig& c = params_.config;
-  const int B = batch.size, T = c.seq_len, D = c.embedding_dim, H = c.hidden, F = c.pooled_features();
-  const int L = c.num_labels;
   Activations<float>& a = activations_;
   ParameterBuffer<float>& p = params_;
   ParameterBuffer<float>& g = grads_;
-  const int threads = threads_;
+  const int B = batch.size, threads = threads_;
   std::vector<EnginePart> out;
-  out.push_back({"blend fwd+bwd", {}, [&, B, T, D] {
-    embedding_blend_forward(a.x, batch.identifier_offsets.data(), batch.identifier_ids.data(),
-                            batch.cur_word_ids.data(), p.embedding, B * T, D, c.blend);
-    embedding_blend_backward(g.embedding, a.dx, batch.identifier_offsets.data(), batch.identifier_ids.data(),
-                             batch.cur_word_ids.data(), B * T, D, c.blend);
+  out.push_back({"blend fwd+bwd", {}, [&] {
+    blend_forward(a, p, batch);
+    blend_backward(g, a, batch);
   }});
-  const auto lstm_forward = [&, B, T, D, H, threads] {
-    BiLstmState<float> lstm{a.gates, a.cell, a.lstm_scratch};
-    bilstm_forward(a.y, lstm, a.x, p.weight_ih, p.weight_hh, p.bias_ih, p.bias_hh, B, T, D, H, threads);
-  };
-  out.push_back({"bilstm fwd", {}, lstm_forward});
-  out.push_back({"bilstm fwd+bwd", {}, [&, lstm_forward, B, T, D, H, threads] {
-    lstm_forward();
-    BiLstmState<float> lstm{a.gates, a.cell, a.lstm_scratch};
-    bilstm_backward(a.dx, g.weight_ih, g.weight_hh, g.bias_ih, g.bias_hh, lstm, a.y, a.dy, a.x, p.weight_ih,
-                    p.weight_hh, B, T, D, H, threads);
+  out.push_back({"bilstm fwd", {}, [&, B, threads] { lstm_forward(a, p, B, threads); }});
+  out.push_back({"bilstm fwd+bwd", {}, [&, B, threads] {
+    lstm_forward(a, p, B, threads);
+    lstm_backward(g, a, p, B, threads);
   }});
-  out.push_back({"head fwd+bwd", {}, [&, B, T, H, F, L] {
-    maxpool_forward(a.pooled, a.argmax, a.y, B, T, 2 * H, c.pool);
-    dense_forward(a.logits, a.pooled, p.dense_weight, p.dense_bias, B, F, L);
-    double loss = 0;
-    softmax_cross_entropy(a.dlogits, a.sample_losses, &loss, a.logits, batch.labels.data(), B, L);
-    dense_backward(a.dpooled, g.dense_weight, g.dense_bias, a.dlogits, a.pooled, p.dense_weight, B, F, L);
-    maxpool_backward(a.dy, a.argmax, a.dpooled, B, T, 2 * H, c.pool);
+  out.push_back({"head fwd+bwd", {}, [&, B] {
+    head_forward(a, p, batch, true);
+    head_backward(g, a, p, B);
   }});
   if (optimizer_) {
     // A step on zero gradients over the batch's rows: the update's cost, not the gradients'.
