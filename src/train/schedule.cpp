@@ -1,0 +1,106 @@
+#include "train/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "enhanced/common.h"
+
+namespace enhanced {
+
+ScheduleKind parse_schedule_kind(const std::string& text) {
+  if (text == "constant") return ScheduleKind::constant;
+  if (text == "step") return ScheduleKind::step;
+  if (text == "cosine") return ScheduleKind::cosine;
+  if (text == "linear") return ScheduleKind::linear;
+  if (text == "plateau") return ScheduleKind::plateau;
+  fail("--lr-schedule must be constant, step, cosine, linear or plateau, got '", text, "'");
+}
+
+const char* to_string(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::constant: return "constant";
+    case ScheduleKind::step: return "step";
+    case ScheduleKind::cosine: return "cosine";
+    case ScheduleKind::linear: return "linear";
+    case ScheduleKind::plateau: return "plateau";
+  }
+  return "?";
+}
+
+// Warm-up first (step s of W runs at lr * (s + 1) / W, so no step is wasted at 0), then the
+// schedule on the steps after it: torch's StepLR, CosineAnnealingLR (T_max the steps left),
+// LinearLR down to min_lr, and ReduceLROnPlateau's lr * factor^reductions floored at min_lr.
+double learning_rate_at(const ScheduleOptions& schedule, double base_lr, int64_t step, int64_t total_steps,
+                        int64_t plateau_reductions) {
+  if (step < schedule.warmup_steps)
+    return base_lr * static_cast<double>(step + 1) / static_cast<double>(schedule.warmup_steps);
+  const int64_t after = step - schedule.warmup_steps;
+  const double span = static_cast<double>(std::max<int64_t>(total_steps - schedule.warmup_steps, 1));
+  const double progress = std::min(static_cast<double>(after), span) / span;
+  switch (schedule.kind) {
+    case ScheduleKind::constant: return base_lr;
+    case ScheduleKind::step:
+      return std::max(base_lr * std::pow(schedule.factor, static_cast<double>(after / schedule.step_size)),
+                      schedule.min_lr);
+    case ScheduleKind::cosine:
+      return schedule.min_lr + (base_lr - schedule.min_lr) * (1 + std::cos(M_PI * progress)) / 2;
+    case ScheduleKind::linear: return base_lr + (schedule.min_lr - base_lr) * progress;
+    case ScheduleKind::plateau:
+      return std::max(base_lr * std::pow(schedule.factor, static_cast<double>(plateau_reductions)), schedule.min_lr);
+  }
+  return base_lr;
+}
+
+MonitorMetric parse_monitor_metric(const std::string& text) {
+  if (text == "valid_loss") return MonitorMetric::valid_loss;
+  if (text == "valid_accuracy") return MonitorMetric::valid_accuracy;
+  if (text == "valid_f1") return MonitorMetric::valid_f1;
+  fail("--monitor must be valid_loss, valid_accuracy or valid_f1, got '", text, "'");
+}
+
+const char* to_string(MonitorMetric metric) {
+  switch (metric) {
+    case MonitorMetric::valid_loss: return "valid_loss";
+    case MonitorMetric::valid_accuracy: return "valid_accuracy";
+    case MonitorMetric::valid_f1: return "valid_f1";
+  }
+  return "?";
+}
+
+// Monitored values are compared as "lower is better": accuracy and F1 are negated.
+double monitored_value(const Validation& validation, MonitorMetric metric) {
+  switch (metric) {
+    case MonitorMetric::valid_loss: return validation.loss;
+    case MonitorMetric::valid_accuracy: return -validation.accuracy;
+    case MonitorMetric::valid_f1: return -validation.f1;
+  }
+  return validation.loss;
+}
+
+MonitorState replay(const std::vector<Validation>& history, const MonitorOptions& options) {
+  MonitorState s;
+  for (const Validation& validation : history) {
+    const double value = monitored_value(validation, options.metric);
+    const bool first = !s.has_best;
+    s.last_is_best = first || value < s.best;
+    if (s.last_is_best) s.best = value;
+    // Keras EarlyStopping and torch ReduceLROnPlateau (threshold_mode "abs"): better by more
+    // than min_delta, else one more bad validation.
+    if (first || value < s.early_best - options.min_delta) {
+      s.early_best = value;
+      s.wait = 0;
+      s.plateau_best_wait = 0;
+    } else {
+      ++s.wait;
+      if (options.plateau && ++s.plateau_best_wait > options.plateau_patience) {
+        ++s.plateau_reductions;
+        s.plateau_best_wait = 0;
+      }
+    }
+    s.has_best = true;
+    if (options.early_stopping > 0 && s.wait >= options.early_stopping) s.stop = true;
+  }
+  return s;
+}
+
+}  // namespace enhanced
