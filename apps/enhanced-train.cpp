@@ -2,6 +2,29 @@
 #include "enhanced/app.h"
 #include "enhanced/trainer.h"
 
+namespace {
+
+// The learning-rate schedule and what the validations decide (README "Training controls").
+void add_schedule_options(CLI::App& app, enhanced::TrainOptions& o) {
+  app.add_option("--lr-schedule", o.lr_schedule, "constant, step, cosine, linear or plateau")
+      ->capture_default_str()->check(CLI::IsMember({"constant", "step", "cosine", "linear", "plateau"}));
+  app.add_option("--warmup-steps", o.warmup_steps, "Linear warm-up to --lr over the first N steps")->capture_default_str();
+  app.add_option("--min-lr", o.min_lr, "Floor (step, plateau) or end point (cosine, linear) of the rate")
+      ->capture_default_str();
+  app.add_option("--lr-step-size", o.lr_step_size, "step: multiply the rate by --lr-factor every N steps");
+  app.add_option("--lr-factor", o.lr_factor, "step and plateau: the factor of each reduction")->capture_default_str();
+  app.add_option("--lr-patience", o.lr_patience, "plateau: validations without improvement before a reduction")
+      ->capture_default_str();
+  app.add_option("--monitor", o.monitor, "What best.safetensors, plateau and early stopping watch")
+      ->capture_default_str()->check(CLI::IsMember({"valid_loss", "valid_accuracy", "valid_f1"}));
+  app.add_option("--min-delta", o.min_delta, "An improvement must beat the best by more than this")
+      ->capture_default_str();
+  app.add_option("--early-stopping", o.early_stopping, "Stop after N validations without improvement (0: off)")
+      ->capture_default_str();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace enhanced;
   CLI::App app{"Train the ragged-blend BiLSTM classifier on a .ebin dataset"};
@@ -47,9 +70,15 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", o.log_every, "Steps between metrics lines")->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: each epoch)")
       ->capture_default_str();
+  app.add_option("--valid-every", o.valid_every, "Also validate every N steps (0: at epoch ends only)")
+      ->capture_default_str();
+  app.add_flag("--overwrite", o.overwrite, "Replace the run already in --out (its checkpoints and metrics are removed)");
+  add_schedule_options(app, o);
   bool quiet = false;
   app.add_flag("--quiet", quiet, "No progress line");
   return run_app(app, argc, argv, [&] {
+    for (const CLI::Option* option : app.get_options())
+      if (option->count() > 0) o.given_flags.insert(option->get_name());
     o.shuffle = !no_shuffle;
     finish_cuda_options(o.cuda, cuda_flags);
     o.progress = !quiet;

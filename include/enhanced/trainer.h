@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "enhanced/device.h"
@@ -36,7 +37,27 @@ struct TrainOptions {
   CudaOptions cuda;             // CUDA: TF32, graphs, LSTM algorithm
   int64_t log_every = 20;       // steps between metrics lines
   int64_t checkpoint_every = 0; // steps between last.safetensors writes (0: each epoch only)
+  int64_t valid_every = 0;      // steps between validations, as well as at each epoch end (0: epoch ends only)
   bool progress = true;
+  bool overwrite = false;       // replace a run already in out_dir (its files are removed first)
+
+  // Learning-rate schedule (src/train/schedule.h): the rate of every step is a function of the
+  // step and, for plateau, of the recorded validations.
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  double min_lr = 0;
+  int64_t lr_step_size = 0;     // step schedule
+  double lr_factor = 0.1;       // step and plateau schedules
+  int64_t lr_patience = 10;     // plateau schedule
+
+  // What the validations decide: best.safetensors, plateau reductions, early stopping.
+  std::string monitor = "valid_loss";  // valid_loss | valid_accuracy | valid_f1
+  double min_delta = 0;
+  int64_t early_stopping = 0;   // patience in validations (0: off)
+
+  // The command-line flags the user gave ("--hidden", ...): on --resume and --init-from, a
+  // given flag that contradicts the saved run is an error, not silently overridden.
+  std::set<std::string> given_flags;
 };
 
 // Runs the whole training; throws Error on bad input. Returns the process exit code.

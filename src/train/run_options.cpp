@@ -13,10 +13,18 @@ namespace {
 
 using nlohmann::json;
 
-// One recorded option: its key, how it is written and how it is read back. `optional`: runs
-// recorded before the field existed lack it, and the caller's value stands.
+// What a flag given with --resume does to a recorded option: `fixed` ones describe the model,
+// the data order or the optimizer, and a different value is an error; `changeable` ones (the
+// run's length, the learning rate and its schedule, early stopping, intervals, threads) take the
+// new value, which is printed and recorded, so a later resume is still exact.
+enum class OnResume { fixed, changeable };
+
+// One recorded option: its key, its command-line flag, how it is written and read back.
+// `optional`: runs recorded before the field existed lack it, and the caller's value stands.
 struct OptionField {
   const char* key;
+  const char* flag;
+  OnResume on_resume;
   std::function<json(const TrainOptions&)> save;
   std::function<void(TrainOptions&, const json&)> load;
   bool optional = false;
@@ -26,55 +34,86 @@ template <class Value>
 using Ref = Value& (*)(TrainOptions&);
 
 template <class Value>
-OptionField plain(const char* key, Ref<Value> ref, bool optional = false) {
-  return {key, [ref](const TrainOptions& o) { return json(ref(const_cast<TrainOptions&>(o))); },
+OptionField plain(const char* key, const char* flag, OnResume on_resume, Ref<Value> ref, bool optional = false) {
+  return {key, flag, on_resume, [ref](const TrainOptions& o) { return json(ref(const_cast<TrainOptions&>(o))); },
           [ref](TrainOptions& o, const json& j) { ref(o) = j.get<Value>(); }, optional};
 }
 
-OptionField exact(const char* key, Ref<float> ref) {
-  return {key, [ref](const TrainOptions& o) { return json(exact_text(ref(const_cast<TrainOptions&>(o)))); },
+template <class Real>
+OptionField exact(const char* key, const char* flag, OnResume on_resume, Ref<Real> ref, bool optional = false) {
+  return {key, flag, on_resume,
+          [ref](const TrainOptions& o) { return json(exact_text(ref(const_cast<TrainOptions&>(o)))); },
           [ref](TrainOptions& o, const json& j) {
-            ref(o) = static_cast<float>(std::strtod(j.get<std::string>().c_str(), nullptr));
-          }};
+            ref(o) = static_cast<Real>(std::strtod(j.get<std::string>().c_str(), nullptr));
+          },
+          optional};
 }
+
+constexpr OnResume fixed = OnResume::fixed;
+constexpr OnResume changeable = OnResume::changeable;
+
+#define ENHANCED_FIELD(type, member) [](TrainOptions& o) -> type& { return o.member; }
 
 const std::vector<OptionField>& option_fields() {
   static const std::vector<OptionField> fields = {
-      plain<std::string>("data", [](TrainOptions& o) -> std::string& { return o.data_path; }),
-      plain<std::string>("valid", [](TrainOptions& o) -> std::string& { return o.valid_path; }),
+      plain<std::string>("data", "--data", changeable, ENHANCED_FIELD(std::string, data_path)),
+      plain<std::string>("valid", "--valid", changeable, ENHANCED_FIELD(std::string, valid_path)),
       // Recorded only: a resumed model comes from the state file.
-      plain<std::string>("pretrained", [](TrainOptions& o) -> std::string& { return o.pretrained_path; }),
-      plain<std::string>("init_from", [](TrainOptions& o) -> std::string& { return o.init_from; }),
-      plain<int64_t>("epochs", [](TrainOptions& o) -> int64_t& { return o.epochs; }),
-      plain<int64_t>("steps", [](TrainOptions& o) -> int64_t& { return o.steps; }),
-      plain<int>("batch_size", [](TrainOptions& o) -> int& { return o.batch_size; }),
-      plain<int>("hidden", [](TrainOptions& o) -> int& { return o.hidden; }),
-      plain<int>("embedding_dim", [](TrainOptions& o) -> int& { return o.embedding_dim; }),
-      plain<int64_t>("vocab_size", [](TrainOptions& o) -> int64_t& { return o.vocab_size; }),
-      plain<int>("num_labels", [](TrainOptions& o) -> int& { return o.num_labels; }),
-      plain<std::string>("blend", [](TrainOptions& o) -> std::string& { return o.blend; }),
-      plain<std::string>("pool", [](TrainOptions& o) -> std::string& { return o.pool; }),
-      {"optimizer", [](const TrainOptions& o) { return json(to_string(o.optimizer.kind)); },
+      plain<std::string>("pretrained", "--pretrained", fixed, ENHANCED_FIELD(std::string, pretrained_path)),
+      plain<std::string>("init_from", "--init-from", fixed, ENHANCED_FIELD(std::string, init_from)),
+      plain<int64_t>("epochs", "--epochs", changeable, ENHANCED_FIELD(int64_t, epochs)),
+      plain<int64_t>("steps", "--steps", changeable, ENHANCED_FIELD(int64_t, steps)),
+      plain<int>("batch_size", "--batch-size", fixed, ENHANCED_FIELD(int, batch_size)),
+      plain<int>("hidden", "--hidden", fixed, ENHANCED_FIELD(int, hidden)),
+      plain<int>("embedding_dim", "--embedding-dim", fixed, ENHANCED_FIELD(int, embedding_dim)),
+      plain<int64_t>("vocab_size", "--vocab-size", fixed, ENHANCED_FIELD(int64_t, vocab_size)),
+      plain<int>("num_labels", "--num-labels", fixed, ENHANCED_FIELD(int, num_labels)),
+      plain<std::string>("blend", "--blend", fixed, ENHANCED_FIELD(std::string, blend)),
+      plain<std::string>("pool", "--pool", fixed, ENHANCED_FIELD(std::string, pool)),
+      {"optimizer", "--optimizer", fixed, [](const TrainOptions& o) { return json(to_string(o.optimizer.kind)); },
        [](TrainOptions& o, const json& j) { o.optimizer.kind = parse_optimizer_kind(j.get<std::string>()); }},
-      exact("lr", [](TrainOptions& o) -> float& { return o.optimizer.learning_rate; }),
-      exact("momentum", [](TrainOptions& o) -> float& { return o.optimizer.momentum; }),
-      exact("beta1", [](TrainOptions& o) -> float& { return o.optimizer.beta1; }),
-      exact("beta2", [](TrainOptions& o) -> float& { return o.optimizer.beta2; }),
-      exact("epsilon", [](TrainOptions& o) -> float& { return o.optimizer.epsilon; }),
-      plain<bool>("lazy_embedding", [](TrainOptions& o) -> bool& { return o.optimizer.lazy_embedding; }),
-      exact("clip_norm", [](TrainOptions& o) -> float& { return o.optimizer.clip_norm; }),
-      plain<uint64_t>("seed", [](TrainOptions& o) -> uint64_t& { return o.seed; }),
-      plain<bool>("shuffle", [](TrainOptions& o) -> bool& { return o.shuffle; }),
-      plain<bool>("drop_last", [](TrainOptions& o) -> bool& { return o.drop_last; }),
-      plain<int>("threads", [](TrainOptions& o) -> int& { return o.threads; }),
-      plain<int64_t>("log_every", [](TrainOptions& o) -> int64_t& { return o.log_every; }),
-      plain<int64_t>("checkpoint_every", [](TrainOptions& o) -> int64_t& { return o.checkpoint_every; }),
-      // A GPU run continues with the arithmetic it started with.
-      plain<bool>("tf32", [](TrainOptions& o) -> bool& { return o.cuda.tf32; }, true),
-      {"rnn_algorithm", [](const TrainOptions& o) { return json(to_string(o.cuda.rnn_algorithm)); },
+      exact<float>("lr", "--lr", changeable, ENHANCED_FIELD(float, optimizer.learning_rate)),
+      exact<float>("momentum", "--momentum", fixed, ENHANCED_FIELD(float, optimizer.momentum)),
+      exact<float>("beta1", "--beta1", fixed, ENHANCED_FIELD(float, optimizer.beta1)),
+      exact<float>("beta2", "--beta2", fixed, ENHANCED_FIELD(float, optimizer.beta2)),
+      exact<float>("epsilon", "--epsilon", fixed, ENHANCED_FIELD(float, optimizer.epsilon)),
+      plain<bool>("lazy_embedding", "--lazy-embedding-updates", fixed, ENHANCED_FIELD(bool, optimizer.lazy_embedding)),
+      exact<float>("clip_norm", "--clip-norm", fixed, ENHANCED_FIELD(float, optimizer.clip_norm)),
+      plain<uint64_t>("seed", "--seed", fixed, ENHANCED_FIELD(uint64_t, seed)),
+      plain<bool>("shuffle", "--no-shuffle", fixed, ENHANCED_FIELD(bool, shuffle)),
+      plain<bool>("drop_last", "--drop-last", fixed, ENHANCED_FIELD(bool, drop_last)),
+      plain<int>("threads", "--threads", changeable, ENHANCED_FIELD(int, threads)),
+      plain<int64_t>("log_every", "--log-every", changeable, ENHANCED_FIELD(int64_t, log_every)),
+      plain<int64_t>("checkpoint_every", "--checkpoint-every", changeable, ENHANCED_FIELD(int64_t, checkpoint_every)),
+      // A GPU run continues with the arithmetic it started with, unless told otherwise.
+      plain<bool>("tf32", "--tf32", changeable, ENHANCED_FIELD(bool, cuda.tf32), true),
+      {"rnn_algorithm", "--rnn-algorithm", changeable,
+       [](const TrainOptions& o) { return json(to_string(o.cuda.rnn_algorithm)); },
        [](TrainOptions& o, const json& j) { o.cuda.rnn_algorithm = parse_rnn_algorithm(j.get<std::string>()); }, true},
+      plain<int64_t>("valid_every", "--valid-every", changeable, ENHANCED_FIELD(int64_t, valid_every), true),
+      plain<std::string>("lr_schedule", "--lr-schedule", changeable, ENHANCED_FIELD(std::string, lr_schedule), true),
+      plain<int64_t>("warmup_steps", "--warmup-steps", changeable, ENHANCED_FIELD(int64_t, warmup_steps), true),
+      exact<double>("min_lr", "--min-lr", changeable, ENHANCED_FIELD(double, min_lr), true),
+      plain<int64_t>("lr_step_size", "--lr-step-size", changeable, ENHANCED_FIELD(int64_t, lr_step_size), true),
+      exact<double>("lr_factor", "--lr-factor", changeable, ENHANCED_FIELD(double, lr_factor), true),
+      plain<int64_t>("lr_patience", "--lr-patience", changeable, ENHANCED_FIELD(int64_t, lr_patience), true),
+      plain<std::string>("monitor", "--monitor", changeable, ENHANCED_FIELD(std::string, monitor), true),
+      exact<double>("min_delta", "--min-delta", changeable, ENHANCED_FIELD(double, min_delta), true),
+      plain<int64_t>("early_stopping", "--early-stopping", changeable, ENHANCED_FIELD(int64_t, early_stopping), true),
   };
   return fields;
+}
+
+#undef ENHANCED_FIELD
+
+// A recorded value as a person reads it (floats are stored as hexadecimal text).
+std::string readable(const json& value) {
+  if (value.is_string()) {
+    const std::string text = value.get<std::string>();
+    if (text.find("0x") != std::string::npos) return cat(std::strtod(text.c_str(), nullptr));
+    return text;
+  }
+  return value.dump();
 }
 
 }  // namespace
@@ -93,20 +132,31 @@ std::string run_options_text(const TrainOptions& options) {
 
 TrainOptions resumed_options(const TrainOptions& caller, const std::string& recorded, const std::string& source) {
   TrainOptions o = caller;
+  json j;
   try {
-    const json j = json::parse(recorded);
+    j = json::parse(recorded);
     for (const OptionField& field : option_fields())
       if (!field.optional || j.contains(field.key)) field.load(o, j.at(field.key));
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": run_options metadata is malformed (", e.what(), ")");
   }
-  if (caller.epochs != 0 || caller.steps != 0) {  // the caller sets a new length
-    o.epochs = caller.epochs;
-    o.steps = caller.steps;
+  // The run's length is one choice: a new --epochs or --steps replaces both.
+  const bool new_length = caller.given_flags.count("--epochs") || caller.given_flags.count("--steps");
+  for (const OptionField& field : option_fields()) {
+    const bool length = std::string(field.key) == "epochs" || std::string(field.key) == "steps";
+    if (!(length ? new_length : caller.given_flags.count(field.flag) > 0)) continue;
+    const json given = field.save(caller), saved = field.save(o);
+    if (given == saved) continue;
+    if (field.on_resume == OnResume::fixed)
+      fail(field.flag, " ", readable(given), " conflicts with the run being resumed, which has ", field.key, " = ",
+           readable(saved), " (", source, "); a resumed run keeps its model, data order and optimizer");
+    field.load(o, given);
+    std::fprintf(stderr, "resume: %s changed from %s to %s\n", field.key, readable(saved).c_str(),
+                 readable(given).c_str());
   }
-  if (caller.threads) o.threads = caller.threads;
-  o.cuda.tf32 = caller.cuda.tf32 || o.cuda.tf32;
-  if (caller.cuda.rnn_algorithm != RnnAlgorithm::automatic) o.cuda.rnn_algorithm = caller.cuda.rnn_algorithm;
+  o.given_flags = caller.given_flags;
+  o.resume = true;
+  o.overwrite = caller.overwrite;
   return o;
 }
 

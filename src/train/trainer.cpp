@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -21,27 +22,100 @@
 #include "enhanced/progress.h"
 #include "train/run_options.h"
 #include "train/run_state.h"
+#include "train/schedule.h"
 
 namespace enhanced {
 namespace {
 
 namespace fs = std::filesystem;
 
-void check_writable_dir(const fs::path& dir) {
-  std::error_code error;
-  fs::create_directories(dir, error);
-  if (error) fail(dir.string(), ": cannot create the output directory (", error.message(), ")");
-  const fs::path probe = dir / (".write-test." + std::to_string(::getpid()));
-  std::ofstream out(probe);
-  if (!out) fail(dir.string(), ": output directory is not writable");
-  out.close();
-  fs::remove(probe, error);
+// The files a run writes into --out (and scripts/plot-metrics' picture of them).
+const char* const kRunFiles[] = {"optimizer.safetensors", "last.safetensors", "best.safetensors", "metrics.jsonl",
+                                 "metrics.png"};
+
+bool holds_run(const fs::path& dir) {
+  for (const char* file : kRunFiles)
+    if (fs::exists(dir / file)) return true;
+  return false;
+}
+
+// The output directory of a run: created if need be, and on failure removed again where the run
+// created it and left nothing in it (an empty metrics.jsonl counts as nothing).
+class OutputDirectory {
+ public:
+  explicit OutputDirectory(const fs::path& dir) : dir_(dir) {
+    for (fs::path p = fs::absolute(dir); !p.empty() && !fs::exists(p); p = p.parent_path()) {
+      created_.push_back(p);
+      if (p == p.parent_path()) break;
+    }
+    std::error_code error;
+    fs::create_directories(dir, error);
+    if (error) fail(dir.string(), ": cannot create the output directory (", error.message(), ")");
+    const fs::path probe = dir / (".write-test." + std::to_string(::getpid()));
+    std::ofstream out(probe);
+    if (!out) fail(dir.string(), ": output directory is not writable");
+    out.close();
+    fs::remove(probe, error);
+  }
+  OutputDirectory(const OutputDirectory&) = delete;
+  OutputDirectory& operator=(const OutputDirectory&) = delete;
+  ~OutputDirectory() {
+    if (kept_) return;
+    std::error_code error;
+    const fs::path metrics = dir_ / "metrics.jsonl";
+    if (!created_.empty() && fs::exists(metrics, error) && fs::file_size(metrics, error) == 0) fs::remove(metrics, error);
+    for (const fs::path& p : created_) fs::remove(p, error);  // only empty directories go
+  }
+  void keep() { kept_ = true; }
+
+ private:
+  fs::path dir_;
+  std::vector<fs::path> created_;  // deepest first
+  bool kept_ = false;
+};
+
+// --out must not hold another run unless it is resumed or replaced: --overwrite removes that
+// run's files (only those), so no stale best.safetensors survives beside a new last.safetensors.
+void prepare_run_files(const TrainOptions& o) {
+  const fs::path dir = o.out_dir;
+  if (o.resume) {
+    if (o.overwrite) fail("--resume and --overwrite contradict each other: continue the run in ", o.out_dir,
+                          ", or replace it");
+    return;
+  }
+  if (!holds_run(dir)) return;
+  if (!o.overwrite)
+    fail(o.out_dir, " holds another run (", fs::exists(dir / "optimizer.safetensors") ? "optimizer.safetensors"
+                                                                                       : "its files",
+         "): pass --resume to continue it, or --overwrite to replace it (its checkpoints and metrics are removed)");
+  for (const char* file : kRunFiles) {
+    std::error_code error;
+    fs::remove(dir / file, error);
+    if (error) fail((dir / file).string(), ": cannot remove it for --overwrite (", error.message(), ")");
+  }
+}
+
+// With --init-from, a model flag the user gave must agree with the checkpoint.
+void check_init_flags(const TrainOptions& o, const ModelConfig& c) {
+  const auto conflict = [&](const char* flag, const std::string& given, const std::string& saved) {
+    if (o.given_flags.count(flag) && given != saved)
+      fail(flag, " ", given, " conflicts with ", o.init_from, ", whose model has ", saved);
+  };
+  conflict("--hidden", std::to_string(o.hidden), std::to_string(c.hidden));
+  conflict("--embedding-dim", std::to_string(o.embedding_dim), std::to_string(c.embedding_dim));
+  conflict("--vocab-size", std::to_string(o.vocab_size), std::to_string(c.vocab_size));
+  conflict("--num-labels", std::to_string(o.num_labels), std::to_string(c.num_labels));
+  conflict("--blend", o.blend, to_string(c.blend));
+  conflict("--pool", o.pool, to_string(c.pool));
+  if (!o.pretrained_path.empty())
+    fail("--pretrained and --init-from both give the embedding table: ", o.init_from, " already holds one");
 }
 
 // Sets up the model: from a checkpoint, or from the data (and a pretrained table).
 ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, const Dataset* valid) {
   if (!o.init_from.empty()) {
     ParameterBuffer<float> params = load_checkpoint(o.init_from);
+    check_init_flags(o, params.config);
     if (params.config.seq_len != train.seq_len())
       fail(o.init_from, ": checkpoint has T = ", params.config.seq_len, ", ", train.path(), " has T = ", train.seq_len());
     return params;
@@ -71,25 +145,23 @@ ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, 
   return params;
 }
 
-// Running totals of loss, accuracy and samples (an interval's or an epoch's).
-struct Totals {
-  double loss = 0;
-  int64_t correct = 0, samples = 0;
-
-  void add(const TrainTotals& t) {
-    loss += t.loss_sum;
-    correct += t.correct;
-    samples += t.samples;
-  }
-  double mean_loss() const { return loss / static_cast<double>(std::max<int64_t>(samples, 1)); }
-  double accuracy() const { return static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(samples, 1)); }
-};
-
 class TrainingRun {
  public:
   TrainingRun(TrainOptions options, ParameterBuffer<float> params, const Dataset& train, const Dataset* valid)
       : o_(std::move(options)), params_(std::move(params)), train_(train), valid_(valid),
-        optimizer_(o_.optimizer, params_.config), dir_(o_.out_dir), progress_(o_.progress) {}
+        optimizer_(o_.optimizer, params_.config), dir_(o_.out_dir), progress_(o_.progress) {
+    schedule_.kind = parse_schedule_kind(o_.lr_schedule);
+    schedule_.warmup_steps = o_.warmup_steps;
+    schedule_.min_lr = o_.min_lr;
+    schedule_.step_size = o_.lr_step_size;
+    schedule_.factor = o_.lr_factor;
+    schedule_.patience = o_.lr_patience;
+    monitor_options_.metric = parse_monitor_metric(o_.monitor);
+    monitor_options_.min_delta = o_.min_delta;
+    monitor_options_.early_stopping = o_.early_stopping;
+    monitor_options_.plateau = schedule_.kind == ScheduleKind::plateau;
+    monitor_options_.plateau_patience = o_.lr_patience;
+  }
   // The engine holds references to params_ and optimizer_: a run stays where it was made.
   TrainingRun(const TrainingRun&) = delete;
   TrainingRun& operator=(const TrainingRun&) = delete;
@@ -113,24 +185,49 @@ class TrainingRun {
     // correction use the latter): a file where they disagree was not written by this trainer.
     if (optimizer_.steps != position_.step)
       fail(state.path(), ": the optimizer has taken ", optimizer_.steps, " steps but the run says ", position_.step);
+    // Every epoch has the same number of batches, so the position must be on that grid.
+    const int64_t batches = BatchLoader(train_, loader_options()).batches_per_epoch();
+    if (position_.batch_in_epoch > batches || position_.step != position_.epoch * batches + position_.batch_in_epoch)
+      fail(state.path(), ": the run stopped at epoch ", position_.epoch + 1, ", batch ", position_.batch_in_epoch,
+           " (step ", position_.step, "), which does not fit ", train_.path(), " (", batches,
+           " batches an epoch at batch size ", o_.batch_size, "): the training data changed since the run started");
+    monitor_ = replay(position_.validations, monitor_options_);
     std::fprintf(stderr, "resuming %s at step %lld (epoch %lld, batch %lld)\n", dir_.c_str(),
                  static_cast<long long>(position_.step), static_cast<long long>(position_.epoch + 1),
                  static_cast<long long>(position_.batch_in_epoch));
   }
 
-  int run(bool append_metrics) {
-    metrics_.open(dir_ / "metrics.jsonl", append_metrics ? std::ios::app : std::ios::trunc);
-    if (!metrics_) fail((dir_ / "metrics.jsonl").string(), ": cannot write");
-    BatchLoader loader(train_, LoaderOptions{o_.batch_size, o_.shuffle, o_.seed, o_.drop_last, true});
+  // Whether a resumed run has anything left to do; says so when not.
+  bool has_work() const {
+    const int64_t batches = BatchLoader(train_, loader_options()).batches_per_epoch();
+    const int64_t total = planned_steps(batches);
+    const bool epoch_end_pending = position_.batch_in_epoch == batches && position_.step > 0;
+    if (monitor_.stop)
+      std::fprintf(stderr, "nothing to do: early stopping ended the run in %s at step %lld (raise --early-stopping "
+                   "to continue it)\n", dir_.c_str(), static_cast<long long>(position_.step));
+    else if (position_.step >= total && !epoch_end_pending)
+      std::fprintf(stderr, "nothing to do: the run in %s has done %lld of its %lld steps (give a larger --epochs or "
+                   "--steps to train longer)\n", dir_.c_str(), static_cast<long long>(position_.step),
+                   static_cast<long long>(total));
+    else
+      return true;
+    return false;
+  }
+
+  int run() {
+    open_metrics();
+    BatchLoader loader(train_, loader_options());
     batches_ = loader.batches_per_epoch();
     if (batches_ == 0)
       fail(train_.path(), ": no batch to train on (", train_.num_samples(), " samples, batch size ", o_.batch_size,
            o_.drop_last ? ", drop-last on)" : ")");
-    total_steps_ = o_.steps > 0 ? o_.steps : o_.epochs * batches_;
+    total_steps_ = planned_steps(batches_);
     first_step_ = position_.step;
     print_model();
     progress_.restart();  // rates and times count the training loop only
-    while (position_.step < total_steps_) {
+    // A run saved after its epoch's last step but before the epoch's end finishes that first.
+    if (position_.batch_in_epoch == batches_) end_epoch();
+    while (position_.step < total_steps_ && !monitor_.stop) {
       bool epoch_done = false;
       if (const int code = train_epoch(loader, epoch_done)) return code;
       if (const int code = collect()) return code;
@@ -138,6 +235,7 @@ class TrainingRun {
     }
     save();
     progress_.finish();
+    if (monitor_.stop) report_early_stop();
     std::fprintf(stderr, "done: %lld steps in %s; checkpoints in %s\n", static_cast<long long>(position_.step),
                  duration_text(progress_.elapsed_seconds()).c_str(), dir_.c_str());
     if (const std::string note = engine_->closing_note(); !note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
@@ -145,6 +243,35 @@ class TrainingRun {
   }
 
  private:
+  LoaderOptions loader_options() const { return LoaderOptions{o_.batch_size, o_.shuffle, o_.seed, o_.drop_last, true}; }
+  int64_t planned_steps(int64_t batches) const { return o_.steps > 0 ? o_.steps : o_.epochs * batches; }
+
+  // metrics.jsonl as the state file left it: lines written after that state (by a run that was
+  // then killed) are cut, so the resumed run's lines replace them and the file equals the
+  // uninterrupted run's. Lines, not bytes: the times in them make the length vary.
+  void open_metrics() {
+    const fs::path path = dir_ / "metrics.jsonl";
+    if (o_.resume && position_.metrics_lines >= 0 && fs::exists(path)) cut_metrics(path, position_.metrics_lines);
+    metrics_lines_ = std::max<int64_t>(position_.metrics_lines, 0);
+    metrics_.open(path, o_.resume ? std::ios::app : std::ios::trunc);
+    if (!metrics_) fail(path.string(), ": cannot write");
+  }
+
+  static void cut_metrics(const fs::path& path, int64_t lines) {
+    std::ifstream in(path, std::ios::binary);
+    int64_t seen = 0;
+    uintmax_t keep = 0;
+    for (std::string line; seen < lines && std::getline(in, line); ++seen) keep += line.size() + 1;
+    in.close();
+    std::error_code error;
+    if (seen < lines)
+      std::fprintf(stderr, "warning: %s has %lld lines, the run's state recorded %lld; appending to it\n",
+                   path.c_str(), static_cast<long long>(seen), static_cast<long long>(lines));
+    else if (keep < fs::file_size(path, error))
+      fs::resize_file(path, keep, error);
+    if (error) fail(path.string(), ": cannot cut it back to the run's state (", error.message(), ")");
+  }
+
   void print_model() const {
     const ModelConfig& c = params_.config;
     std::fprintf(stderr, "model: V=%lld D=%d H=%d T=%d L=%d blend=%s pool=%s, %zu parameters; %lld steps of %d\n",
@@ -153,27 +280,49 @@ class TrainingRun {
                  o_.batch_size);
   }
 
-  // Queues the rest of the current epoch's steps (up to the run's last step), logging and
-  // checkpointing on the way. epoch_done: the epoch's last batch was queued.
+  // The learning rate of the step with 0-based index `step`: a function of the step and of the
+  // validations recorded before it (plateau), nothing else, so a resume recomputes it exactly.
+  float learning_rate(int64_t step) const {
+    int64_t reductions = 0;
+    if (schedule_.kind == ScheduleKind::plateau) {
+      std::vector<Validation> before;
+      for (const Validation& v : position_.validations)
+        if (v.step <= step) before.push_back(v);
+      reductions = replay(before, monitor_options_).plateau_reductions;
+    }
+    return static_cast<float>(
+        learning_rate_at(schedule_, o_.optimizer.learning_rate, step, total_steps_, reductions));
+  }
+
+  // Queues the rest of the current epoch's steps (up to the run's last step), logging,
+  // validating and checkpointing on the way. epoch_done: the epoch's last batch was queued.
   int train_epoch(BatchLoader& loader, bool& epoch_done) {
     loader.start_epoch(position_.epoch, position_.batch_in_epoch);
     epoch_done = true;
     while (const Batch* batch = loader.next()) {
-      engine_->enqueue_train_step(*batch);
+      enqueue_step(*batch, learning_rate(position_.step));
       ++position_.step;
       ++position_.batch_in_epoch;
+      const bool epoch_end = position_.batch_in_epoch == batches_;
       const bool log_now = position_.step % o_.log_every == 0 || position_.step == total_steps_;
+      const bool valid_now = valid_ && o_.valid_every > 0 && position_.step % o_.valid_every == 0 && !epoch_end;
       const bool checkpoint_now = o_.checkpoint_every > 0 && position_.step % o_.checkpoint_every == 0;
-      if (log_now || checkpoint_now)
+      if (log_now || valid_now || checkpoint_now)
         if (const int code = collect()) return code;
       if (log_now) log_interval();
+      if (valid_now) validate_between_epochs();
       if (checkpoint_now) save();
-      if (position_.step == total_steps_) {
-        epoch_done = position_.batch_in_epoch == batches_;
+      if (position_.step == total_steps_ || monitor_.stop) {
+        epoch_done = epoch_end;
         break;
       }
     }
     return 0;
+  }
+
+  void enqueue_step(const Batch& batch, float learning_rate) {
+    optimizer_.config.learning_rate = learning_rate;
+    engine_->enqueue_train_step(batch);
   }
 
   // Waits for the queued steps and adds their loss and accuracy to the interval and the epoch. A
@@ -181,8 +330,8 @@ class TrainingRun {
   // left the weights unchanged): report it and stop.
   int collect() {
     const TrainTotals totals = engine_->collect();
-    interval_.add(totals);
-    epoch_.add(totals);
+    position_.interval.add(totals);
+    position_.epoch_totals.add(totals);
     if (totals.halted == Halt::none) return 0;
     // The halted step's index in this epoch: every collect happens within one epoch.
     const int64_t batch_index = position_.batch_in_epoch - (position_.step - totals.halted_step) - 1;
@@ -191,53 +340,79 @@ class TrainingRun {
          "; weights left unchanged");
   }
 
+  void write_metrics(const nlohmann::json& line) {
+    metrics_ << line.dump() << '\n' << std::flush;
+    if (!metrics_) fail((dir_ / "metrics.jsonl").string(), ": cannot write (disk full?)");
+    ++metrics_lines_;
+  }
+
   void log_interval() {
     const double elapsed = progress_.elapsed_seconds();
     const double steps_done = static_cast<double>(position_.step - first_step_);
     const double rate = steps_done * o_.batch_size / elapsed;
     const double eta = elapsed / steps_done * static_cast<double>(total_steps_ - position_.step);
-    metrics_ << nlohmann::json{{"kind", "train"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
-                               {"loss", interval_.mean_loss()}, {"accuracy", interval_.accuracy()},
-                               {"lr", o_.optimizer.learning_rate}, {"samples_per_s", rate}, {"seconds", elapsed}}
-                    .dump()
-             << '\n' << std::flush;
+    const RunningTotals& interval = position_.interval;
+    write_metrics({{"kind", "train"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
+                   {"loss", interval.mean_loss()}, {"accuracy", interval.accuracy()},
+                   {"lr", learning_rate(position_.step - 1)}, {"samples_per_s", rate}, {"seconds", elapsed}});
     char text[160];
     std::snprintf(text, sizeof text, "epoch %lld/%lld  step %lld/%lld  loss %.4f  acc %.3f  %.0f samples/s  ETA %s",
                   static_cast<long long>(position_.epoch + 1),
                   static_cast<long long>((total_steps_ + batches_ - 1) / batches_),
-                  static_cast<long long>(position_.step), static_cast<long long>(total_steps_), interval_.mean_loss(),
-                  interval_.accuracy(), rate, duration_text(eta).c_str());
+                  static_cast<long long>(position_.step), static_cast<long long>(total_steps_), interval.mean_loss(),
+                  interval.accuracy(), rate, duration_text(eta).c_str());
     progress_.show(text, true);
-    interval_ = Totals{};
+    position_.interval = RunningTotals{};
   }
 
   void end_epoch() {
     nlohmann::json line{{"kind", "epoch"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
-                        {"loss", epoch_.mean_loss()}, {"accuracy", epoch_.accuracy()},
-                        {"lr", o_.optimizer.learning_rate}};
-    epoch_ = Totals{};
+                        {"loss", position_.epoch_totals.mean_loss()}, {"accuracy", position_.epoch_totals.accuracy()},
+                        {"lr", learning_rate(position_.step - 1)}};
+    position_.epoch_totals = RunningTotals{};
     ++position_.epoch;
     position_.batch_in_epoch = 0;
     if (valid_) validate(line);
-    metrics_ << line.dump() << '\n' << std::flush;
+    write_metrics(line);
     save();
   }
 
-  // Validation at an epoch's end: into the epoch's metrics line, and best.safetensors when the
-  // loss is the lowest yet.
+  void validate_between_epochs() {
+    nlohmann::json line{{"kind", "valid"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
+                        {"lr", learning_rate(position_.step - 1)}};
+    validate(line);
+    write_metrics(line);
+  }
+
+  // A validation: into the metrics line and the run's history; best.safetensors when the
+  // monitored metric is the best yet; early stopping and plateau decisions follow from the history.
   void validate(nlohmann::json& line) {
     const EvalResult result = evaluate(*engine_, *valid_, o_.batch_size, false);
-    line["valid_loss"] = result.loss;
-    line["valid_accuracy"] = result.accuracy();
-    char text[96];
-    std::snprintf(text, sizeof text, "epoch %lld: valid loss %.4f  acc %.3f", static_cast<long long>(position_.epoch),
-                  result.loss, result.accuracy());
+    const Validation v{position_.step, result.loss, result.accuracy(), result.macro_f1()};
+    line["valid_loss"] = v.loss;
+    line["valid_accuracy"] = v.accuracy;
+    line["valid_f1"] = v.f1;
+    char text[128];
+    std::snprintf(text, sizeof text, "step %lld: valid loss %.4f  acc %.3f  f1 %.3f",
+                  static_cast<long long>(position_.step), v.loss, v.accuracy, v.f1);
     progress_.note(text);
-    if (result.loss < position_.best_valid_loss) {
-      position_.best_valid_loss = result.loss;
+    position_.validations.push_back(v);
+    monitor_ = replay(position_.validations, monitor_options_);
+    if (monitor_.last_is_best) {
       engine_->sync_to_host();
       save_checkpoint((dir_ / "best.safetensors").string(), params_, checkpoint_metadata());
     }
+  }
+
+  void report_early_stop() const {
+    const std::vector<Validation>& history = position_.validations;
+    const double best = monitor_.best;
+    int64_t best_step = 0;
+    for (const Validation& v : history)
+      if (monitored_value(v, monitor_options_.metric) == best) best_step = v.step;
+    std::fprintf(stderr, "early stopping: %s did not improve by more than %g in %lld validations; best %g at step %lld "
+                 "(best.safetensors)\n", o_.monitor.c_str(), o_.min_delta, static_cast<long long>(monitor_.wait),
+                 monitor_options_.metric == MonitorMetric::valid_loss ? best : -best, static_cast<long long>(best_step));
   }
 
   std::map<std::string, std::string> checkpoint_metadata() const {
@@ -253,8 +428,19 @@ class TrainingRun {
       if (!std::isfinite(value))
         fail("weights became non-finite by step ", position_.step, "; training stopped without saving. The last good "
              "checkpoint is ", (dir_ / "last.safetensors").string());
+    position_.metrics_lines = metrics_lines_;
+    optimizer_.config.learning_rate = o_.optimizer.learning_rate;  // the state holds the options, not the schedule
     write_run_state((dir_ / "optimizer.safetensors").string(), params_, optimizer_, o_, position_);
     save_checkpoint((dir_ / "last.safetensors").string(), params_, checkpoint_metadata());
+    exit_if_asked();
+  }
+
+  // Fault injection for the tests: ENHANCED_TEST_EXIT_AFTER_SAVE=N ends the process abruptly
+  // (as kill -9 would, no clean-up) right after its N-th checkpoint, at every split point a
+  // kill could hit between two saves.
+  void exit_if_asked() {
+    static const char* const after = std::getenv("ENHANCED_TEST_EXIT_AFTER_SAVE");
+    if (after && ++saves_ == std::atoll(after)) std::_Exit(137);
   }
 
   // step: the 1-based step that met the loss; batch_index: its batch's 0-based index in the epoch.
@@ -276,12 +462,43 @@ class TrainingRun {
   OptimizerState optimizer_;
   fs::path dir_;
   RunPosition position_;
+  ScheduleOptions schedule_;
+  MonitorOptions monitor_options_;
+  MonitorState monitor_;
   ProgressLine progress_;
   std::ofstream metrics_;
   std::unique_ptr<Engine> engine_;
   int64_t batches_ = 0, total_steps_ = 0, first_step_ = 0;
-  Totals interval_, epoch_;
+  int64_t metrics_lines_ = 0;  // lines in metrics.jsonl
+  int64_t saves_ = 0;          // checkpoints written by this process
 };
+
+
+// The controls that need each other: a schedule's own settings, and a validation set for
+// everything that watches one.
+void check_training_controls(const TrainOptions& o) {
+  const ScheduleKind kind = parse_schedule_kind(o.lr_schedule);
+  parse_monitor_metric(o.monitor);
+  if (o.warmup_steps < 0) fail("--warmup-steps must be at least 0, got ", o.warmup_steps);
+  if (!(o.min_lr >= 0) || !(o.min_lr <= o.optimizer.learning_rate))
+    fail("--min-lr must be between 0 and --lr (", o.optimizer.learning_rate, "), got ", o.min_lr);
+  if (kind == ScheduleKind::step && o.lr_step_size < 1)
+    fail("--lr-schedule step needs --lr-step-size of at least 1, got ", o.lr_step_size);
+  if (!(o.lr_factor > 0 && o.lr_factor < 1)) fail("--lr-factor must be between 0 and 1 (exclusive), got ", o.lr_factor);
+  if (o.lr_patience < 0) fail("--lr-patience must be at least 0, got ", o.lr_patience);
+  if (o.early_stopping < 0) fail("--early-stopping must be at least 0, got ", o.early_stopping);
+  if (!(o.min_delta >= 0) || !std::isfinite(o.min_delta)) fail("--min-delta must be at least 0, got ", o.min_delta);
+  if (o.valid_every < 0) fail("--valid-every must be at least 0, got ", o.valid_every);
+  if (o.checkpoint_every < 0) fail("--checkpoint-every must be at least 0, got ", o.checkpoint_every);
+  if (o.valid_path.empty()) {
+    const char* needs = kind == ScheduleKind::plateau ? "--lr-schedule plateau"
+                        : o.early_stopping > 0        ? "--early-stopping"
+                        : o.valid_every > 0           ? "--valid-every"
+                        : o.given_flags.count("--monitor") ? "--monitor"
+                                                           : nullptr;
+    if (needs) fail(needs, " needs a validation set (--valid)");
+  }
+}
 
 }  // namespace
 
@@ -289,15 +506,18 @@ int run_training(TrainOptions options) {
   if (options.out_dir.empty()) fail("--out is required");
   std::unique_ptr<SafetensorsReader> saved_state;  // optimizer.safetensors of the run resumed
   if (options.resume) {
-    saved_state = std::make_unique<SafetensorsReader>((fs::path(options.out_dir) / "optimizer.safetensors").string());
+    const fs::path state = fs::path(options.out_dir) / "optimizer.safetensors";
+    if (!fs::exists(state)) fail(options.out_dir, ": no run to resume (", state.string(), " does not exist)");
+    prepare_run_files(options);
+    saved_state = std::make_unique<SafetensorsReader>(state.string());
     options = resumed_options(options, recorded_options(*saved_state), saved_state->path());
   }
   if (options.epochs == 0) options.epochs = 1;
   if (options.batch_size <= 0) fail("--batch-size must be positive, got ", options.batch_size);
   if (options.log_every <= 0) fail("--log-every must be positive, got ", options.log_every);
+  check_training_controls(options);
   const int threads = configure_cpu_threads(options.threads);
   const Device device = resolve_device(options.device);
-  check_writable_dir(options.out_dir);
 
   const Dataset train = Dataset::open(options.data_path);
   Dataset valid;
@@ -308,6 +528,9 @@ int run_training(TrainOptions options) {
   }
   const Dataset* valid_ptr = options.valid_path.empty() ? nullptr : &valid;
   ParameterBuffer<float> params = options.resume ? read_model(*saved_state, "model.") : build_model(options, train, valid_ptr);
+  if (params.config.seq_len != train.seq_len())
+    fail(options.data_path, ": T = ", train.seq_len(), " but the model (", options.resume ? saved_state->path() : options.init_from,
+         ") has T = ", params.config.seq_len);
   train.check_fits_model(params.config.vocab_size, params.config.num_labels);
   if (valid_ptr) valid.check_fits_model(params.config.vocab_size, params.config.num_labels);
 
@@ -315,9 +538,14 @@ int run_training(TrainOptions options) {
   if (options.resume) {
     run.resume(*saved_state);
     saved_state.reset();  // its moments now live in the optimizer state: do not hold two copies
+    if (!run.has_work()) return 0;
   }
+  prepare_run_files(options);
+  OutputDirectory out(options.out_dir);
   run.use_device(device, threads);
-  return run.run(options.resume);
+  const int code = run.run();
+  if (code == 0 || fs::exists(fs::path(options.out_dir) / "optimizer.safetensors")) out.keep();
+  return code;
 }
 
 }  // namespace enhanced

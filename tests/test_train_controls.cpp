@@ -1,0 +1,274 @@
+// enhanced-train's controls (schedules, validation every N steps, early stopping, the monitored
+// best checkpoint) and what it refuses to do silently (another run in --out, flags that
+// contradict a resumed run, a resume with nothing to do), on the tiny demo set: 5 batches an
+// epoch. Crashes are injected with ENHANCED_TEST_EXIT_AFTER_SAVE (an abrupt exit after the N-th
+// checkpoint, as kill -9 there would leave things).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app_runner.h"
+#include "enhanced/checkpoint.h"
+#include "enhanced/safetensors.h"
+
+namespace enhanced {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::run_app;
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// metrics.jsonl without its times (which differ between any two runs).
+std::vector<json> metrics_without_times(const fs::path& dir) {
+  std::vector<json> lines;
+  std::ifstream in(dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    json j = json::parse(line);
+    j.erase("seconds");
+    j.erase("samples_per_s");
+    lines.push_back(j);
+  }
+  return lines;
+}
+
+std::string line_with(const std::string& output, const std::string& start) {
+  const size_t at = output.find(start);
+  return at == std::string::npos ? "" : output.substr(at, output.find('\n', at) - at);
+}
+
+class TrainControls : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::path(ENHANCED_TEST_TMP) / ("train_controls." + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    files_ = testing::write_small_demo(root_ / "data");
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  static std::string flags() { return testing::small_train_flags(files_) + "--device cpu "; }
+  static std::string out(const std::string& name) { return " --out " + (root_ / name).string() + " "; }
+  static fs::path dir(const std::string& name) { return root_ / name; }
+
+  static fs::path root_;
+  static DemoFiles files_;
+};
+
+fs::path TrainControls::root_;
+DemoFiles TrainControls::files_;
+
+// The run being killed after each of its checkpoints in turn, then resumed, ends exactly as the
+// uninterrupted run: weights, moments, best.safetensors and every metrics line. Among the split
+// points: a checkpoint on an epoch's last step, before that epoch's validation and metrics line.
+TEST_F(TrainControls, KilledAfterAnyCheckpointAndResumedEqualsTheUninterruptedRun) {
+  const std::string run = flags() + "--optimizer adam --lr 0.02 --epochs 3 --checkpoint-every 2 --valid-every 3 "
+                                    "--log-every 2 --lr-schedule plateau --lr-patience 0 --lr-factor 0.5 ";
+  ASSERT_EQ(run_app("enhanced-train", run + out("whole")).exit_code, 0);
+  // 15 steps: checkpoints at 2, 4, ..., 14, epoch ends at 5, 10, 15, and the last one.
+  for (int kill_after = 1; kill_after <= 10; ++kill_after) {
+    const std::string name = "killed-" + std::to_string(kill_after);
+    ::setenv("ENHANCED_TEST_EXIT_AFTER_SAVE", std::to_string(kill_after).c_str(), 1);
+    const auto killed = run_app("enhanced-train", run + out(name));
+    ::unsetenv("ENHANCED_TEST_EXIT_AFTER_SAVE");
+    ASSERT_EQ(killed.exit_code, 137) << name << ": " << killed.output;
+    const auto resumed = run_app("enhanced-train", "--resume --quiet" + out(name));
+    ASSERT_EQ(resumed.exit_code, 0) << name << ": " << resumed.output;
+    for (const char* file : {"last.safetensors", "best.safetensors", "optimizer.safetensors"})
+      EXPECT_TRUE(read_bytes(dir("whole") / file) == read_bytes(dir(name) / file)) << name << ": " << file;
+    EXPECT_EQ(metrics_without_times(dir("whole")), metrics_without_times(dir(name))) << name;
+  }
+}
+
+// Every step's rate is logged; the schedule is the function tests/test_schedule.cpp checks.
+TEST_F(TrainControls, TheRateOfEveryStepIsLoggedAndFollowsTheSchedule) {
+  ASSERT_EQ(run_app("enhanced-train", flags() + "--optimizer sgd --lr 0.1 --epochs 2 --log-every 1 --warmup-steps 2 "
+                                                "--lr-schedule linear --min-lr 0.02" + out("linear")).exit_code, 0);
+  std::vector<float> rates;
+  for (const json& line : metrics_without_times(dir("linear")))
+    if (line["kind"] == "train") rates.push_back(line["lr"].get<float>());
+  ASSERT_EQ(rates.size(), 10u);
+  EXPECT_FLOAT_EQ(rates[0], 0.05f);  // warm-up: 0.1 * 1/2
+  EXPECT_FLOAT_EQ(rates[1], 0.1f);
+  EXPECT_FLOAT_EQ(rates[2], 0.1f);   // then linear over the last 8 steps: 0.1 - 0.08 * t / 8
+  EXPECT_FLOAT_EQ(rates[6], 0.06f);
+  EXPECT_FLOAT_EQ(rates[9], 0.03f);
+}
+
+// A run shorter than an epoch validates too, and best.safetensors is the monitored best.
+TEST_F(TrainControls, ValidEveryStepsAndTheBestCheckpointFollowsTheMonitor) {
+  ASSERT_EQ(run_app("enhanced-train", flags() + "--steps 4 --valid-every 1 --monitor valid_accuracy --lr 0.05" +
+                                          out("monitor")).exit_code, 0);
+  double best = -1;
+  int64_t best_step = 0, validations = 0;
+  for (const json& line : metrics_without_times(dir("monitor"))) {
+    if (line["kind"] != "valid") continue;
+    ++validations;
+    EXPECT_TRUE(line.contains("valid_loss") && line.contains("valid_f1")) << line;
+    if (line["valid_accuracy"].get<double>() > best) {
+      best = line["valid_accuracy"];
+      best_step = line["step"];
+    }
+  }
+  EXPECT_EQ(validations, 4);
+  const SafetensorsReader best_file((dir("monitor") / "best.safetensors").string());
+  EXPECT_EQ(best_file.metadata_value("step"), std::to_string(best_step));
+}
+
+TEST_F(TrainControls, EarlyStoppingStopsAfterPatienceValidationsAndAResumeSaysThereIsNothingToDo) {
+  // No validation improves on the first by more than 1e9: the third one stops the run.
+  const std::string run = flags() + "--epochs 4 --valid-every 1 --early-stopping 2 --min-delta 1e9";
+  const auto first = run_app("enhanced-train", run + out("early"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("early stopping: valid_loss did not improve by more than 1e+09 in 2 validations"),
+            std::string::npos) << first.output;
+  EXPECT_EQ(SafetensorsReader((dir("early") / "optimizer.safetensors").string()).metadata_value("step"), "3");
+  const std::string state = read_bytes(dir("early") / "optimizer.safetensors");
+  const auto again = run_app("enhanced-train", "--resume --quiet" + out("early"));
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("nothing to do: early stopping ended the run"), std::string::npos) << again.output;
+  EXPECT_TRUE(state == read_bytes(dir("early") / "optimizer.safetensors"));
+  // More patience continues the run: two more validations without improvement.
+  const auto longer = run_app("enhanced-train", "--resume --quiet --early-stopping 4" + out("early"));
+  ASSERT_EQ(longer.exit_code, 0) << longer.output;
+  EXPECT_NE(longer.output.find("resume: early_stopping changed from 2 to 4"), std::string::npos) << longer.output;
+  EXPECT_EQ(SafetensorsReader((dir("early") / "optimizer.safetensors").string()).metadata_value("step"), "5");
+}
+
+TEST_F(TrainControls, AFinishedRunResumedSaysThereIsNothingToDoAndChangesNothing) {
+  ASSERT_EQ(run_app("enhanced-train", flags() + "--epochs 1" + out("finished")).exit_code, 0);
+  const std::string state = read_bytes(dir("finished") / "optimizer.safetensors");
+  const auto again = run_app("enhanced-train", "--resume --quiet" + out("finished"));
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("nothing to do: the run in"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("has done 5 of its 5 steps"), std::string::npos) << again.output;
+  EXPECT_TRUE(state == read_bytes(dir("finished") / "optimizer.safetensors"));
+}
+
+TEST_F(TrainControls, AnotherRunInOutIsRefusedUnlessOverwrittenAndOverwriteLeavesNoStaleFiles) {
+  ASSERT_EQ(run_app("enhanced-train", flags() + "--steps 2 --valid-every 1" + out("taken")).exit_code, 0);
+  ASSERT_TRUE(fs::exists(dir("taken") / "best.safetensors"));
+  const std::string state = read_bytes(dir("taken") / "optimizer.safetensors");
+  const auto refused = run_app("enhanced-train", flags() + "--steps 2" + out("taken"));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(line_with(refused.output, "error: ").find("holds another run"), std::string::npos) << refused.output;
+  EXPECT_NE(line_with(refused.output, "error: ").find("--overwrite"), std::string::npos) << refused.output;
+  EXPECT_TRUE(state == read_bytes(dir("taken") / "optimizer.safetensors"));
+  // Without --valid the new run writes no best.safetensors: the old one must not survive.
+  const std::string no_valid = "--data " + files_.train_ebin + " --pretrained " + files_.embeddings +
+                               " --embedding-dim 8 --hidden 6 --batch-size 16 --threads 2 --quiet --device cpu ";
+  const auto replaced = run_app("enhanced-train", no_valid + "--steps 1 --overwrite" + out("taken"));
+  ASSERT_EQ(replaced.exit_code, 0) << replaced.output;
+  EXPECT_FALSE(fs::exists(dir("taken") / "best.safetensors"));
+  EXPECT_EQ(SafetensorsReader((dir("taken") / "optimizer.safetensors").string()).metadata_value("step"), "1");
+  const auto both = run_app("enhanced-train", "--resume --overwrite" + out("taken"));
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.output.find("contradict"), std::string::npos) << both.output;
+}
+
+TEST_F(TrainControls, FlagsThatContradictAResumedRunAreErrorsAndChangesAreRecordedForTheNextResume) {
+  ASSERT_EQ(run_app("enhanced-train", flags() + "--optimizer sgd --lr 0.05 --steps 4" + out("change")).exit_code, 0);
+  for (const std::string conflict : {"--hidden 7", "--blend scalar-mean", "--optimizer adam", "--batch-size 8"}) {
+    const auto result = run_app("enhanced-train", "--resume --steps 8 --quiet " + conflict + out("change"));
+    EXPECT_NE(result.exit_code, 0) << conflict;
+    const std::string line = line_with(result.output, "error: ");
+    EXPECT_NE(line.find(conflict.substr(0, conflict.find(' '))), std::string::npos) << line;
+    EXPECT_NE(line.find("conflicts with the run being resumed"), std::string::npos) << line;
+  }
+  const auto hidden = run_app("enhanced-train", "--resume --steps 8 --quiet --hidden 7" + out("change"));
+  EXPECT_NE(line_with(hidden.output, "error: ").find("--hidden 7 conflicts with the run being resumed, which has "
+                                                     "hidden = 6"), std::string::npos) << hidden.output;
+  // A changed rate is printed and recorded: resumed again, the run continues with it exactly.
+  ASSERT_EQ(run_app("enhanced-train", flags() + "--optimizer sgd --lr 0.05 --steps 4" + out("change-b")).exit_code, 0);
+  const auto a = run_app("enhanced-train", "--resume --quiet --steps 8 --lr 0.02" + out("change"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("resume: lr changed from 0.05 to 0.02"), std::string::npos) << a.output;
+  ASSERT_EQ(run_app("enhanced-train", "--resume --quiet --steps 6 --lr 0.02" + out("change-b")).exit_code, 0);
+  ASSERT_EQ(run_app("enhanced-train", "--resume --quiet --steps 8" + out("change-b")).exit_code, 0);
+  EXPECT_TRUE(read_bytes(dir("change") / "last.safetensors") == read_bytes(dir("change-b") / "last.safetensors"));
+}
+
+TEST_F(TrainControls, ModelFlagsThatContradictInitFromAreErrorsNamingBothValues) {
+  ASSERT_EQ(run_app("enhanced-train", flags() + "--steps 1" + out("init")).exit_code, 0);
+  const std::string checkpoint = (dir("init") / "last.safetensors").string();
+  const std::string data = "--data " + files_.train_ebin + " --quiet --device cpu --steps 1 --init-from " + checkpoint;
+  const auto hidden = run_app("enhanced-train", data + " --hidden 9" + out("init-b"));
+  EXPECT_NE(hidden.exit_code, 0);
+  EXPECT_NE(line_with(hidden.output, "error: ").find("--hidden 9 conflicts with " + checkpoint + ", whose model has 6"),
+            std::string::npos) << hidden.output;
+  const auto pool = run_app("enhanced-train", data + " --pool time" + out("init-c"));
+  EXPECT_NE(line_with(pool.output, "error: ").find("--pool time conflicts with"), std::string::npos) << pool.output;
+  const auto same = run_app("enhanced-train", data + " --hidden 6" + out("init-d"));
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+}
+
+// The resume state is checked when read: a data set that no longer fits the saved position, and
+// a second moment that is negative, are errors naming the file.
+TEST_F(TrainControls, ResumeStateThatDoesNotFitTheDataOrHoldsBadMomentsIsRefused) {
+  ASSERT_EQ(run_app("enhanced-train", flags() + "--optimizer adam --steps 7" + out("state")).exit_code, 0);
+  const auto smaller = run_app("enhanced-train", "--resume --quiet --epochs 3 --data " + files_.test_ebin + out("state"));
+  EXPECT_NE(smaller.exit_code, 0);
+  EXPECT_NE(line_with(smaller.output, "error: ").find("the training data changed"), std::string::npos)
+      << smaller.output;
+  // Rewrite the state with one negative second moment.
+  const fs::path path = dir("state") / "optimizer.safetensors";
+  {
+    const SafetensorsReader state(path.string());
+    SafetensorsWriter writer;
+    std::vector<std::vector<float>> keep;
+    for (const auto& [name, tensor] : state.tensors()) {
+      if (tensor.dtype == "F32") {
+        keep.push_back(state.floats(name, tensor.shape));
+        if (name == "optimizer.v.dense.bias") keep.back()[1] = -1.0f;
+        writer.add(name, keep.back().data(), tensor.shape);
+      } else {
+        const std::vector<uint64_t> steps = state.uint64s(name);
+        writer.add(name, steps.data(), tensor.shape);
+      }
+    }
+    for (const auto& [key, value] : state.metadata()) writer.set_metadata(key, value);
+    writer.write(path.string());
+  }
+  const auto negative = run_app("enhanced-train", "--resume --quiet --epochs 3" + out("state"));
+  EXPECT_NE(negative.exit_code, 0);
+  EXPECT_NE(line_with(negative.output, "error: ").find("'optimizer.v.dense.bias' element 1 is -1"), std::string::npos)
+      << negative.output;
+}
+
+TEST_F(TrainControls, ControlsThatNeedEachOtherAreCheckedBeforeAnyWork) {
+  const std::string no_valid = "--data " + files_.train_ebin + " --hidden 4 --quiet --device cpu --steps 1 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {no_valid + "--lr-schedule plateau", "--lr-schedule plateau needs a validation set (--valid)"},
+      {no_valid + "--early-stopping 3", "--early-stopping needs a validation set (--valid)"},
+      {no_valid + "--valid-every 2", "--valid-every needs a validation set (--valid)"},
+      {no_valid + "--lr-schedule step", "--lr-schedule step needs --lr-step-size of at least 1, got 0"},
+      {no_valid + "--lr 0.1 --min-lr 0.5", "--min-lr must be between 0 and --lr"},
+      {no_valid + "--lr-factor 1.5", "--lr-factor must be between 0 and 1"},
+  };
+  for (const auto& [arguments, message] : cases) {
+    const auto result = run_app("enhanced-train", arguments + out("never"));
+    EXPECT_NE(result.exit_code, 0) << arguments;
+    EXPECT_NE(line_with(result.output, "error: ").find(message), std::string::npos) << arguments << ": " << result.output;
+  }
+  EXPECT_FALSE(fs::exists(dir("never")));
+}
+
+// A run that fails before writing anything leaves no empty --out tree behind.
+TEST_F(TrainControls, AFailedRunLeavesNoEmptyOutputDirectory) {
+  const auto result = run_app("enhanced-train", flags() + "--optimizer sgd --lr 1e38 --steps 3 --log-every 100" +
+                                                    out("fresh/a/b"));
+  EXPECT_EQ(result.exit_code, 3) << result.output;
+  EXPECT_FALSE(fs::exists(dir("fresh"))) << result.output;
+}
+
+}  // namespace
+}  // namespace enhanced
