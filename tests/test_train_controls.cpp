@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -102,6 +103,34 @@ TEST_F(TrainControls, TheRateOfEveryStepIsLoggedAndFollowsTheSchedule) {
   EXPECT_FLOAT_EQ(rates[2], 0.1f);   // then linear over the last 8 steps: 0.1 - 0.08 * t / 8
   EXPECT_FLOAT_EQ(rates[6], 0.06f);
   EXPECT_FLOAT_EQ(rates[9], 0.03f);
+}
+
+// Each schedule against torch.optim.lr_scheduler (tests/reference/schedules.py, Debian's torch):
+// every step's logged rate. Plateau gets the run's own validation losses.
+TEST_F(TrainControls, EveryScheduleGivesTorchsRateAtEveryStep) {
+  if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) GTEST_SKIP() << "no /usr/bin/python3 with torch";
+  struct Case {
+    std::string name, engine_flags, reference_flags;
+  };
+  const std::vector<Case> cases = {
+      {"step", "--lr-schedule step --lr-step-size 3 --lr-factor 0.5 --warmup-steps 2", "--step-size 3 --factor 0.5 --warmup 2"},
+      {"cosine", "--lr-schedule cosine --min-lr 0.01 --warmup-steps 3", "--min-lr 0.01 --warmup 3"},
+      {"linear", "--lr-schedule linear --min-lr 0.005", "--min-lr 0.005"},
+      {"plateau", "--lr-schedule plateau --lr-patience 0 --lr-factor 0.5 --min-lr 0.02 --valid-every 1 --min-delta 0.001",
+       "--patience 0 --factor 0.5 --min-lr 0.02 --min-delta 0.001"},
+      {"constant", "--warmup-steps 4", "--warmup 4"},
+  };
+  for (const Case& c : cases) {
+    const std::string name = "schedule-" + c.name;
+    const auto run = run_app("enhanced-train", flags() + "--optimizer sgd --lr 0.1 --epochs 3 --log-every 1 " +
+                                                   c.engine_flags + out(name));
+    ASSERT_EQ(run.exit_code, 0) << name << ": " << run.output;
+    const std::string command = "/usr/bin/python3 '" ENHANCED_SOURCE_DIR "/tests/reference/schedules.py' '" +
+                                (dir(name) / "metrics.jsonl").string() + "' --schedule " + c.name +
+                                " --lr 0.1 --steps 15 " + c.reference_flags + " > '" + (dir(name) / "torch.txt").string() +
+                                "' 2>&1";
+    EXPECT_EQ(std::system(command.c_str()), 0) << name << ":\n" << read_bytes(dir(name) / "torch.txt");
+  }
 }
 
 // A run shorter than an epoch validates too, and best.safetensors is the monitored best.
