@@ -78,12 +78,7 @@ class OutputDirectory {
 // run's files (only those), so no stale best.safetensors survives beside a new last.safetensors.
 void prepare_run_files(const TrainOptions& o) {
   const fs::path dir = o.out_dir;
-  if (o.resume) {
-    if (o.overwrite) fail("--resume and --overwrite contradict each other: continue the run in ", o.out_dir,
-                          ", or replace it");
-    return;
-  }
-  if (!holds_run(dir)) return;
+  if (o.resume || !holds_run(dir)) return;
   if (!o.overwrite)
     fail(o.out_dir, " holds another run (", fs::exists(dir / "optimizer.safetensors") ? "optimizer.safetensors"
                                                                                        : "its files",
@@ -508,7 +503,8 @@ int run_training(TrainOptions options) {
   if (options.resume) {
     const fs::path state = fs::path(options.out_dir) / "optimizer.safetensors";
     if (!fs::exists(state)) fail(options.out_dir, ": no run to resume (", state.string(), " does not exist)");
-    prepare_run_files(options);
+    if (options.overwrite) fail("--resume and --overwrite contradict each other: continue the run in ", options.out_dir,
+                                ", or replace it");
     saved_state = std::make_unique<SafetensorsReader>(state.string());
     options = resumed_options(options, recorded_options(*saved_state), saved_state->path());
   }
