@@ -1,8 +1,8 @@
 // enhanced-train's controls (schedules, validation every N steps, early stopping, the monitored
 // best checkpoint) and what it refuses to do silently (another run in --out, flags that
 // contradict a resumed run, a resume with nothing to do), on the tiny demo set: 5 batches an
-// epoch. Crashes are injected with ENHANCED_TEST_EXIT_AFTER_SAVE (an abrupt exit after the N-th
-// checkpoint, as kill -9 there would leave things).
+// epoch. Crashes are injected with ENHANCED_TEST_EXIT_AFTER_WRITE (an abrupt exit after the N-th
+// file written, as kill -9 there would leave things).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -68,26 +68,33 @@ class TrainControls : public ::testing::Test {
 fs::path TrainControls::root_;
 DemoFiles TrainControls::files_;
 
-// The run being killed after each of its checkpoints in turn, then resumed, ends exactly as the
+// The run being killed after each of its file writes in turn, then resumed, ends exactly as the
 // uninterrupted run: weights, moments, best.safetensors and every metrics line. Among the split
-// points: a checkpoint on an epoch's last step, before that epoch's validation and metrics line.
-TEST_F(TrainControls, KilledAfterAnyCheckpointAndResumedEqualsTheUninterruptedRun) {
+// points: a checkpoint on an epoch's last step, before that epoch's validation and metrics line;
+// between the state file and last.safetensors of the final save.
+TEST_F(TrainControls, KilledAfterAnyFileWriteAndResumedEqualsTheUninterruptedRun) {
   const std::string run = flags() + "--optimizer adam --lr 0.02 --epochs 3 --checkpoint-every 2 --valid-every 3 "
                                     "--log-every 2 --lr-schedule plateau --lr-patience 0 --lr-factor 0.5 ";
   ASSERT_EQ(run_app("enhanced-train", run + out("whole")).exit_code, 0);
-  // 15 steps: checkpoints at 2, 4, ..., 14, epoch ends at 5, 10, 15, and the last one.
-  for (int kill_after = 1; kill_after <= 10; ++kill_after) {
+  // 15 steps: checkpoints at 2, 4, ..., 14, epoch ends at 5, 10, 15, and the last one: 11 saves
+  // of two files each, and best.safetensors at each validation that improves. Killed after
+  // each write in turn until a run gets through all of them.
+  int points = 0;
+  for (int kill_after = 1;; ++kill_after) {
     const std::string name = "killed-" + std::to_string(kill_after);
-    ::setenv("ENHANCED_TEST_EXIT_AFTER_SAVE", std::to_string(kill_after).c_str(), 1);
+    ::setenv("ENHANCED_TEST_EXIT_AFTER_WRITE", std::to_string(kill_after).c_str(), 1);
     const auto killed = run_app("enhanced-train", run + out(name));
-    ::unsetenv("ENHANCED_TEST_EXIT_AFTER_SAVE");
+    ::unsetenv("ENHANCED_TEST_EXIT_AFTER_WRITE");
+    if (killed.exit_code == 0) break;  // fewer writes than kill_after
     ASSERT_EQ(killed.exit_code, 137) << name << ": " << killed.output;
+    ++points;
     const auto resumed = run_app("enhanced-train", "--resume --quiet" + out(name));
     ASSERT_EQ(resumed.exit_code, 0) << name << ": " << resumed.output;
     for (const char* file : {"last.safetensors", "best.safetensors", "optimizer.safetensors"})
       EXPECT_TRUE(read_bytes(dir("whole") / file) == read_bytes(dir(name) / file)) << name << ": " << file;
     EXPECT_EQ(metrics_without_times(dir("whole")), metrics_without_times(dir(name))) << name;
   }
+  EXPECT_GT(points, 22) << "every save's two files and at least one best.safetensors";
 }
 
 // Every step's rate is logged; the schedule is the function tests/test_schedule.cpp checks.

@@ -209,6 +209,19 @@ class TrainingRun {
     return false;
   }
 
+  // A run killed between the state file and last.safetensors of its final save has nothing left
+  // to do, but its last.safetensors is a step behind: rewrite it from the state.
+  void refresh_last_checkpoint() {
+    const std::string last = (dir_ / "last.safetensors").string();
+    try {
+      if (SafetensorsReader(last).metadata_value("step") == std::to_string(position_.step)) return;
+    } catch (const std::exception&) {  // missing or torn: rewritten below
+    }
+    save_checkpoint(last, params_, checkpoint_metadata());
+    std::fprintf(stderr, "rewrote %s from the run's state (step %lld)\n", last.c_str(),
+                 static_cast<long long>(position_.step));
+  }
+
   int run() {
     open_metrics();
     BatchLoader loader(train_, loader_options());
@@ -396,6 +409,7 @@ class TrainingRun {
     if (monitor_.last_is_best) {
       engine_->sync_to_host();
       save_checkpoint((dir_ / "best.safetensors").string(), params_, checkpoint_metadata());
+      exit_if_asked();
     }
   }
 
@@ -426,16 +440,17 @@ class TrainingRun {
     position_.metrics_lines = metrics_lines_;
     optimizer_.config.learning_rate = o_.optimizer.learning_rate;  // the state holds the options, not the schedule
     write_run_state((dir_ / "optimizer.safetensors").string(), params_, optimizer_, o_, position_);
+    exit_if_asked();
     save_checkpoint((dir_ / "last.safetensors").string(), params_, checkpoint_metadata());
     exit_if_asked();
   }
 
-  // Fault injection for the tests: ENHANCED_TEST_EXIT_AFTER_SAVE=N ends the process abruptly
-  // (as kill -9 would, no clean-up) right after its N-th checkpoint, at every split point a
-  // kill could hit between two saves.
+  // Fault injection for the tests: ENHANCED_TEST_EXIT_AFTER_WRITE=N ends the process abruptly
+  // (as kill -9 would, no clean-up) right after its N-th file write (state, last or best), so a
+  // test can stop a run at every point a kill could hit between two writes.
   void exit_if_asked() {
-    static const char* const after = std::getenv("ENHANCED_TEST_EXIT_AFTER_SAVE");
-    if (after && ++saves_ == std::atoll(after)) std::_Exit(137);
+    static const char* const after = std::getenv("ENHANCED_TEST_EXIT_AFTER_WRITE");
+    if (after && ++writes_ == std::atoll(after)) std::_Exit(137);
   }
 
   // step: the 1-based step that met the loss; batch_index: its batch's 0-based index in the epoch.
@@ -465,7 +480,7 @@ class TrainingRun {
   std::unique_ptr<Engine> engine_;
   int64_t batches_ = 0, total_steps_ = 0, first_step_ = 0;
   int64_t metrics_lines_ = 0;  // lines in metrics.jsonl
-  int64_t saves_ = 0;          // checkpoints written by this process
+  int64_t writes_ = 0;         // files written by this process
 };
 
 
@@ -534,7 +549,10 @@ int run_training(TrainOptions options) {
   if (options.resume) {
     run.resume(*saved_state);
     saved_state.reset();  // its moments now live in the optimizer state: do not hold two copies
-    if (!run.has_work()) return 0;
+    if (!run.has_work()) {
+      run.refresh_last_checkpoint();
+      return 0;
+    }
   }
   prepare_run_files(options);
   OutputDirectory out(options.out_dir);
