@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "app_runner.h"
+#include "state_compare.h"
 #include "cuda_test_util.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/common.h"
@@ -280,7 +281,7 @@ TEST_F(CudaTrainCli, TrainsLikeTheCpuAndResumesBitForBit) {
                                                      " --out " + gpu.string());
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   EXPECT_TRUE(read_file(gpu / "last.safetensors") == read_file(cut / "last.safetensors"));
-  EXPECT_TRUE(read_file(gpu / "optimizer.safetensors") == read_file(cut / "optimizer.safetensors"));
+  EXPECT_TRUE(testing::same_state_apart_from_metrics(gpu / "optimizer.safetensors", cut / "optimizer.safetensors"));
   // And close to the CPU's run: rounding differences only.
   ASSERT_EQ(run_app("enhanced-train", flags() + "--epochs 3 --device cpu --out " + cpu.string()).exit_code, 0);
   const ParameterBuffer<float> a = load_checkpoint((gpu / "last.safetensors").string());

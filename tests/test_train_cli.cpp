@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "app_runner.h"
+#include "state_compare.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/demo.h"
 
@@ -26,25 +27,6 @@ std::string read_bytes(const fs::path& path) {
   std::ostringstream out;
   out << in.rdbuf();
   return out.str();
-}
-
-// Two state files hold the same tensors and metadata, metrics.jsonl's line count aside: a run
-// that ended early logged its last step, so after it is extended its metrics file has that line
-// more than the run that never stopped (a killed run, cut back to its state, has not:
-// tests/test_train_controls.cpp).
-bool same_state_apart_from_metrics(const fs::path& a, const fs::path& b) {
-  const SafetensorsReader x(a.string()), y(b.string());
-  auto metadata_x = x.metadata(), metadata_y = y.metadata();
-  metadata_x.erase("metrics_lines");
-  metadata_y.erase("metrics_lines");
-  if (metadata_x != metadata_y || x.tensors().size() != y.tensors().size()) return false;
-  for (const auto& [name, tensor] : x.tensors()) {
-    if (!y.has(name)) return false;
-    if (tensor.dtype == "F32" ? x.floats(name, tensor.shape) != y.floats(name, tensor.shape)
-                              : x.uint64s(name) != y.uint64s(name))
-      return false;
-  }
-  return true;
 }
 
 class TrainCli : public ::testing::Test {
@@ -105,7 +87,7 @@ TEST_F(TrainCli, ResumeEqualsTheUninterruptedRunBitForBit) {
     const auto result = run_app("enhanced-train", "--resume --epochs 3 --quiet --out " + dir(run).string());
     ASSERT_EQ(result.exit_code, 0) << result.output;
     EXPECT_TRUE(read_bytes(dir("full") / "last.safetensors") == read_bytes(dir(run) / "last.safetensors")) << run;
-    EXPECT_TRUE(same_state_apart_from_metrics(dir("full") / "optimizer.safetensors", dir(run) / "optimizer.safetensors"))
+    EXPECT_TRUE(testing::same_state_apart_from_metrics(dir("full") / "optimizer.safetensors", dir(run) / "optimizer.safetensors"))
         << run;
   }
 }
