@@ -55,6 +55,11 @@ TEST(Schedule, PlateauMultipliesByTheFactorPerReductionDownToMinLr) {
   EXPECT_DOUBLE_EQ(learning_rate_at(s, 1.0, 7, 10, 0), 1.0);
   EXPECT_NEAR(learning_rate_at(s, 1.0, 7, 10, 2), 0.01, 1e-17);
   EXPECT_DOUBLE_EQ(learning_rate_at(s, 1.0, 7, 10, 3), 0.0015);
+  // torch's eps: a reduction of 1e-8 or less is not made.
+  s.factor = 0.5;
+  s.min_lr = 0;
+  EXPECT_DOUBLE_EQ(learning_rate_at(s, 2e-8, 7, 10, 1), 2e-8);
+  EXPECT_DOUBLE_EQ(learning_rate_at(s, 4e-8, 7, 10, 3), 2e-8);
 }
 
 std::vector<Validation> losses(std::initializer_list<double> values) {
@@ -73,8 +78,17 @@ TEST(Monitor, BestFollowsTheMetricAndEarlyStoppingCountsValidationsWithoutAnImpr
   EXPECT_DOUBLE_EQ(s.best, 0.87);
   EXPECT_EQ(s.wait, 2);         // ... but neither 0.88 nor 0.87 beat 0.9 by more than 0.05
   EXPECT_TRUE(s.stop);
+  EXPECT_EQ(s.best_step, 4);
   s = replay(losses({1.0, 0.9, 0.88}), o);
   EXPECT_FALSE(s.stop);
+  // Only the latest validation decides: a patience exhausted earlier, then an improvement (as a
+  // resume with a new, smaller patience replays it) does not stop the run.
+  s = replay(losses({1.0, 1.0, 1.0, 0.5}), o);
+  EXPECT_FALSE(s.stop);
+  EXPECT_EQ(s.wait, 0);
+  // Ties: the best step is the first with the best value (the one best.safetensors holds).
+  s = replay(losses({1.0, 0.5, 0.5}), o);
+  EXPECT_EQ(s.best_step, 2);
   o.metric = MonitorMetric::valid_accuracy;  // accuracy 1 - loss: higher is better
   s = replay(losses({0.5, 0.2, 0.3}), o);
   EXPECT_FALSE(s.last_is_best);

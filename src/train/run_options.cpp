@@ -13,11 +13,13 @@ namespace {
 
 using nlohmann::json;
 
-// What a flag given with --resume does to a recorded option: `fixed` ones describe the model,
-// the data order or the optimizer, and a different value is an error; `changeable` ones (the
-// run's length, the learning rate and its schedule, early stopping, intervals, threads) take the
-// new value, which is printed and recorded, so a later resume is still exact.
-enum class OnResume { fixed, changeable };
+// What a flag given with --resume does to a recorded option: `fixed` ones describe the data
+// order or the optimizer, and a different value is an error; `model` ones are checked against the
+// saved model itself (the recorded option may be 0, "from the data"), by check_model_flags;
+// `changeable` ones (the learning rate and its schedule, early stopping, intervals, threads, the
+// files' paths) take the new value, which is printed and recorded, so a later resume is still
+// exact; `length` (--epochs, --steps) is one choice: either flag replaces both.
+enum class OnResume { fixed, model, changeable, length };
 
 // One recorded option: its key, its command-line flag, how it is written and read back.
 // `optional`: runs recorded before the field existed lack it, and the caller's value stands.
@@ -28,6 +30,7 @@ struct OptionField {
   std::function<json(const TrainOptions&)> save;
   std::function<void(TrainOptions&, const json&)> load;
   bool optional = false;
+  bool is_float = false;  // stored as exact_text
 };
 
 template <class Value>
@@ -46,11 +49,13 @@ OptionField exact(const char* key, const char* flag, OnResume on_resume, Ref<Rea
           [ref](TrainOptions& o, const json& j) {
             ref(o) = static_cast<Real>(std::strtod(j.get<std::string>().c_str(), nullptr));
           },
-          optional};
+          optional, true};
 }
 
 constexpr OnResume fixed = OnResume::fixed;
+constexpr OnResume model = OnResume::model;
 constexpr OnResume changeable = OnResume::changeable;
+constexpr OnResume length = OnResume::length;
 
 #define ENHANCED_FIELD(type, member) [](TrainOptions& o) -> type& { return o.member; }
 
@@ -61,15 +66,15 @@ const std::vector<OptionField>& option_fields() {
       // Recorded only: a resumed model comes from the state file.
       plain<std::string>("pretrained", "--pretrained", fixed, ENHANCED_FIELD(std::string, pretrained_path)),
       plain<std::string>("init_from", "--init-from", fixed, ENHANCED_FIELD(std::string, init_from)),
-      plain<int64_t>("epochs", "--epochs", changeable, ENHANCED_FIELD(int64_t, epochs)),
-      plain<int64_t>("steps", "--steps", changeable, ENHANCED_FIELD(int64_t, steps)),
+      plain<int64_t>("epochs", "--epochs", length, ENHANCED_FIELD(int64_t, epochs)),
+      plain<int64_t>("steps", "--steps", length, ENHANCED_FIELD(int64_t, steps)),
       plain<int>("batch_size", "--batch-size", fixed, ENHANCED_FIELD(int, batch_size)),
-      plain<int>("hidden", "--hidden", fixed, ENHANCED_FIELD(int, hidden)),
-      plain<int>("embedding_dim", "--embedding-dim", fixed, ENHANCED_FIELD(int, embedding_dim)),
-      plain<int64_t>("vocab_size", "--vocab-size", fixed, ENHANCED_FIELD(int64_t, vocab_size)),
-      plain<int>("num_labels", "--num-labels", fixed, ENHANCED_FIELD(int, num_labels)),
-      plain<std::string>("blend", "--blend", fixed, ENHANCED_FIELD(std::string, blend)),
-      plain<std::string>("pool", "--pool", fixed, ENHANCED_FIELD(std::string, pool)),
+      plain<int>("hidden", "--hidden", model, ENHANCED_FIELD(int, hidden)),
+      plain<int>("embedding_dim", "--embedding-dim", model, ENHANCED_FIELD(int, embedding_dim)),
+      plain<int64_t>("vocab_size", "--vocab-size", model, ENHANCED_FIELD(int64_t, vocab_size)),
+      plain<int>("num_labels", "--num-labels", model, ENHANCED_FIELD(int, num_labels)),
+      plain<std::string>("blend", "--blend", model, ENHANCED_FIELD(std::string, blend)),
+      plain<std::string>("pool", "--pool", model, ENHANCED_FIELD(std::string, pool)),
       {"optimizer", "--optimizer", fixed, [](const TrainOptions& o) { return json(to_string(o.optimizer.kind)); },
        [](TrainOptions& o, const json& j) { o.optimizer.kind = parse_optimizer_kind(j.get<std::string>()); }},
       exact<float>("lr", "--lr", changeable, ENHANCED_FIELD(float, optimizer.learning_rate)),
@@ -106,14 +111,21 @@ const std::vector<OptionField>& option_fields() {
 
 #undef ENHANCED_FIELD
 
-// A recorded value as a person reads it (floats are stored as hexadecimal text).
-std::string readable(const json& value) {
-  if (value.is_string()) {
-    const std::string text = value.get<std::string>();
-    if (text.find("0x") != std::string::npos) return cat(std::strtod(text.c_str(), nullptr));
+// A recorded value as a person reads it: floats to 9 digits (enough to tell any two floats
+// apart), an empty path as "(none)".
+std::string readable(const OptionField& field, const json& value) {
+  if (field.is_float) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.9g", std::strtod(value.get<std::string>().c_str(), nullptr));
     return text;
   }
+  if (value.is_string()) return value.get<std::string>().empty() ? "(none)" : value.get<std::string>();
   return value.dump();
+}
+
+// The run's length as given or recorded: "3 epochs" or "20 steps".
+std::string length_text(const TrainOptions& o) {
+  return o.steps > 0 ? cat(o.steps, " steps") : cat(o.epochs, " epochs");
 }
 
 }  // namespace
@@ -140,19 +152,25 @@ TrainOptions resumed_options(const TrainOptions& caller, const std::string& reco
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": run_options metadata is malformed (", e.what(), ")");
   }
-  // The run's length is one choice: a new --epochs or --steps replaces both.
-  const bool new_length = caller.given_flags.count("--epochs") || caller.given_flags.count("--steps");
+  if ((caller.given_flags.count("--epochs") || caller.given_flags.count("--steps")) &&
+      (caller.epochs != o.epochs || caller.steps != o.steps)) {
+    std::fprintf(stderr, "resume: the run's length changed from %s to %s\n", length_text(o).c_str(),
+                 length_text(caller).c_str());
+    o.epochs = caller.epochs;
+    o.steps = caller.steps;
+  }
   for (const OptionField& field : option_fields()) {
-    const bool length = std::string(field.key) == "epochs" || std::string(field.key) == "steps";
-    if (!(length ? new_length : caller.given_flags.count(field.flag) > 0)) continue;
+    if (field.on_resume == OnResume::length || field.on_resume == OnResume::model) continue;
+    if (!caller.given_flags.count(field.flag)) continue;
     const json given = field.save(caller), saved = field.save(o);
     if (given == saved) continue;
     if (field.on_resume == OnResume::fixed)
-      fail(field.flag, " ", readable(given), " conflicts with the run being resumed, which has ", field.key, " = ",
-           readable(saved), " (", source, "); a resumed run keeps its model, data order and optimizer");
+      fail(field.flag, given.is_boolean() ? "" : " " + readable(field, given), " conflicts with the run being resumed, "
+           "which has ", field.key, " = ", readable(field, saved), " (", source,
+           "); a resumed run keeps its model, data order and optimizer");
     field.load(o, given);
-    std::fprintf(stderr, "resume: %s changed from %s to %s\n", field.key, readable(saved).c_str(),
-                 readable(given).c_str());
+    std::fprintf(stderr, "resume: %s changed from %s to %s\n", field.key, readable(field, saved).c_str(),
+                 readable(field, given).c_str());
   }
   o.given_flags = caller.given_flags;
   o.resume = true;

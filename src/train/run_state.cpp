@@ -50,12 +50,13 @@ json validations_json(const std::vector<Validation>& validations) {
   return out;
 }
 
-// A double written by exact_text, finite.
-double exact_number(const json& text, const std::string& what) {
+// A double written by exact_text; `finite`: it must be (validations may record a NaN loss).
+double exact_number(const json& text, const std::string& what, bool finite = true) {
   const std::string value = text.get<std::string>();
   char* end = nullptr;
   const double number = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || !std::isfinite(number)) fail(what, " is not a finite number: '", value, "'");
+  if (value.empty() || *end != '\0' || (finite && !std::isfinite(number)))
+    fail(what, " is not a", finite ? " finite" : "", " number: '", value, "'");
   return number;
 }
 
@@ -93,7 +94,7 @@ std::vector<Validation> read_validations(const SafetensorsReader& state, int64_t
   for (size_t i = 0; i < j.size(); ++i) {
     const std::string item = cat(what, " item ", i);
     if (!j[i].is_array() || j[i].size() != 4) fail(item, " must hold [step, loss, accuracy, f1]");
-    const Validation v{count(j[i][0], item + " step"), exact_number(j[i][1], item + " loss"),
+    const Validation v{count(j[i][0], item + " step"), exact_number(j[i][1], item + " loss", false),
                        exact_number(j[i][2], item + " accuracy"), exact_number(j[i][3], item + " f1")};
     if (v.step > step || (!out.empty() && v.step < out.back().step))
       fail(item, ": step ", v.step, " is out of order (the run is at step ", step, ")");
@@ -131,7 +132,10 @@ RunPosition read_run_position(const SafetensorsReader& state) {
       *field = metadata_integer(state, key);
       if (*field < 0) fail(state.path(), ": metadata '", key, "' is negative: ", *field);
     }
-    if (state.metadata().count("metrics_lines")) position.metrics_lines = metadata_integer(state, "metrics_lines");
+    if (state.metadata().count("metrics_lines")) {
+      position.metrics_lines = metadata_integer(state, "metrics_lines");
+      if (position.metrics_lines < 0) fail(state.path(), ": metadata 'metrics_lines' is negative: ", position.metrics_lines);
+    }
     position.interval = read_totals(state, "interval_totals");
     position.epoch_totals = read_totals(state, "epoch_totals");
     position.validations = read_validations(state, position.step);

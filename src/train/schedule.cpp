@@ -27,6 +27,9 @@ const char* to_string(ScheduleKind kind) {
   return "?";
 }
 
+// torch ReduceLROnPlateau's eps: a reduction smaller than this is not made.
+constexpr double kPlateauEpsilon = 1e-8;
+
 // Warm-up first (step s of W runs at lr * (s + 1) / W, so no step is wasted at 0), then the
 // schedule on the steps after it: torch's StepLR, CosineAnnealingLR (T_max the steps left),
 // LinearLR down to min_lr, and ReduceLROnPlateau's lr * factor^reductions floored at min_lr.
@@ -45,8 +48,14 @@ double learning_rate_at(const ScheduleOptions& schedule, double base_lr, int64_t
     case ScheduleKind::cosine:
       return schedule.min_lr + (base_lr - schedule.min_lr) * (1 + std::cos(M_PI * progress)) / 2;
     case ScheduleKind::linear: return base_lr + (schedule.min_lr - base_lr) * progress;
-    case ScheduleKind::plateau:
-      return std::max(base_lr * std::pow(schedule.factor, static_cast<double>(plateau_reductions)), schedule.min_lr);
+    case ScheduleKind::plateau: {
+      double lr = base_lr;
+      for (int64_t k = 0; k < plateau_reductions; ++k) {
+        const double reduced = std::max(lr * schedule.factor, schedule.min_lr);
+        if (lr - reduced > kPlateauEpsilon) lr = reduced;
+      }
+      return lr;
+    }
   }
   return base_lr;
 }
@@ -83,23 +92,26 @@ MonitorState replay(const std::vector<Validation>& history, const MonitorOptions
     const double value = monitored_value(validation, options.metric);
     const bool first = !s.has_best;
     s.last_is_best = first || value < s.best;
-    if (s.last_is_best) s.best = value;
+    if (s.last_is_best) {
+      s.best = value;
+      s.best_step = validation.step;
+    }
     // Keras EarlyStopping and torch ReduceLROnPlateau (threshold_mode "abs"): better by more
     // than min_delta, else one more bad validation.
-    if (first || value < s.early_best - options.min_delta) {
-      s.early_best = value;
+    if (first || value < s.improvement_reference - options.min_delta) {
+      s.improvement_reference = value;
       s.wait = 0;
-      s.plateau_best_wait = 0;
+      s.plateau_bad_validations = 0;
     } else {
       ++s.wait;
-      if (options.plateau && ++s.plateau_best_wait > options.plateau_patience) {
+      if (options.plateau && ++s.plateau_bad_validations > options.plateau_patience) {
         ++s.plateau_reductions;
-        s.plateau_best_wait = 0;
+        s.plateau_bad_validations = 0;
       }
     }
     s.has_best = true;
-    if (options.early_stopping > 0 && s.wait >= options.early_stopping) s.stop = true;
   }
+  s.stop = options.early_stopping > 0 && s.wait >= options.early_stopping;
   return s;
 }
 

@@ -1,8 +1,10 @@
 // What happens between steps, as pure functions of the run's options, the step and the recorded
 // validations: the learning rate of each step (warm-up, then a schedule), and the monitor that
 // decides best.safetensors, plateau reductions and early stopping. The run state records the
-// validations, not the decisions, so a resume (even with changed patience or monitor) recomputes
-// them the same way the uninterrupted run did.
+// validations, not the decisions, so a resume recomputes them as the uninterrupted run made them
+// (and a resume with another patience or monitor makes them as if it had applied all along; early
+// stopping looks only at the latest validation, so such a resume never stops a run that is
+// improving).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +27,8 @@ struct ScheduleOptions {
 };
 
 // The learning rate of the step with 0-based index `step` of a run of `total_steps`, with
-// `plateau_reductions` reductions made by validations before it.
+// `plateau_reductions` reductions made by validations before it (each as torch makes it: skipped
+// once it would change the rate by less than 1e-8).
 double learning_rate_at(const ScheduleOptions& schedule, double base_lr, int64_t step, int64_t total_steps,
                         int64_t plateau_reductions);
 
@@ -50,13 +53,14 @@ struct MonitorOptions {
 // The decisions the validations so far imply (Keras EarlyStopping, torch ReduceLROnPlateau).
 struct MonitorState {
   bool has_best = false;
-  double best = 0;                // best monitored value (for best.safetensors: strict improvement)
-  bool last_is_best = false;      // the latest validation set a new best
-  double early_best = 0;          // best by more than min_delta (early stopping's reference)
-  int64_t wait = 0;               // validations since early_best improved
-  int64_t plateau_best_wait = 0;  // plateau's count of bad validations since its last reset
+  double best = 0;                      // best monitored value (best.safetensors: strict improvement)
+  int64_t best_step = 0;                // the step of the first validation with that value
+  bool last_is_best = false;            // the latest validation set a new best
+  double improvement_reference = 0;     // the value to beat by more than min_delta
+  int64_t wait = 0;                     // validations since improvement_reference last moved
+  int64_t plateau_bad_validations = 0;  // plateau's count since its last reduction or improvement
   int64_t plateau_reductions = 0;
-  bool stop = false;              // early stopping fired
+  bool stop = false;                    // early stopping: the latest validation exhausted the patience
 };
 
 double monitored_value(const Validation& validation, MonitorMetric metric);

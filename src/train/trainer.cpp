@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "enhanced/checkpoint.h"
@@ -33,8 +34,10 @@ namespace fs = std::filesystem;
 const char* const kRunFiles[] = {"optimizer.safetensors", "last.safetensors", "best.safetensors", "metrics.jsonl",
                                  "metrics.png"};
 
+// A run is its checkpoints: a metrics.jsonl alone (a run killed before its first checkpoint)
+// is not one, and a new run replaces it.
 bool holds_run(const fs::path& dir) {
-  for (const char* file : kRunFiles)
+  for (const char* file : {"optimizer.safetensors", "last.safetensors", "best.safetensors"})
     if (fs::exists(dir / file)) return true;
   return false;
 }
@@ -90,11 +93,12 @@ void prepare_run_files(const TrainOptions& o) {
   }
 }
 
-// With --init-from, a model flag the user gave must agree with the checkpoint.
-void check_init_flags(const TrainOptions& o, const ModelConfig& c) {
+// With --init-from or --resume, a model flag the user gave must agree with the saved model
+// (`source` names it).
+void check_model_flags(const TrainOptions& o, const ModelConfig& c, const std::string& source) {
   const auto conflict = [&](const char* flag, const std::string& given, const std::string& saved) {
     if (o.given_flags.count(flag) && given != saved)
-      fail(flag, " ", given, " conflicts with ", o.init_from, ", whose model has ", saved);
+      fail(flag, " ", given, " conflicts with ", source, ", whose model has ", saved);
   };
   conflict("--hidden", std::to_string(o.hidden), std::to_string(c.hidden));
   conflict("--embedding-dim", std::to_string(o.embedding_dim), std::to_string(c.embedding_dim));
@@ -102,15 +106,15 @@ void check_init_flags(const TrainOptions& o, const ModelConfig& c) {
   conflict("--num-labels", std::to_string(o.num_labels), std::to_string(c.num_labels));
   conflict("--blend", o.blend, to_string(c.blend));
   conflict("--pool", o.pool, to_string(c.pool));
-  if (!o.pretrained_path.empty())
-    fail("--pretrained and --init-from both give the embedding table: ", o.init_from, " already holds one");
 }
 
 // Sets up the model: from a checkpoint, or from the data (and a pretrained table).
 ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, const Dataset* valid) {
   if (!o.init_from.empty()) {
+    if (!o.pretrained_path.empty())
+      fail("--pretrained and --init-from both give the embedding table: ", o.init_from, " already holds one");
     ParameterBuffer<float> params = load_checkpoint(o.init_from);
-    check_init_flags(o, params.config);
+    check_model_flags(o, params.config, o.init_from);
     if (params.config.seq_len != train.seq_len())
       fail(o.init_from, ": checkpoint has T = ", params.config.seq_len, ", ", train.path(), " has T = ", train.seq_len());
     return params;
@@ -156,6 +160,24 @@ class TrainingRun {
     monitor_options_.early_stopping = o_.early_stopping;
     monitor_options_.plateau = schedule_.kind == ScheduleKind::plateau;
     monitor_options_.plateau_patience = o_.lr_patience;
+    batches_ = BatchLoader(train_, loader_options()).batches_per_epoch();
+    if (batches_ == 0)
+      fail(train_.path(), ": no batch to train on (", train_.num_samples(), " samples, batch size ", o_.batch_size,
+           o_.drop_last ? ", drop-last on)" : ")");
+    if (o_.steps == 0 && o_.epochs > std::numeric_limits<int64_t>::max() / batches_)
+      fail("--epochs ", o_.epochs, " is too many: ", batches_, " batches an epoch overflow the step count");
+    total_steps_ = o_.steps > 0 ? o_.steps : o_.epochs * batches_;
+  }
+
+  // Controls that can only be judged against the run's length: each must have an effect.
+  void check_controls_fit_the_run() const {
+    if (o_.warmup_steps >= total_steps_ && o_.warmup_steps > 0)
+      fail("--warmup-steps ", o_.warmup_steps, " is not shorter than the run (", total_steps_, " steps)");
+    const bool validates = valid_ && (o_.valid_every > 0 ? o_.valid_every <= total_steps_ : total_steps_ >= batches_);
+    if (!validates && (o_.early_stopping > 0 || schedule_.kind == ScheduleKind::plateau))
+      fail(o_.early_stopping > 0 ? "--early-stopping" : "--lr-schedule plateau", " would never see a validation: the run "
+           "has ", total_steps_, " steps and validates ", o_.valid_every > 0 ? "every " + std::to_string(o_.valid_every) +
+           " steps" : "at epoch ends (" + std::to_string(batches_) + " steps); give --valid-every");
   }
   // The engine holds references to params_ and optimizer_: a run stays where it was made.
   TrainingRun(const TrainingRun&) = delete;
@@ -181,10 +203,10 @@ class TrainingRun {
     if (optimizer_.steps != position_.step)
       fail(state.path(), ": the optimizer has taken ", optimizer_.steps, " steps but the run says ", position_.step);
     // Every epoch has the same number of batches, so the position must be on that grid.
-    const int64_t batches = BatchLoader(train_, loader_options()).batches_per_epoch();
-    if (position_.batch_in_epoch > batches || position_.step != position_.epoch * batches + position_.batch_in_epoch)
+    if (position_.batch_in_epoch > batches_ || position_.epoch > position_.step ||
+        position_.step != position_.epoch * batches_ + position_.batch_in_epoch)
       fail(state.path(), ": the run stopped at epoch ", position_.epoch + 1, ", batch ", position_.batch_in_epoch,
-           " (step ", position_.step, "), which does not fit ", train_.path(), " (", batches,
+           " (step ", position_.step, "), which does not fit ", train_.path(), " (", batches_,
            " batches an epoch at batch size ", o_.batch_size, "): the training data changed since the run started");
     monitor_ = replay(position_.validations, monitor_options_);
     std::fprintf(stderr, "resuming %s at step %lld (epoch %lld, batch %lld)\n", dir_.c_str(),
@@ -194,42 +216,29 @@ class TrainingRun {
 
   // Whether a resumed run has anything left to do; says so when not.
   bool has_work() const {
-    const int64_t batches = BatchLoader(train_, loader_options()).batches_per_epoch();
-    const int64_t total = planned_steps(batches);
-    const bool epoch_end_pending = position_.batch_in_epoch == batches && position_.step > 0;
+    const bool epoch_end_pending = position_.batch_in_epoch == batches_ && position_.step > 0;
     if (monitor_.stop)
       std::fprintf(stderr, "nothing to do: early stopping ended the run in %s at step %lld (raise --early-stopping "
                    "to continue it)\n", dir_.c_str(), static_cast<long long>(position_.step));
-    else if (position_.step >= total && !epoch_end_pending)
-      std::fprintf(stderr, "nothing to do: the run in %s has done %lld of its %lld steps (give a larger --epochs or "
-                   "--steps to train longer)\n", dir_.c_str(), static_cast<long long>(position_.step),
-                   static_cast<long long>(total));
+    else if (position_.step >= total_steps_ && !epoch_end_pending)
+      std::fprintf(stderr, "nothing to do: the run in %s has done %lld steps, and its length is %lld steps (give a "
+                   "larger --epochs or --steps to train longer)\n", dir_.c_str(),
+                   static_cast<long long>(position_.step), static_cast<long long>(total_steps_));
     else
       return true;
     return false;
   }
 
   // A run killed between the state file and last.safetensors of its final save has nothing left
-  // to do, but its last.safetensors is a step behind: rewrite it from the state.
+  // to do, but its last.safetensors may be behind (a step, or the epoch of the same step):
+  // rewritten from the state, always, since that is cheap and never wrong.
   void refresh_last_checkpoint() {
-    const std::string last = (dir_ / "last.safetensors").string();
-    try {
-      if (SafetensorsReader(last).metadata_value("step") == std::to_string(position_.step)) return;
-    } catch (const std::exception&) {  // missing or torn: rewritten below
-    }
-    save_checkpoint(last, params_, checkpoint_metadata());
-    std::fprintf(stderr, "rewrote %s from the run's state (step %lld)\n", last.c_str(),
-                 static_cast<long long>(position_.step));
+    save_checkpoint((dir_ / "last.safetensors").string(), params_, checkpoint_metadata());
   }
 
   int run() {
     open_metrics();
     BatchLoader loader(train_, loader_options());
-    batches_ = loader.batches_per_epoch();
-    if (batches_ == 0)
-      fail(train_.path(), ": no batch to train on (", train_.num_samples(), " samples, batch size ", o_.batch_size,
-           o_.drop_last ? ", drop-last on)" : ")");
-    total_steps_ = planned_steps(batches_);
     first_step_ = position_.step;
     print_model();
     progress_.restart();  // rates and times count the training loop only
@@ -241,7 +250,7 @@ class TrainingRun {
       if (const int code = collect()) return code;
       if (epoch_done) end_epoch();
     }
-    save();
+    if (saved_at_step_ != position_.step) save();  // an epoch's end may have saved this step already
     progress_.finish();
     if (monitor_.stop) report_early_stop();
     std::fprintf(stderr, "done: %lld steps in %s; checkpoints in %s\n", static_cast<long long>(position_.step),
@@ -252,17 +261,27 @@ class TrainingRun {
 
  private:
   LoaderOptions loader_options() const { return LoaderOptions{o_.batch_size, o_.shuffle, o_.seed, o_.drop_last, true}; }
-  int64_t planned_steps(int64_t batches) const { return o_.steps > 0 ? o_.steps : o_.epochs * batches; }
 
   // metrics.jsonl as the state file left it: lines written after that state (by a run that was
   // then killed) are cut, so the resumed run's lines replace them and the file equals the
   // uninterrupted run's. Lines, not bytes: the times in them make the length vary.
   void open_metrics() {
     const fs::path path = dir_ / "metrics.jsonl";
-    if (o_.resume && position_.metrics_lines >= 0 && fs::exists(path)) cut_metrics(path, position_.metrics_lines);
+    if (o_.resume && fs::exists(path)) {
+      // A state written before the count was recorded: keep every line, count them.
+      if (position_.metrics_lines < 0) position_.metrics_lines = count_lines(path);
+      cut_metrics(path, position_.metrics_lines);
+    }
     metrics_lines_ = std::max<int64_t>(position_.metrics_lines, 0);
     metrics_.open(path, o_.resume ? std::ios::app : std::ios::trunc);
     if (!metrics_) fail(path.string(), ": cannot write");
+  }
+
+  static int64_t count_lines(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    int64_t lines = 0;
+    for (std::string line; std::getline(in, line);) ++lines;
+    return lines;
   }
 
   static void cut_metrics(const fs::path& path, int64_t lines) {
@@ -290,16 +309,11 @@ class TrainingRun {
 
   // The learning rate of the step with 0-based index `step`: a function of the step and of the
   // validations recorded before it (plateau), nothing else, so a resume recomputes it exactly.
+  // Every rate asked for is that of the next step or of the last one taken, and validations come
+  // after a step's metrics line: the validations so far (monitor_) are those before it.
   float learning_rate(int64_t step) const {
-    int64_t reductions = 0;
-    if (schedule_.kind == ScheduleKind::plateau) {
-      std::vector<Validation> before;
-      for (const Validation& v : position_.validations)
-        if (v.step <= step) before.push_back(v);
-      reductions = replay(before, monitor_options_).plateau_reductions;
-    }
     return static_cast<float>(
-        learning_rate_at(schedule_, o_.optimizer.learning_rate, step, total_steps_, reductions));
+        learning_rate_at(schedule_, o_.optimizer.learning_rate, step, total_steps_, monitor_.plateau_reductions));
   }
 
   // Queues the rest of the current epoch's steps (up to the run's last step), logging,
@@ -414,14 +428,10 @@ class TrainingRun {
   }
 
   void report_early_stop() const {
-    const std::vector<Validation>& history = position_.validations;
-    const double best = monitor_.best;
-    int64_t best_step = 0;
-    for (const Validation& v : history)
-      if (monitored_value(v, monitor_options_.metric) == best) best_step = v.step;
+    const double best = monitor_options_.metric == MonitorMetric::valid_loss ? monitor_.best : -monitor_.best;
     std::fprintf(stderr, "early stopping: %s did not improve by more than %g in %lld validations; best %g at step %lld "
-                 "(best.safetensors)\n", o_.monitor.c_str(), o_.min_delta, static_cast<long long>(monitor_.wait),
-                 monitor_options_.metric == MonitorMetric::valid_loss ? best : -best, static_cast<long long>(best_step));
+                 "(best.safetensors)\n", o_.monitor.c_str(), o_.min_delta, static_cast<long long>(monitor_.wait), best,
+                 static_cast<long long>(monitor_.best_step));
   }
 
   std::map<std::string, std::string> checkpoint_metadata() const {
@@ -443,6 +453,7 @@ class TrainingRun {
     exit_if_asked();
     save_checkpoint((dir_ / "last.safetensors").string(), params_, checkpoint_metadata());
     exit_if_asked();
+    saved_at_step_ = position_.step;
   }
 
   // Fault injection for the tests: ENHANCED_TEST_EXIT_AFTER_WRITE=N ends the process abruptly
@@ -481,6 +492,7 @@ class TrainingRun {
   int64_t batches_ = 0, total_steps_ = 0, first_step_ = 0;
   int64_t metrics_lines_ = 0;  // lines in metrics.jsonl
   int64_t writes_ = 0;         // files written by this process
+  int64_t saved_at_step_ = -1; // the step of the last save
 };
 
 
@@ -490,7 +502,7 @@ void check_training_controls(const TrainOptions& o) {
   const ScheduleKind kind = parse_schedule_kind(o.lr_schedule);
   parse_monitor_metric(o.monitor);
   if (o.warmup_steps < 0) fail("--warmup-steps must be at least 0, got ", o.warmup_steps);
-  if (!(o.min_lr >= 0) || !(o.min_lr <= o.optimizer.learning_rate))
+  if (!(o.min_lr >= 0) || !(static_cast<float>(o.min_lr) <= o.optimizer.learning_rate))
     fail("--min-lr must be between 0 and --lr (", o.optimizer.learning_rate, "), got ", o.min_lr);
   if (kind == ScheduleKind::step && o.lr_step_size < 1)
     fail("--lr-schedule step needs --lr-step-size of at least 1, got ", o.lr_step_size);
@@ -500,6 +512,17 @@ void check_training_controls(const TrainOptions& o) {
   if (!(o.min_delta >= 0) || !std::isfinite(o.min_delta)) fail("--min-delta must be at least 0, got ", o.min_delta);
   if (o.valid_every < 0) fail("--valid-every must be at least 0, got ", o.valid_every);
   if (o.checkpoint_every < 0) fail("--checkpoint-every must be at least 0, got ", o.checkpoint_every);
+  // A control the schedule does not use would be silently ignored.
+  const auto unused_unless = [&](const char* flag, bool used, const char* where) {
+    if (o.given_flags.count(flag) && !used) fail(flag, " has no effect here: it applies to ", where);
+  };
+  unused_unless("--lr-step-size", kind == ScheduleKind::step, "--lr-schedule step");
+  unused_unless("--lr-patience", kind == ScheduleKind::plateau, "--lr-schedule plateau");
+  unused_unless("--lr-factor", kind == ScheduleKind::step || kind == ScheduleKind::plateau,
+                "--lr-schedule step and plateau");
+  unused_unless("--min-lr", kind != ScheduleKind::constant, "a --lr-schedule other than constant");
+  unused_unless("--min-delta", o.early_stopping > 0 || kind == ScheduleKind::plateau,
+                "--early-stopping and --lr-schedule plateau");
   if (o.valid_path.empty()) {
     const char* needs = kind == ScheduleKind::plateau ? "--lr-schedule plateau"
                         : o.early_stopping > 0        ? "--early-stopping"
@@ -515,6 +538,7 @@ void check_training_controls(const TrainOptions& o) {
 int run_training(TrainOptions options) {
   if (options.out_dir.empty()) fail("--out is required");
   std::unique_ptr<SafetensorsReader> saved_state;  // optimizer.safetensors of the run resumed
+  const TrainOptions given = options;              // the command line, before the recorded options
   if (options.resume) {
     const fs::path state = fs::path(options.out_dir) / "optimizer.safetensors";
     if (!fs::exists(state)) fail(options.out_dir, ": no run to resume (", state.string(), " does not exist)");
@@ -539,6 +563,7 @@ int run_training(TrainOptions options) {
   }
   const Dataset* valid_ptr = options.valid_path.empty() ? nullptr : &valid;
   ParameterBuffer<float> params = options.resume ? read_model(*saved_state, "model.") : build_model(options, train, valid_ptr);
+  if (options.resume) check_model_flags(given, params.config, "the run being resumed (" + saved_state->path() + ")");
   if (params.config.seq_len != train.seq_len())
     fail(options.data_path, ": T = ", train.seq_len(), " but the model (", options.resume ? saved_state->path() : options.init_from,
          ") has T = ", params.config.seq_len);
@@ -554,6 +579,7 @@ int run_training(TrainOptions options) {
       return 0;
     }
   }
+  run.check_controls_fit_the_run();
   prepare_run_files(options);
   OutputDirectory out(options.out_dir);
   run.use_device(device, threads);

@@ -33,7 +33,7 @@ def torch_rates(args, validations):
     elif args.schedule == "plateau":
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="min", factor=args.factor, patience=args.patience, threshold=args.min_delta,
-            threshold_mode="abs", min_lr=args.min_lr, eps=0.0)
+            threshold_mode="abs", min_lr=args.min_lr)
     else:
         scheduler = None
     rates = []
