@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <chrono>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -161,24 +162,27 @@ struct BenchOptions {
 void add_options(CLI::App& app, BenchOptions& o) {
   Shapes& s = o.shapes;
   app.add_option("--device", o.device, "cpu or cuda")->capture_default_str();
-  app.add_option("--batch-size,-B", s.batch, "B")->capture_default_str();
-  app.add_option("--seq-len,-T", s.seq_len, "T")->capture_default_str();
-  app.add_option("--embedding-dim,-D", s.dim, "D")->capture_default_str();
-  app.add_option("--hidden,-H", s.hidden, "H")->capture_default_str();
-  app.add_option("--vocab-size,-V", s.vocab, "V")->capture_default_str();
-  app.add_option("--num-labels,-L", s.labels, "L")->capture_default_str();
-  app.add_option("--empty-probability", s.empty_probability, "P(identifier empty)")->capture_default_str();
-  app.add_option("--max-identifier", s.max_identifier, "Identifier length uniform in 1..this")->capture_default_str();
+  app.add_option("--batch-size,-B", s.batch, "B")->capture_default_str()->check(at_least(1));
+  app.add_option("--seq-len,-T", s.seq_len, "T")->capture_default_str()->check(at_least(1));
+  app.add_option("--embedding-dim,-D", s.dim, "D")->capture_default_str()->check(at_least(1));
+  app.add_option("--hidden,-H", s.hidden, "H")->capture_default_str()->check(at_least(1));
+  app.add_option("--vocab-size,-V", s.vocab, "V")->capture_default_str()->check(at_least(1));
+  app.add_option("--num-labels,-L", s.labels, "L")->capture_default_str()->check(at_least(1));
+  app.add_option("--empty-probability", s.empty_probability, "P(identifier empty)")->capture_default_str()->check(in_range(0.0, 1.0));
+  app.add_option("--max-identifier", s.max_identifier, "Identifier length uniform in 1..this")
+      ->capture_default_str()
+      ->check(at_least(1));
   app.add_option("--zipf", s.zipf, "Token ids Zipf-distributed with this exponent (0: uniform); ~1 is like text")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(0.0));
   app.add_option("--blend", o.blend, "mean or scalar-mean")->capture_default_str();
   app.add_option("--pool", o.pool, "feature or time")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str();
   app.add_flag("--lazy-embedding-updates", o.lazy, "Lazy embedding updates");
   add_cuda_options(app, o.cuda, o.cuda_flags);
-  app.add_option("--threads", o.threads, "CPU threads (default: every core)");
-  app.add_option("--warmup", o.warmup, "Untimed runs first")->capture_default_str();
-  app.add_option("--repeats", o.repeats, "Timed runs")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "CPU threads (default: every core)")->check(at_least(0));
+  app.add_option("--warmup", o.warmup, "Untimed runs first")->capture_default_str()->check(at_least(0));
+  app.add_option("--repeats", o.repeats, "Timed runs")->capture_default_str()->check(at_least(1));
   app.add_flag("--no-loader", o.skip_loader, "Skip the loader throughput measurement");
   app.add_flag("--json", o.json, "Print one JSON object");
   app.add_flag("--skip-unavailable", o.skip_unavailable,
@@ -189,6 +193,11 @@ void add_options(CLI::App& app, BenchOptions& o) {
 }
 
 ModelConfig model_config(const BenchOptions& o) {
+  // The synthetic batch's identifier offsets are int32, as a loaded batch's are.
+  const Shapes& s = o.shapes;
+  if (static_cast<int64_t>(s.batch) * s.seq_len * s.max_identifier > INT32_MAX)
+    fail("-B ", s.batch, " x -T ", s.seq_len, " x --max-identifier ", s.max_identifier,
+         " identifier ids do not fit a batch's int32 offsets");
   ModelConfig c;
   c.vocab_size = o.shapes.vocab;
   c.embedding_dim = o.shapes.dim;

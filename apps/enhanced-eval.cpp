@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", checkpoint, "Checkpoint (.safetensors from enhanced-train)")->required();
   app.add_option("--predictions", predictions, "Write sample,label,predicted,probability rows to this CSV");
   app.add_flag("--json", json, "Print one JSON object instead of tables");
-  app.add_option("--batch-size", batch_size, "Samples per batch")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "CPU threads (default: every core)");
+  app.add_option("--batch-size", batch_size, "Samples per batch")->capture_default_str()->check(at_least(1));
+  app.add_option("--threads", threads, "CPU threads (default: every core)")->check(at_least(0));
   app.add_option("--device", device, "auto, cpu or cuda")->capture_default_str();
   CudaOptions cuda_options;
   CudaFlags cuda_flags;
