@@ -19,6 +19,7 @@
 #include "enhanced/evaluate.h"
 #include "enhanced/loader.h"
 #include "enhanced/progress.h"
+#include "train/run_checks.h"
 #include "train/run_options.h"
 #include "train/run_state.h"
 
@@ -48,7 +49,7 @@ ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, 
   }
   EmbeddingTable table;
   if (!o.pretrained_path.empty()) {
-    table = load_embedding_table(o.pretrained_path, o.embedding_dim ? o.embedding_dim : 32);
+    table = load_embedding_table(o.pretrained_path, raw_table_shape(o, train, valid));
     if (o.embedding_dim && table.dim != o.embedding_dim)
       fail(o.pretrained_path, ": embedding dim is ", table.dim, ", --embedding-dim says ", o.embedding_dim);
     if (o.vocab_size && table.rows != o.vocab_size)
@@ -307,6 +308,7 @@ int run_training(TrainOptions options) {
       fail(options.valid_path, ": T = ", valid.seq_len(), " but ", options.data_path, " has T = ", train.seq_len());
   }
   const Dataset* valid_ptr = options.valid_path.empty() ? nullptr : &valid;
+  check_run_datasets(options, train, valid_ptr);
   ParameterBuffer<float> params = options.resume ? read_model(*saved_state, "model.") : build_model(options, train, valid_ptr);
   train.check_fits_model(params.config.vocab_size, params.config.num_labels);
   if (valid_ptr) valid.check_fits_model(params.config.vocab_size, params.config.num_labels);
