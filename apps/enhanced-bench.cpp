@@ -20,6 +20,7 @@
 #include "enhanced/engine.h"
 #include "enhanced/jsonl.h"
 #include "enhanced/loader.h"
+#include "enhanced/memory.h"
 #include "enhanced/random.h"
 
 namespace {
@@ -326,9 +327,11 @@ int run_bench(BenchOptions& o) {
   m.threads = configure_cpu_threads(o.threads);
   m.cpu = chosen == Device::cpu;
   const ModelConfig c = model_config(o);
+  const OptimizerConfig optimizer_settings = optimizer_config(o);
+  check_model_fits_memory(c, &optimizer_settings, o.shapes.batch, chosen);
   ParameterBuffer<float> params(c);
   initialize_parameters(params, 1);
-  OptimizerState optimizer(optimizer_config(o), c);
+  OptimizerState optimizer(optimizer_settings, c);
   const Batch batch = synthetic_batch(o.shapes, 3);
   if (!o.dump_case.empty()) {
     std::filesystem::create_directories(o.dump_case);

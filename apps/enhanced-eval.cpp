@@ -9,6 +9,7 @@
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
 #include "enhanced/evaluate.h"
+#include "enhanced/memory.h"
 
 namespace {
 
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
     // A batch larger than the set is clamped, unlike in training: evaluation's figures do not
     // depend on how the set is cut into batches, and the engine need hold no more than the set.
     const int batch = static_cast<int>(std::min<int64_t>(batch_size, dataset.num_samples()));
+    check_model_fits_memory(params.config, nullptr, batch, chosen, params.size() * sizeof(float));
     const std::unique_ptr<Engine> engine =
         make_engine(chosen, params, nullptr, EngineOptions{batch, thread_count, cuda_options});
     if (!json) std::fprintf(stderr, "engine: %s\n", engine->summary().c_str());

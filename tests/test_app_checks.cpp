@@ -1,7 +1,7 @@
 // The apps' "no silent surprises" checks, each through the app that meets it: the device line
 // of --device auto, a JSON Lines file where an .ebin is expected, a batch larger than the
-// training set, an empty set and a raw embedding file whose D the size does not
-// pin down.
+// training set, an empty set, a raw embedding file whose D the size does not pin down, and a
+// configuration that cannot fit in memory.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -185,6 +185,20 @@ TEST(RawEmbeddingDim, TheSizePinsDOnlyWhereOneFits) {
     EXPECT_STREQ(e.what(), "t.bin: a raw float32 file of 1024 floats fits 3 embedding dims for the data's 200 ids: D = 1 "
                            "(1024 rows), 2 (512 rows), 4 (256 rows); give --embedding-dim (or --vocab-size)");
   }
+}
+
+TEST_F(AppChecks, AConfigurationBeyondTheMachinesMemoryIsRefusedBeforeAllocating) {
+  const auto train = run_app("enhanced-train", data_flags() + "--device cpu --hidden 200000" + out("huge"));
+  EXPECT_EQ(train.exit_code, 1) << train.output;
+  const std::string line = line_starting(train.output, "error: ");
+  EXPECT_EQ(line.rfind("error: the model (V=128, D=32, H=200000, T=16, L=4) with adam at --batch-size 16 needs about ", 0),
+            0u) << train.output;
+  for (const char* part : {" GiB (parameters ", ", gradients ", ", optimizer ", ", activations ", "; this machine has "})
+    EXPECT_NE(line.find(part), std::string::npos) << part << " in " << line;
+  const auto bench = run_app("enhanced-bench", "--device cpu -B 2 -T 8 -D 4 -H 200000 -V 50 -L 3 --no-loader");
+  EXPECT_EQ(bench.exit_code, 1) << bench.output;
+  EXPECT_EQ(line_starting(bench.output, "error: ").rfind("error: the model (V=50, D=4, H=200000, T=8, L=3) with adam at "
+                                                          "--batch-size 2 needs about ", 0), 0u) << bench.output;
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "enhanced/common.h"
+#include "enhanced/device.h"
 #include "enhanced/evaluate.h"
+#include "enhanced/memory.h"
 
 namespace enhanced {
 
@@ -18,6 +20,10 @@ void check_run_datasets(const TrainOptions& o, const Dataset& train, const Datas
 RawTableShape raw_table_shape(const TrainOptions& o, const Dataset& train, const Dataset* valid) {
   const int64_t largest = std::max<int64_t>(train.max_model_token_id(), valid ? valid->max_model_token_id() : -1);
   return RawTableShape{o.embedding_dim, o.vocab_size, std::max<int64_t>(largest + 1, 1)};
+}
+
+void check_run_memory(const ModelConfig& config, const TrainOptions& o, uint64_t resident) {
+  check_model_fits_memory(config, &o.optimizer, o.batch_size, resolve_device(o.device, false), resident);
 }
 
 }  // namespace enhanced

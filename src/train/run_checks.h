@@ -20,4 +20,8 @@ void check_run_datasets(const TrainOptions& options, const Dataset& train, const
 // data's ids (the rule is RawTableShape's).
 RawTableShape raw_table_shape(const TrainOptions& options, const Dataset& train, const Dataset* valid);
 
+// The run's model at --batch-size fits in this machine's memory (enhanced/memory.h), on the
+// device --device picks; resident: bytes of it already allocated (weights loaded from a file).
+void check_run_memory(const ModelConfig& config, const TrainOptions& options, uint64_t resident);
+
 }  // namespace enhanced

@@ -66,6 +66,7 @@ ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, 
   c.blend = parse_blend_mode(o.blend);
   c.pool = parse_pool_mode(o.pool);
   c.validate();
+  check_run_memory(c, o, 0);
   ParameterBuffer<float> params(c);
   initialize_parameters(params, o.seed);
   if (table.rows) std::copy(table.values.begin(), table.values.end(), params.embedding);
@@ -310,6 +311,7 @@ int run_training(TrainOptions options) {
   const Dataset* valid_ptr = options.valid_path.empty() ? nullptr : &valid;
   check_run_datasets(options, train, valid_ptr);
   ParameterBuffer<float> params = options.resume ? read_model(*saved_state, "model.") : build_model(options, train, valid_ptr);
+  if (options.resume || !options.init_from.empty()) check_run_memory(params.config, options, params.size() * sizeof(float));
   train.check_fits_model(params.config.vocab_size, params.config.num_labels);
   if (valid_ptr) valid.check_fits_model(params.config.vocab_size, params.config.num_labels);
 
