@@ -219,6 +219,16 @@ OptimizerConfig optimizer_config(const BenchOptions& o) {
   return oc;
 }
 
+// The engine's memory and the bench's own: its synthetic batch (ids, offsets, at most
+// --max-identifier + 1 ids a position) and the Zipf table (one double per token id).
+void check_bench_memory(const BenchOptions& o, const ModelConfig& c, const OptimizerConfig& optimizer, Device device) {
+  const Shapes& s = o.shapes;
+  MemoryEstimate need = estimate_memory(c, &optimizer, s.batch, device);
+  need.other = static_cast<uint64_t>(s.batch) * s.seq_len * (s.max_identifier + 2) * sizeof(int32_t) +
+               (s.zipf > 0 ? static_cast<uint64_t>(s.vocab) * sizeof(double) : 0);
+  check_fits_memory(need, model_run_text(c, &optimizer, s.batch, device), available_memory());
+}
+
 // The training step as the trainer runs it: steps queued back to back, the totals read once per
 // `queued` steps (one on an engine that runs each step when queued, 20 on one that queues them,
 // so that graph replays and the pipeline are what is timed). Each sample is one step's share.
@@ -328,7 +338,7 @@ int run_bench(BenchOptions& o) {
   m.cpu = chosen == Device::cpu;
   const ModelConfig c = model_config(o);
   const OptimizerConfig optimizer_settings = optimizer_config(o);
-  check_model_fits_memory(c, &optimizer_settings, o.shapes.batch, chosen);
+  check_bench_memory(o, c, optimizer_settings, chosen);
   ParameterBuffer<float> params(c);
   initialize_parameters(params, 1);
   OptimizerState optimizer(optimizer_settings, c);

@@ -199,6 +199,10 @@ TEST_F(AppChecks, AConfigurationBeyondTheMachinesMemoryIsRefusedBeforeAllocating
   EXPECT_EQ(bench.exit_code, 1) << bench.output;
   EXPECT_EQ(line_starting(bench.output, "error: ").rfind("error: the model (V=50, D=4, H=200000, T=8, L=3) with adam at "
                                                           "--batch-size 2 needs about ", 0), 0u) << bench.output;
+  // The bench's own buffers count too: the Zipf table (one double per id, 0.4 GiB here).
+  const auto zipf = run_app("enhanced-bench", "--device cpu -B 2 -T 8 -D 4 -H 200000 -V 50000000 -L 3 --zipf 1 --no-loader");
+  EXPECT_EQ(zipf.exit_code, 1) << zipf.output;
+  EXPECT_NE(line_starting(zipf.output, "error: ").find(", other 0.4); this machine has "), std::string::npos) << zipf.output;
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ struct MemoryEstimate {
   uint64_t optimizer = 0;    // the moments: SGD momentum one per weight, Adam two
   uint64_t activations = 0;  // what a step keeps at the batch size (activation_layout), the argmax
   uint64_t workspace = 0;    // the LSTM's packed weights and step operands, one set per direction
-  uint64_t total() const { return parameters + gradients + optimizer + activations + workspace; }
+  uint64_t other = 0;        // what the caller adds (the bench: its synthetic batch, its Zipf table)
+  uint64_t total() const { return parameters + gradients + optimizer + activations + workspace + other; }
 };
 
 // The host allocations of an engine for `config` holding batches of up to `batch`. optimizer ==
@@ -46,8 +47,11 @@ std::string memory_text(uint64_t bytes);
 void check_fits_memory(const MemoryEstimate& need, const std::string& what, const AvailableMemory& available,
                        uint64_t resident = 0);
 
-// The apps' one call: estimate_memory, available_memory and check_fits_memory, the model named
-// by its sizes and the batch by its flag.
+// "the model (V=.., D=.., H=.., T=.., L=..) with adam at --batch-size B": what a refusal names.
+std::string model_run_text(const ModelConfig& config, const OptimizerConfig* optimizer, int batch, Device device);
+
+// The apps' one call: estimate_memory, available_memory and check_fits_memory, named by
+// model_run_text.
 void check_model_fits_memory(const ModelConfig& config, const OptimizerConfig* optimizer, int batch, Device device,
                              uint64_t resident = 0);
 

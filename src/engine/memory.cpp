@@ -113,7 +113,7 @@ void check_fits_memory(const MemoryEstimate& need, const std::string& what, cons
   std::string parts;
   const std::pair<const char*, uint64_t> named[] = {{"parameters", need.parameters}, {"gradients", need.gradients},
                                                      {"optimizer", need.optimizer}, {"activations", need.activations},
-                                                     {"workspace", need.workspace}};
+                                                     {"workspace", need.workspace}, {"other", need.other}};
   for (const auto& [name, bytes] : named) {
     if (bytes == 0) continue;
     char part[64];
@@ -124,13 +124,16 @@ void check_fits_memory(const MemoryEstimate& need, const std::string& what, cons
        " available (", available.source, ")");
 }
 
+std::string model_run_text(const ModelConfig& c, const OptimizerConfig* optimizer, int batch, Device device) {
+  return cat("the model (V=", c.vocab_size, ", D=", c.embedding_dim, ", H=", c.hidden, ", T=", c.seq_len, ", L=",
+             c.num_labels, ")", optimizer ? " with " : "", optimizer ? to_string(optimizer->kind) : "",
+             " at --batch-size ", batch, device == Device::cuda ? " (host side)" : "");
+}
+
 void check_model_fits_memory(const ModelConfig& c, const OptimizerConfig* optimizer, int batch, Device device,
                              uint64_t resident) {
-  const std::string what = cat("the model (V=", c.vocab_size, ", D=", c.embedding_dim, ", H=", c.hidden, ", T=",
-                               c.seq_len, ", L=", c.num_labels, ")", optimizer ? " with " : "",
-                               optimizer ? to_string(optimizer->kind) : "", " at --batch-size ", batch,
-                               device == Device::cuda ? " (host side)" : "");
-  check_fits_memory(estimate_memory(c, optimizer, batch, device), what, available_memory(), resident);
+  check_fits_memory(estimate_memory(c, optimizer, batch, device), model_run_text(c, optimizer, batch, device),
+                    available_memory(), resident);
 }
 
 }  // namespace enhanced
