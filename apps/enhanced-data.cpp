@@ -71,9 +71,9 @@ CLI::App* add_convert(CLI::App& app, ConvertCommand& c) {
 CLI::App* add_demo(CLI::App& app, std::string& dir, enhanced::DemoOptions& o) {
   auto* demo = app.add_subcommand("demo", "Write the demo data set (train/valid/test .jsonl and .ebin, emb.bin)");
   demo->add_option("DIR", dir, "Output directory")->required();
-  demo->add_option("--train", o.train_samples, "Training samples")->capture_default_str()->check(at_least(1));
-  demo->add_option("--valid", o.valid_samples, "Validation samples")->capture_default_str()->check(at_least(1));
-  demo->add_option("--test", o.test_samples, "Test samples")->capture_default_str()->check(at_least(1));
+  demo->add_option("--train", o.train_samples, "Training samples")->capture_default_str()->check(at_least(int64_t{1}));
+  demo->add_option("--valid", o.valid_samples, "Validation samples")->capture_default_str()->check(at_least(int64_t{1}));
+  demo->add_option("--test", o.test_samples, "Test samples")->capture_default_str()->check(at_least(int64_t{1}));
   demo->add_option("--seq-len,-T", o.seq_len, "Positions per sample")->capture_default_str()->check(at_least(2));
   demo->add_option("--labels", o.num_labels, "Number of labels (segments)")->capture_default_str()->check(at_least(1));
   demo->add_option("--vocab", o.vocab_size, "Vocabulary size V")->capture_default_str()->check(at_least(1));

@@ -13,14 +13,14 @@ int main(int argc, char** argv) {
   app.add_option("--init-from", o.init_from, "Start from this checkpoint (its model must match the data)");
   app.add_option("--out", o.out_dir, "Output directory for checkpoints and metrics")->required();
   app.add_flag("--resume", o.resume, "Continue the run saved in --out (same result as an uninterrupted run)");
-  app.add_option("--epochs", o.epochs, "Epochs to train (default 1)")->check(at_least(1));
-  app.add_option("--steps", o.steps, "Steps to train in all (overrides --epochs)")->check(at_least(1));
+  app.add_option("--epochs", o.epochs, "Epochs to train (default 1)")->check(at_least(int64_t{1}));
+  app.add_option("--steps", o.steps, "Steps to train in all (overrides --epochs)")->check(at_least(int64_t{1}));
   app.add_option("--batch-size", o.batch_size, "Samples per batch")->capture_default_str()->check(at_least(1));
   app.add_option("--hidden", o.hidden, "LSTM units per direction")->capture_default_str()->check(at_least(1));
   app.add_option("--embedding-dim", o.embedding_dim, "Embedding dim D (default: from --pretrained, else 32)")
       ->check(at_least(1));
   app.add_option("--vocab-size", o.vocab_size, "V (default: from --pretrained, else the data's largest id + 1)")
-      ->check(at_least(1));
+      ->check(at_least(int64_t{1}));
   app.add_option("--num-labels", o.num_labels, "L (default: from the data)")->check(at_least(1));
   app.add_option("--blend", o.blend, "Identifier blend: mean or scalar-mean (the original map_fn code)")
       ->capture_default_str()->check(CLI::IsMember({"mean", "scalar-mean"}));
@@ -45,10 +45,10 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "auto, cpu or cuda")->capture_default_str();
   CudaFlags cuda_flags;
   add_cuda_options(app, o.cuda, cuda_flags);
-  app.add_option("--log-every", o.log_every, "Steps between metrics lines")->capture_default_str()->check(at_least(1));
+  app.add_option("--log-every", o.log_every, "Steps between metrics lines")->capture_default_str()->check(at_least(int64_t{1}));
   app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: each epoch)")
       ->capture_default_str()
-      ->check(at_least(0));
+      ->check(at_least(int64_t{0}));
   bool quiet = false;
   app.add_flag("--quiet", quiet, "No progress line");
   return run_app(app, argc, argv, [&] {

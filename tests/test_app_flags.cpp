@@ -15,15 +15,20 @@ namespace {
 using testing::run_app;
 
 struct FlagCase {
-  std::string app, arguments, line;  // line: the whole first line of the output
+  std::string app, arguments, line;  // line: the whole "error: " line of the output
 };
 
-std::string first_line(const std::string& output) { return output.substr(0, output.find('\n')); }
+std::string error_line(const std::string& output) {
+  const size_t at = output.rfind("error: ", 0) == 0 ? 0 : output.find("\nerror: ");
+  if (at == std::string::npos) return "";
+  const size_t begin = at == 0 ? 0 : at + 1;
+  return output.substr(begin, output.find('\n', begin) - begin);
+}
 
 void expect_refused(const FlagCase& c) {
   const auto result = run_app(c.app, c.arguments);
   EXPECT_EQ(result.exit_code, 1) << c.app << " " << c.arguments << ": " << result.output;
-  EXPECT_EQ(first_line(result.output), c.line) << c.app << " " << c.arguments;
+  EXPECT_EQ(error_line(result.output), c.line) << c.app << " " << c.arguments;
 }
 
 const std::string kTrain = "--data x.ebin --out " ENHANCED_TEST_TMP "/flags-run --device cpu ";
@@ -49,6 +54,10 @@ TEST(AppFlags, TrainRefusesEachBadNumberWithASentence) {
       {"enhanced-train", kTrain + "--clip-norm inf", "error: --clip-norm must be a finite number at least 0, got 'inf'"},
       {"enhanced-train", kTrain + "--threads -1", "error: --threads must be at least 0, got -1"},
       {"enhanced-train", kTrain + "--log-every 0", "error: --log-every must be at least 1, got 0"},
+      // An int64_t flag takes more than an int, and says so beyond its own type.
+      {"enhanced-train", kTrain + "--steps 3000000000", "error: x.ebin: cannot open: No such file or directory"},
+      {"enhanced-train", kTrain + "--steps 9223372036854775808",
+       "error: --steps must be at least 1 and at most 9223372036854775807, got 9223372036854775808"},
       {"enhanced-train", kTrain + "--checkpoint-every -1", "error: --checkpoint-every must be at least 0, got -1"},
   };
   for (const FlagCase& c : cases) expect_refused(c);
@@ -105,8 +114,13 @@ TEST(AppFlags, RulesAcceptTheirEdgesAndRefuseJustBeyond) {
   const NumberRule positive{0.0, HUGE_VAL, true, false, false};
   EXPECT_EQ(positive.check("1e-30"), "");
   EXPECT_EQ(positive.check("-0"), "must be greater than 0, got -0");
-  const NumberRule count{1, HUGE_VAL, false, false, true};
+  const NumberRule count{1, HUGE_VAL, false, false, true, INT_MAX};
   EXPECT_EQ(count.check("2147483647"), "");
+  EXPECT_EQ(count.check("2147483648"), "must be at least 1 and at most 2147483647, got 2147483648");
+  const NumberRule wide{1, HUGE_VAL, false, false, true};  // an int64_t flag's
+  EXPECT_EQ(wide.check("3000000000"), "");
+  EXPECT_EQ(wide.check("99999999999999999999"),
+            "must be at least 1 and at most 9223372036854775807, got 99999999999999999999");
   EXPECT_EQ(count.check(""), "must be a whole number at least 1, got ''");
   EXPECT_EQ(count.check("1e3"), "must be a whole number at least 1, got '1e3'");
 }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <type_traits>
 
 #include "enhanced/common.h"
@@ -21,10 +22,12 @@ namespace enhanced {
 // "--flag must be ..., got X", anything but a number in its range: words, NaN and infinities
 // (which compare false against any bound and so would slip through a plain comparison), and,
 // for rules with integer bounds (at_least(1) rather than at_least(0.0)), fractions and values
-// beyond an int. CLI11 runs a rule on the text before converting it, so the text is parsed here.
+// beyond the bound's type (at_least(1): an int; at_least(int64_t{1}): an int64_t, so give the
+// bound the flag's type). CLI11 runs a rule on the text before converting it, so it is parsed here.
 struct NumberRule {
   double low = -HUGE_VAL, high = HUGE_VAL;
   bool low_open = false, high_open = false, integer = false;
+  long long whole_max = LLONG_MAX;  // the flag's type's largest value, for integer rules
 
   static std::string show(double value, bool integer) {
     return integer ? std::to_string(static_cast<long long>(value)) : cat(value);
@@ -40,8 +43,8 @@ struct NumberRule {
     const double value = integer ? static_cast<double>(std::strtoll(text.c_str(), &end, 10)) : std::strtod(text.c_str(), &end);
     if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value))
       return cat("must be ", integer ? "a whole number " : "a finite number ", range_text(), ", got '", text, "'");
-    if (integer && (errno == ERANGE || value < INT_MIN || value > INT_MAX))
-      return cat("must be ", range_text(), " and at most ", INT_MAX, ", got ", text);
+    if (integer && (errno == ERANGE || value > static_cast<double>(whole_max)))
+      return cat("must be ", range_text(), " and at most ", whole_max, ", got ", text);
     const bool below = low_open ? !(value > low) : !(value >= low), above = high_open ? !(value < high) : !(value <= high);
     return below || above ? cat("must be ", range_text(), ", got ", text) : "";
   }
@@ -51,6 +54,7 @@ namespace detail {
 template <class T>
 CLI::Validator number_rule(NumberRule rule) {
   rule.integer = std::is_integral_v<T>;
+  if constexpr (std::is_integral_v<T>) rule.whole_max = static_cast<long long>(std::numeric_limits<T>::max());
   return CLI::Validator([rule](std::string& text) { return rule.check(text); }, rule.range_text());
 }
 }  // namespace detail
