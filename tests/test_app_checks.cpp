@@ -20,6 +20,7 @@
 #include "enhanced/dataset.h"
 #include "enhanced/device.h"
 #include "enhanced/embedding_table.h"
+#include "enhanced/memory.h"
 
 namespace enhanced {
 namespace {
@@ -203,6 +204,23 @@ TEST_F(AppChecks, AConfigurationBeyondTheMachinesMemoryIsRefusedBeforeAllocating
   const auto zipf = run_app("enhanced-bench", "--device cpu -B 2 -T 8 -D 4 -H 200000 -V 50000000 -L 3 --zipf 1 --no-loader");
   EXPECT_EQ(zipf.exit_code, 1) << zipf.output;
   EXPECT_NE(line_starting(zipf.output, "error: ").find(", other 0.4); this machine has "), std::string::npos) << zipf.output;
+}
+
+// Past the estimate (here: a limit on the process's address space that MemAvailable does not
+// see), an allocation that fails names what it was for.
+TEST_F(AppChecks, OutOfMemoryNamesWhatWasBeingAllocated) {
+  if (available_memory().bytes < (12ull << 30)) GTEST_SKIP() << "the estimate (~10 GiB) would refuse the run first";
+  const auto train = run_app("enhanced-train", data_flags() + "--device cpu --hidden 8000" + out("oom"), "ulimit -v 1000000; ");
+  EXPECT_EQ(train.exit_code, 1) << train.output;
+  ModelConfig c;  // the run's model: the small demo's V and L, D = 32 by default
+  c.vocab_size = 128;
+  c.hidden = 8000;
+  c.seq_len = 16;
+  c.num_labels = 4;
+  const size_t n = parameter_count(c);
+  EXPECT_EQ(line_starting(train.output, "error: "),
+            cat("error: out of memory allocating ", n, " values (", (4 * n + (1 << 20) - 1) >> 20,
+                " MiB) for the model's parameters, their gradients or a moment")) << train.output;
 }
 
 }  // namespace

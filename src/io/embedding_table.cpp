@@ -20,7 +20,8 @@ std::vector<char> read_all(const std::string& path) {
     fail(path, ": not a regular file");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail(path, ": cannot open (", std::strerror(errno), ")");
-  std::vector<char> bytes(static_cast<size_t>(in.tellg()));
+  const auto size = static_cast<size_t>(in.tellg());
+  std::vector<char> bytes = allocating(cat("reading ", path, " (", size, " bytes)"), [&] { return std::vector<char>(size); });
   in.seekg(0);
   in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (!in) fail(path, ": read error");
