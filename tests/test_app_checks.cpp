@@ -159,8 +159,8 @@ TEST_F(AppChecks, RawEmbeddingsWhoseDimTheSizeDoesNotPinAreRefused) {
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_EQ(line_starting(refused.output, "error: "),
             "error: " + files_.embeddings +
-                ": a raw float32 file of 1024 floats fits 4 embedding dims for the data's 128 ids: D = 1 (1024 rows), "
-                "2 (512 rows), 4 (256 rows), 8 (128 rows); give --embedding-dim (or --vocab-size)")
+                ": a raw float32 file of 1024 floats fits 4 embedding dims for the data's 128 ids: D = 8 (128 rows), "
+                "4 (256 rows), 2 (512 rows), 1 (1024 rows); give --embedding-dim (or --vocab-size)")
       << refused.output;
   const auto by_vocab = run_app("enhanced-train", data_flags() + "--hidden 4 --device cpu " + table + " --vocab-size 128" + out("raw-by-vocab"));
   ASSERT_EQ(by_vocab.exit_code, 0) << by_vocab.output;
@@ -183,8 +183,8 @@ TEST(RawEmbeddingDim, TheSizePinsDOnlyWhereOneFits) {
     dim_of(1024, {0, 0, 200});
     FAIL() << "not refused";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "t.bin: a raw float32 file of 1024 floats fits 3 embedding dims for the data's 200 ids: D = 1 "
-                           "(1024 rows), 2 (512 rows), 4 (256 rows); give --embedding-dim (or --vocab-size)");
+    EXPECT_STREQ(e.what(), "t.bin: a raw float32 file of 1024 floats fits 3 embedding dims for the data's 200 ids: D = 4 "
+                           "(256 rows), 2 (512 rows), 1 (1024 rows); give --embedding-dim (or --vocab-size)");
   }
 }
 

@@ -150,7 +150,8 @@ int raw_embedding_dim(const std::string& path, uint64_t floats, const RawTableSh
       fail(path, ": raw float32 file of ", floats, " floats is not ", raw.rows, " rows (--vocab-size) of a whole D");
     return static_cast<int>(floats / static_cast<uint64_t>(raw.rows));
   }
-  std::vector<uint64_t> fits;  // every D the size allows, ascending
+  std::vector<uint64_t> fits;  // every D the size allows, ascending; listed largest first (the
+                               // likeliest: its row count is nearest the data's vocabulary)
   for (uint64_t d = 1; d <= (1u << 20) && d <= floats; ++d)
     if (floats % d == 0 && floats / d >= static_cast<uint64_t>(raw.min_rows)) fits.push_back(d);
   if (fits.size() == 1) return static_cast<int>(fits[0]);
@@ -158,8 +159,10 @@ int raw_embedding_dim(const std::string& path, uint64_t floats, const RawTableSh
     fail(path, ": raw float32 file of ", floats, " floats cannot hold a row for each of the data's ", raw.min_rows,
          " ids; give --embedding-dim");
   std::string list;
-  for (size_t i = 0; i < fits.size() && i < 6; ++i)
-    list += cat(i ? ", " : "", fits[i], " (", floats / fits[i], " rows)");
+  for (size_t i = 0; i < fits.size() && i < 6; ++i) {
+    const uint64_t d = fits[fits.size() - 1 - i];
+    list += cat(i ? ", " : "", d, " (", floats / d, " rows)");
+  }
   fail(path, ": a raw float32 file of ", floats, " floats fits ", fits.size(), " embedding dims for the data's ",
        raw.min_rows, " ids: D = ", list, fits.size() > 6 ? ", ..." : "", "; give --embedding-dim (or --vocab-size)");
 }
