@@ -1,6 +1,12 @@
 // The memory estimate against the CPU engine's real allocations, and the refusal's wording.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
 #include "engine/cpu_model.h"
 #include "enhanced/common.h"
 #include "enhanced/memory.h"
@@ -98,6 +104,29 @@ TEST(MemoryEstimate, RefusalNamesTheEstimateItsPartsAndWhatIsAvailable) {
   EXPECT_EQ(parse_meminfo_available("MemTotal:  100 kB\nMemFree: 5 kB\nMemAvailable:   2048 kB\n"), 2048u * 1024);
   EXPECT_EQ(parse_meminfo_available("MemTotal: 100 kB\n"), 0u);
   EXPECT_GT(available_memory().bytes, 0u) << "this machine's /proc/meminfo";
+}
+
+// A cgroup v2 tree: the job's group is limited to 8 GiB and has 3 GiB charged, 1 GiB of it page
+// cache; its parent's 6 GiB limit leaves less. v1 lines and "max" limits are ignored.
+TEST(MemoryEstimate, ReadsTheTightestCgroupLimitUpTheTree) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(ENHANCED_TEST_TMP) / ("cgroup." + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "jobs" / "one");
+  auto write = [](const fs::path& path, const std::string& text) { std::ofstream(path) << text; };
+  write(root / "jobs" / "one" / "memory.max", std::to_string(8ull << 30) + "\n");
+  write(root / "jobs" / "one" / "memory.current", std::to_string(3ull << 30) + "\n");
+  write(root / "jobs" / "one" / "memory.stat", "anon 2147483648\nfile 1073741824\nkernel 0\n");
+  write(root / "jobs" / "memory.max", std::to_string(6ull << 30) + "\n");
+  write(root / "jobs" / "memory.current", std::to_string(5ull << 30) + "\n");  // no memory.stat: all counted
+  const std::string self = "4:memory:/elsewhere\n0::/jobs/one\n";
+  const AvailableMemory tight = cgroup_available(self, root.string());
+  EXPECT_EQ(tight.bytes, 1ull << 30);
+  EXPECT_EQ(tight.source, (root / "jobs" / "memory.max").string());
+  write(root / "jobs" / "memory.max", "max\n");
+  EXPECT_EQ(cgroup_available(self, root.string()).bytes, 6ull << 30);  // 8 - (3 - 1)
+  EXPECT_EQ(cgroup_available("4:memory:/x\n", root.string()).bytes, 0u);  // no v2 line: unknown
+  fs::remove_all(root);
 }
 
 }  // namespace

@@ -37,6 +37,9 @@ struct AvailableMemory {
 };
 AvailableMemory available_memory();
 uint64_t parse_meminfo_available(const std::string& meminfo);  // bytes; 0 when the line is missing
+// The cgroup v2 part: the lowest memory.max - (memory.current - memory.stat's page cache) from
+// the group named by /proc/self/cgroup's "0::/path" line up to `root` (/sys/fs/cgroup).
+AvailableMemory cgroup_available(const std::string& self_cgroup, const std::string& root);
 
 // "312.4 GiB" or "48.0 MiB".
 std::string memory_text(uint64_t bytes);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -43,19 +44,20 @@ uint64_t cgroup_file_bytes(const std::filesystem::path& dir) {
   return std::sscanf(stat.c_str() + at, " file %llu", &bytes) == 1 ? bytes : 0;
 }
 
-// The lowest memory.max - memory.current from the process's cgroup (v2) up to the root.
-AvailableMemory cgroup_available() {
+}  // namespace
+
+AvailableMemory cgroup_available(const std::string& self_cgroup, const std::string& root) {
   AvailableMemory best;
-  const std::string self = read_text("/proc/self/cgroup");  // v2: one line "0::/path"
-  const size_t at = self.find("0::");
-  if (at == std::string::npos) return best;
-  std::filesystem::path group = self.substr(at + 3, self.find('\n', at) - at - 3);
+  const size_t line = self_cgroup.rfind("0::", 0) == 0 ? 0 : self_cgroup.find("\n0::");  // v2: "0::/path"
+  if (line == std::string::npos) return best;
+  const size_t at = line == 0 ? 0 : line + 1;
+  std::filesystem::path group = self_cgroup.substr(at + 3, self_cgroup.find('\n', at) - at - 3);
   for (;; group = group.parent_path()) {
-    const std::filesystem::path dir = std::filesystem::path("/sys/fs/cgroup") / group.relative_path();
+    const std::filesystem::path dir = std::filesystem::path(root) / group.relative_path();
     const std::string max = read_text(dir / "memory.max"), current = read_text(dir / "memory.current");
     if (!max.empty() && max.rfind("max", 0) != 0 && !current.empty()) {
       // The group's page cache counts in memory.current but is given back under pressure.
-      const uint64_t limit = std::stoull(max), charged = std::stoull(current);
+      const uint64_t limit = std::strtoull(max.c_str(), nullptr, 10), charged = std::strtoull(current.c_str(), nullptr, 10);
       const uint64_t used = charged - std::min<uint64_t>(charged, cgroup_file_bytes(dir));
       const uint64_t left = limit > used ? limit - used : 1;
       if (best.bytes == 0 || left < best.bytes) best = {left, (dir / "memory.max").string()};
@@ -64,8 +66,6 @@ AvailableMemory cgroup_available() {
   }
   return best;
 }
-
-}  // namespace
 
 MemoryEstimate estimate_memory(const ModelConfig& c, const OptimizerConfig* optimizer, int batch, Device device) {
   MemoryEstimate m;
@@ -91,7 +91,7 @@ uint64_t parse_meminfo_available(const std::string& meminfo) {
 
 AvailableMemory available_memory() {
   AvailableMemory best{parse_meminfo_available(read_text("/proc/meminfo")), "MemAvailable"};
-  const AvailableMemory group = cgroup_available();
+  const AvailableMemory group = cgroup_available(read_text("/proc/self/cgroup"), "/sys/fs/cgroup");
   if (group.bytes && (best.bytes == 0 || group.bytes < best.bytes)) best = group;
   return best;
 }
