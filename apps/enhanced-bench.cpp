@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <chrono>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -19,6 +20,7 @@
 #include "enhanced/engine.h"
 #include "enhanced/jsonl.h"
 #include "enhanced/loader.h"
+#include "enhanced/memory.h"
 #include "enhanced/random.h"
 
 namespace {
@@ -161,24 +163,27 @@ struct BenchOptions {
 void add_options(CLI::App& app, BenchOptions& o) {
   Shapes& s = o.shapes;
   app.add_option("--device", o.device, "cpu or cuda")->capture_default_str();
-  app.add_option("--batch-size,-B", s.batch, "B")->capture_default_str();
-  app.add_option("--seq-len,-T", s.seq_len, "T")->capture_default_str();
-  app.add_option("--embedding-dim,-D", s.dim, "D")->capture_default_str();
-  app.add_option("--hidden,-H", s.hidden, "H")->capture_default_str();
-  app.add_option("--vocab-size,-V", s.vocab, "V")->capture_default_str();
-  app.add_option("--num-labels,-L", s.labels, "L")->capture_default_str();
-  app.add_option("--empty-probability", s.empty_probability, "P(identifier empty)")->capture_default_str();
-  app.add_option("--max-identifier", s.max_identifier, "Identifier length uniform in 1..this")->capture_default_str();
+  app.add_option("--batch-size,-B", s.batch, "B")->capture_default_str()->check(at_least(1));
+  app.add_option("--seq-len,-T", s.seq_len, "T")->capture_default_str()->check(at_least(1));
+  app.add_option("--embedding-dim,-D", s.dim, "D")->capture_default_str()->check(at_least(1));
+  app.add_option("--hidden,-H", s.hidden, "H")->capture_default_str()->check(at_least(1));
+  app.add_option("--vocab-size,-V", s.vocab, "V")->capture_default_str()->check(at_least(int64_t{1}));
+  app.add_option("--num-labels,-L", s.labels, "L")->capture_default_str()->check(at_least(1));
+  app.add_option("--empty-probability", s.empty_probability, "P(identifier empty)")->capture_default_str()->check(in_range(0.0, 1.0));
+  app.add_option("--max-identifier", s.max_identifier, "Identifier length uniform in 1..this")
+      ->capture_default_str()
+      ->check(at_least(1));
   app.add_option("--zipf", s.zipf, "Token ids Zipf-distributed with this exponent (0: uniform); ~1 is like text")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(0.0));
   app.add_option("--blend", o.blend, "mean or scalar-mean")->capture_default_str();
   app.add_option("--pool", o.pool, "feature or time")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str();
   app.add_flag("--lazy-embedding-updates", o.lazy, "Lazy embedding updates");
   add_cuda_options(app, o.cuda, o.cuda_flags);
-  app.add_option("--threads", o.threads, "CPU threads (default: every core)");
-  app.add_option("--warmup", o.warmup, "Untimed runs first")->capture_default_str();
-  app.add_option("--repeats", o.repeats, "Timed runs")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "CPU threads (default: every core)")->check(at_least(0));
+  app.add_option("--warmup", o.warmup, "Untimed runs first")->capture_default_str()->check(at_least(0));
+  app.add_option("--repeats", o.repeats, "Timed runs")->capture_default_str()->check(at_least(1));
   app.add_flag("--no-loader", o.skip_loader, "Skip the loader throughput measurement");
   app.add_flag("--json", o.json, "Print one JSON object");
   app.add_flag("--skip-unavailable", o.skip_unavailable,
@@ -189,6 +194,11 @@ void add_options(CLI::App& app, BenchOptions& o) {
 }
 
 ModelConfig model_config(const BenchOptions& o) {
+  // The synthetic batch's identifier offsets are int32, as a loaded batch's are.
+  const Shapes& s = o.shapes;
+  if (static_cast<int64_t>(s.batch) * s.seq_len * s.max_identifier > INT32_MAX)
+    fail("-B ", s.batch, " x -T ", s.seq_len, " x --max-identifier ", s.max_identifier,
+         " identifier ids do not fit a batch's int32 offsets");
   ModelConfig c;
   c.vocab_size = o.shapes.vocab;
   c.embedding_dim = o.shapes.dim;
@@ -207,6 +217,16 @@ OptimizerConfig optimizer_config(const BenchOptions& o) {
   oc.learning_rate = oc.kind == OptimizerKind::sgd ? 0.01f : 1e-3f;
   oc.lazy_embedding = o.lazy;
   return oc;
+}
+
+// The engine's memory and the bench's own: its synthetic batch (ids, offsets, at most
+// --max-identifier + 1 ids a position) and the Zipf table (one double per token id).
+void check_bench_memory(const BenchOptions& o, const ModelConfig& c, const OptimizerConfig& optimizer, Device device) {
+  const Shapes& s = o.shapes;
+  MemoryEstimate need = estimate_memory(c, &optimizer, s.batch, device);
+  need.other = static_cast<uint64_t>(s.batch) * s.seq_len * (s.max_identifier + 2) * sizeof(int32_t) +
+               (s.zipf > 0 ? static_cast<uint64_t>(s.vocab) * sizeof(double) : 0);
+  check_fits_memory(need, model_run_text(c, &optimizer, s.batch, device), available_memory());
 }
 
 // The training step as the trainer runs it: steps queued back to back, the totals read once per
@@ -317,9 +337,11 @@ int run_bench(BenchOptions& o) {
   m.threads = configure_cpu_threads(o.threads);
   m.cpu = chosen == Device::cpu;
   const ModelConfig c = model_config(o);
+  const OptimizerConfig optimizer_settings = optimizer_config(o);
+  check_bench_memory(o, c, optimizer_settings, chosen);
   ParameterBuffer<float> params(c);
   initialize_parameters(params, 1);
-  OptimizerState optimizer(optimizer_config(o), c);
+  OptimizerState optimizer(optimizer_settings, c);
   const Batch batch = synthetic_batch(o.shapes, 3);
   if (!o.dump_case.empty()) {
     std::filesystem::create_directories(o.dump_case);

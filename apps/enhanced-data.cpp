@@ -1,5 +1,4 @@
 // enhanced-data: convert JSONL <-> .ebin, inspect a .ebin, write the demo data set.
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -7,13 +6,15 @@
 #include <map>
 #include <string>
 
-#include "enhanced/engine.h"
+#include "enhanced/app.h"
 #include "enhanced/common.h"
 #include "enhanced/dataset.h"
 #include "enhanced/demo.h"
 #include "enhanced/jsonl.h"
 
 namespace {
+
+using enhanced::at_least;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -61,7 +62,7 @@ CLI::App* add_convert(CLI::App& app, ConvertCommand& c) {
   convert->add_option("OUT", c.out, "Output file")->required();
   convert->add_option("--seq-len,-T", c.seq_len, "Positions per sample (T) of the JSONL input")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   convert->add_flag("--to-jsonl", c.to_jsonl, "Write JSONL from a .ebin input whatever the extensions");
   convert->add_flag("--progress", c.progress, "Show progress (lines/s) on stderr");
   return convert;
@@ -70,13 +71,13 @@ CLI::App* add_convert(CLI::App& app, ConvertCommand& c) {
 CLI::App* add_demo(CLI::App& app, std::string& dir, enhanced::DemoOptions& o) {
   auto* demo = app.add_subcommand("demo", "Write the demo data set (train/valid/test .jsonl and .ebin, emb.bin)");
   demo->add_option("DIR", dir, "Output directory")->required();
-  demo->add_option("--train", o.train_samples, "Training samples")->capture_default_str();
-  demo->add_option("--valid", o.valid_samples, "Validation samples")->capture_default_str();
-  demo->add_option("--test", o.test_samples, "Test samples")->capture_default_str();
-  demo->add_option("--seq-len,-T", o.seq_len, "Positions per sample")->capture_default_str();
-  demo->add_option("--labels", o.num_labels, "Number of labels (segments)")->capture_default_str();
-  demo->add_option("--vocab", o.vocab_size, "Vocabulary size V")->capture_default_str();
-  demo->add_option("--dim", o.embedding_dim, "Embedding dimension D of emb.bin")->capture_default_str();
+  demo->add_option("--train", o.train_samples, "Training samples")->capture_default_str()->check(at_least(int64_t{1}));
+  demo->add_option("--valid", o.valid_samples, "Validation samples")->capture_default_str()->check(at_least(int64_t{1}));
+  demo->add_option("--test", o.test_samples, "Test samples")->capture_default_str()->check(at_least(int64_t{1}));
+  demo->add_option("--seq-len,-T", o.seq_len, "Positions per sample")->capture_default_str()->check(at_least(2));
+  demo->add_option("--labels", o.num_labels, "Number of labels (segments)")->capture_default_str()->check(at_least(1));
+  demo->add_option("--vocab", o.vocab_size, "Vocabulary size V")->capture_default_str()->check(at_least(1));
+  demo->add_option("--dim", o.embedding_dim, "Embedding dimension D of emb.bin")->capture_default_str()->check(at_least(1));
   demo->add_option("--seed", o.seed, "Random seed")->capture_default_str();
   return demo;
 }
@@ -100,15 +101,8 @@ void run_convert(const ConvertCommand& c) {
 int parse(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
-    return 1;
+    return enhanced::report_parse_error(app, e);
   }
   return -1;
 }

@@ -9,6 +9,7 @@
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
 #include "enhanced/evaluate.h"
+#include "enhanced/memory.h"
 
 namespace {
 
@@ -72,8 +73,8 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", checkpoint, "Checkpoint (.safetensors from enhanced-train)")->required();
   app.add_option("--predictions", predictions, "Write sample,label,predicted,probability rows to this CSV");
   app.add_flag("--json", json, "Print one JSON object instead of tables");
-  app.add_option("--batch-size", batch_size, "Samples per batch")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "CPU threads (default: every core)");
+  app.add_option("--batch-size", batch_size, "Samples per batch")->capture_default_str()->check(at_least(1));
+  app.add_option("--threads", threads, "CPU threads (default: every core)")->check(at_least(0));
   app.add_option("--device", device, "auto, cpu or cuda")->capture_default_str();
   CudaOptions cuda_options;
   CudaFlags cuda_flags;
@@ -84,13 +85,18 @@ int main(int argc, char** argv) {
     const Device chosen = resolve_device(device, !json);
     ParameterBuffer<float> params = load_checkpoint(checkpoint);
     const Dataset dataset = Dataset::open(data);
+    check_has_samples(dataset, "--data");
     if (dataset.seq_len() != params.config.seq_len)
       fail(data, ": T = ", dataset.seq_len(), " but ", checkpoint, " was trained with T = ", params.config.seq_len);
     dataset.check_fits_model(params.config.vocab_size, params.config.num_labels);
+    // A batch larger than the set is clamped, unlike in training: evaluation's figures do not
+    // depend on how the set is cut into batches, and the engine need hold no more than the set.
+    const int batch = static_cast<int>(std::min<int64_t>(batch_size, dataset.num_samples()));
+    check_model_fits_memory(params.config, nullptr, batch, chosen, params.size() * sizeof(float));
     const std::unique_ptr<Engine> engine =
-        make_engine(chosen, params, nullptr, EngineOptions{batch_size, thread_count, cuda_options});
+        make_engine(chosen, params, nullptr, EngineOptions{batch, thread_count, cuda_options});
     if (!json) std::fprintf(stderr, "engine: %s\n", engine->summary().c_str());
-    const EvalResult result = evaluate(*engine, dataset, batch_size, !predictions.empty());
+    const EvalResult result = evaluate(*engine, dataset, batch, !predictions.empty());
     if (!predictions.empty()) write_predictions(predictions, result);
     if (json) std::printf("%s\n", report_json(result).dump(2).c_str());
     else print_report(result, data, checkpoint);

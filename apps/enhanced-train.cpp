@@ -8,19 +8,22 @@ namespace {
 void add_schedule_options(CLI::App& app, enhanced::TrainOptions& o) {
   app.add_option("--lr-schedule", o.lr_schedule, "constant, step, cosine, linear or plateau")
       ->capture_default_str()->check(CLI::IsMember({"constant", "step", "cosine", "linear", "plateau"}));
-  app.add_option("--warmup-steps", o.warmup_steps, "Linear warm-up to --lr over the first N steps")->capture_default_str();
+  app.add_option("--warmup-steps", o.warmup_steps, "Linear warm-up to --lr over the first N steps")
+      ->capture_default_str()->check(enhanced::at_least(int64_t{0}));
   app.add_option("--min-lr", o.min_lr, "Floor (step, plateau) or end point (cosine, linear) of the rate")
-      ->capture_default_str();
-  app.add_option("--lr-step-size", o.lr_step_size, "step: multiply the rate by --lr-factor every N steps");
-  app.add_option("--lr-factor", o.lr_factor, "step and plateau: the factor of each reduction")->capture_default_str();
+      ->capture_default_str()->check(enhanced::at_least(0.0));
+  app.add_option("--lr-step-size", o.lr_step_size, "step: multiply the rate by --lr-factor every N steps")
+      ->check(enhanced::at_least(int64_t{1}));
+  app.add_option("--lr-factor", o.lr_factor, "step and plateau: the factor of each reduction (0 < factor < 1)")
+      ->capture_default_str()->check(enhanced::greater_than(0.0));
   app.add_option("--lr-patience", o.lr_patience, "plateau: validations without improvement before a reduction")
-      ->capture_default_str();
+      ->capture_default_str()->check(enhanced::at_least(int64_t{0}));
   app.add_option("--monitor", o.monitor, "What best.safetensors, plateau and early stopping watch")
       ->capture_default_str()->check(CLI::IsMember({"valid_loss", "valid_accuracy", "valid_f1"}));
   app.add_option("--min-delta", o.min_delta, "An improvement must beat the best by more than this")
-      ->capture_default_str();
+      ->capture_default_str()->check(enhanced::at_least(0.0));
   app.add_option("--early-stopping", o.early_stopping, "Stop after N validations without improvement (0: off)")
-      ->capture_default_str();
+      ->capture_default_str()->check(enhanced::at_least(int64_t{0}));
 }
 
 }  // namespace
@@ -36,42 +39,45 @@ int main(int argc, char** argv) {
   app.add_option("--init-from", o.init_from, "Start from this checkpoint (its model must match the data)");
   app.add_option("--out", o.out_dir, "Output directory for checkpoints and metrics")->required();
   app.add_flag("--resume", o.resume, "Continue the run saved in --out (same result as an uninterrupted run)");
-  app.add_option("--epochs", o.epochs, "Epochs to train (default 1)")->check(CLI::PositiveNumber);
-  app.add_option("--steps", o.steps, "Steps to train in all (overrides --epochs)")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", o.batch_size, "Samples per batch")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--hidden", o.hidden, "LSTM units per direction")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--epochs", o.epochs, "Epochs to train (default 1)")->check(at_least(int64_t{1}));
+  app.add_option("--steps", o.steps, "Steps to train in all (overrides --epochs)")->check(at_least(int64_t{1}));
+  app.add_option("--batch-size", o.batch_size, "Samples per batch")->capture_default_str()->check(at_least(1));
+  app.add_option("--hidden", o.hidden, "LSTM units per direction")->capture_default_str()->check(at_least(1));
   app.add_option("--embedding-dim", o.embedding_dim, "Embedding dim D (default: from --pretrained, else 32)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   app.add_option("--vocab-size", o.vocab_size, "V (default: from --pretrained, else the data's largest id + 1)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--num-labels", o.num_labels, "L (default: from the data)")->check(CLI::PositiveNumber);
+      ->check(at_least(int64_t{1}));
+  app.add_option("--num-labels", o.num_labels, "L (default: from the data)")->check(at_least(1));
   app.add_option("--blend", o.blend, "Identifier blend: mean or scalar-mean (the original map_fn code)")
       ->capture_default_str()->check(CLI::IsMember({"mean", "scalar-mean"}));
   app.add_option("--pool", o.pool, "Max-pool over: feature (default) or time")
       ->capture_default_str()->check(CLI::IsMember({"feature", "time"}));
   app.add_option("--optimizer", optimizer, "sgd or adam")->capture_default_str()->check(CLI::IsMember({"sgd", "adam"}));
-  app.add_option("--lr", o.optimizer.learning_rate, "Learning rate")->capture_default_str();
-  app.add_option("--momentum", o.optimizer.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--beta1", o.optimizer.beta1, "Adam beta1")->capture_default_str();
-  app.add_option("--beta2", o.optimizer.beta2, "Adam beta2")->capture_default_str();
-  app.add_option("--epsilon", o.optimizer.epsilon, "Adam epsilon")->capture_default_str();
+  app.add_option("--lr", o.optimizer.learning_rate, "Learning rate")->capture_default_str()->check(greater_than(0.0));
+  app.add_option("--momentum", o.optimizer.momentum, "SGD momentum")->capture_default_str()->check(in_range_below(0.0, 1.0));
+  app.add_option("--beta1", o.optimizer.beta1, "Adam beta1")->capture_default_str()->check(in_range_below(0.0, 1.0));
+  app.add_option("--beta2", o.optimizer.beta2, "Adam beta2")->capture_default_str()->check(in_range_below(0.0, 1.0));
+  app.add_option("--epsilon", o.optimizer.epsilon, "Adam epsilon")->capture_default_str()->check(greater_than(0.0));
   app.add_flag("--lazy-embedding-updates", o.optimizer.lazy_embedding,
                "Update only the embedding rows in the batch (cost independent of V)");
   app.add_option("--clip-norm", o.optimizer.clip_norm, "Clip the global gradient norm to this (0: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(0.0));
   app.add_option("--seed", o.seed, "Seed for initialisation and shuffling")->capture_default_str();
   bool no_shuffle = false;
   app.add_flag("--no-shuffle", no_shuffle, "Visit samples in file order");
   app.add_flag("--drop-last", o.drop_last, "Drop the last partial batch of each epoch");
-  app.add_option("--threads", o.threads, "CPU threads (default: every core)");
+  app.add_option("--threads", o.threads, "CPU threads (default: every core)")->check(at_least(0));
   app.add_option("--device", o.device, "auto, cpu or cuda")->capture_default_str();
   CudaFlags cuda_flags;
   add_cuda_options(app, o.cuda, cuda_flags);
-  app.add_option("--log-every", o.log_every, "Steps between metrics lines")->capture_default_str();
+  app.add_option("--log-every", o.log_every, "Steps between metrics lines")->capture_default_str()->check(at_least(int64_t{1}));
   app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: each epoch)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(int64_t{0}));
   app.add_option("--valid-every", o.valid_every, "Also validate every N steps (0: at epoch ends only)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(int64_t{0}));
   app.add_flag("--overwrite", o.overwrite, "Replace the run already in --out (its checkpoints and metrics are removed)");
   add_schedule_options(app, o);
   bool quiet = false;

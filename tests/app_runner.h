@@ -17,8 +17,9 @@ struct AppResult {
   std::string output;  // stdout and stderr together
 };
 
-inline AppResult run_app(const std::string& app, const std::string& arguments) {
-  const std::string command = std::string(ENHANCED_APP_DIR) + "/" + app + " " + arguments + " 2>&1";
+// shell_prefix: shell commands run first, in the same shell (a ulimit).
+inline AppResult run_app(const std::string& app, const std::string& arguments, const std::string& shell_prefix = "") {
+  const std::string command = shell_prefix + std::string(ENHANCED_APP_DIR) + "/" + app + " " + arguments + " 2>&1";
   AppResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (!pipe) return result;

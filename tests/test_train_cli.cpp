@@ -235,7 +235,7 @@ TEST(TrainVocabulary, AuxiliaryIdsDoNotSizeTheTable) {
   }
   ASSERT_EQ(run_app("enhanced-data", "convert " + (dir / "in.jsonl").string() + " " + (dir / "in.ebin").string() +
                                          " --seq-len 2").exit_code, 0);
-  const auto result = run_app("enhanced-train", "--data " + (dir / "in.ebin").string() + " --hidden 2 --steps 1 --quiet "
+  const auto result = run_app("enhanced-train", "--data " + (dir / "in.ebin").string() + " --hidden 2 --steps 1 --batch-size 2 --quiet "
                                                 "--out " + (dir / "run").string());
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_EQ(load_checkpoint((dir / "run" / "last.safetensors").string()).config.vocab_size, 12);

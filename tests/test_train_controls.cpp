@@ -215,7 +215,7 @@ TEST_F(TrainControls, AnotherRunInOutIsRefusedUnlessOverwrittenAndOverwriteLeave
   const auto failing = run_app("enhanced-train", "--data " + files_.train_ebin + " --hidden 4 --quiet --device cpu "
                                                  "--steps 1 --overwrite --batch-size 1000 --drop-last" + out("taken"));
   EXPECT_NE(failing.exit_code, 0);
-  EXPECT_NE(line_with(failing.output, "error: ").find("no batch to train on"), std::string::npos) << failing.output;
+  EXPECT_NE(line_with(failing.output, "error: ").find("fewer than --batch-size 1000"), std::string::npos) << failing.output;
   EXPECT_TRUE(fs::exists(dir("taken") / "optimizer.safetensors"));
   const auto both = run_app("enhanced-train", "--resume --overwrite" + out("taken"));
   EXPECT_NE(both.exit_code, 0);

@@ -2,8 +2,15 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <limits>
+#include <type_traits>
 
 #include "enhanced/common.h"
 #include "enhanced/device.h"
@@ -11,15 +18,85 @@
 
 namespace enhanced {
 
-// Parses the command line and runs body(); CLI errors exit as CLI11 decides, everything else
-// prints one line and exits 1.
+// The numeric flag rules, each written once and used by every app. A rule refuses, as
+// "--flag must be ..., got X", anything but a number in its range: words, NaN and infinities
+// (which compare false against any bound and so would slip through a plain comparison), and,
+// for rules with integer bounds (at_least(1) rather than at_least(0.0)), fractions and values
+// beyond the bound's type (at_least(1): an int; at_least(int64_t{1}): an int64_t, so give the
+// bound the flag's type). CLI11 runs a rule on the text before converting it, so it is parsed here.
+struct NumberRule {
+  double low = -HUGE_VAL, high = HUGE_VAL;
+  bool low_open = false, high_open = false, integer = false;
+  long long whole_max = LLONG_MAX;  // the flag's type's largest value, for integer rules
+
+  static std::string show(double value, bool integer) {
+    return integer ? std::to_string(static_cast<long long>(value)) : cat(value);
+  }
+  std::string range_text() const {
+    if (high == HUGE_VAL) return cat(low_open ? "greater than " : "at least ", show(low, integer));
+    return cat("in ", low_open ? "(" : "[", show(low, integer), ", ", show(high, integer), high_open ? ")" : "]");
+  }
+  // "" when `text` obeys the rule, else the rule's sentence without the flag's name.
+  std::string check(const std::string& text) const {
+    errno = 0;
+    char* end = nullptr;
+    const double value = integer ? static_cast<double>(std::strtoll(text.c_str(), &end, 10)) : std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value))
+      return cat("must be ", integer ? "a whole number " : "a finite number ", range_text(), ", got '", text, "'");
+    if (integer && (errno == ERANGE || value > static_cast<double>(whole_max)))
+      return cat("must be ", range_text(), " and at most ", whole_max, ", got ", text);
+    const bool below = low_open ? !(value > low) : !(value >= low), above = high_open ? !(value < high) : !(value <= high);
+    return below || above ? cat("must be ", range_text(), ", got ", text) : "";
+  }
+};
+
+namespace detail {
+template <class T>
+CLI::Validator number_rule(NumberRule rule) {
+  rule.integer = std::is_integral_v<T>;
+  if constexpr (std::is_integral_v<T>) rule.whole_max = static_cast<long long>(std::numeric_limits<T>::max());
+  return CLI::Validator([rule](std::string& text) { return rule.check(text); }, rule.range_text());
+}
+}  // namespace detail
+
+// x >= low (at_least(1) for counts, at_least(0.0) for a real that may be 0).
+template <class T>
+CLI::Validator at_least(T low) { return detail::number_rule<T>({static_cast<double>(low)}); }
+// x > low (a learning rate, Adam's epsilon).
+template <class T>
+CLI::Validator greater_than(T low) { return detail::number_rule<T>({static_cast<double>(low), HUGE_VAL, true}); }
+// low <= x <= high.
+template <class T>
+CLI::Validator in_range(T low, T high) {
+  return detail::number_rule<T>({static_cast<double>(low), static_cast<double>(high)});
+}
+// low <= x < high (SGD momentum, Adam's betas: 1 would never forget).
+template <class T>
+CLI::Validator in_range_below(T low, T high) {
+  return detail::number_rule<T>({static_cast<double>(low), static_cast<double>(high), false, true});
+}
+
+// A command-line mistake as one line "error: ..." and exit 1, like any other bad input; --help
+// and --version exit as CLI11 decides. CLI11 writes a rule's failure as "--flag: must ...": the
+// colon is taken out so that it reads as the rule's sentence.
+inline int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
+  if (e.get_exit_code() == 0) return app.exit(e);
+  std::string message = e.what();
+  std::replace(message.begin(), message.end(), '\n', ' ');
+  if (const size_t at = message.find(": must be "); at != std::string::npos) message.erase(at, 1);
+  else message += " (see --help)";
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 1;
+}
+
+// Parses the command line and runs body(); any failure prints one line "error: ..." and exits 1.
 template <class Body>
 int run_app(CLI::App& app, int argc, char** argv, Body body) {
   app.set_version_flag("--version", version_string());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return report_parse_error(app, e);
   }
   try {
     return body();

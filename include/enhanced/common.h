@@ -1,6 +1,7 @@
 // Shared basics: the error type every bad input becomes, and a string builder for messages.
 #pragma once
 
+#include <new>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,19 @@ std::string cat(const Parts&... parts) {
 template <class... Parts>
 [[noreturn]] void fail(const Parts&... parts) {
   throw Error(cat(parts...));
+}
+
+// Runs body(), turning a std::bad_alloc, which says nothing of where it came from, into an Error
+// "out of memory <what>" (what: "allocating ...", naming the buffer and its size). For the few
+// large allocations (model-sized buffers, an engine's, a file read whole); a bad_alloc anywhere
+// else is still reported, as a bare "out of memory", by the apps.
+template <class Body>
+decltype(auto) allocating(const std::string& what, Body&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    fail("out of memory ", what);
+  }
 }
 
 }  // namespace enhanced

@@ -40,4 +40,9 @@ class Engine;
 // the engine's max batch).
 EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions);
 
+// Refuses a set with no samples, naming the file and the flag that gave it: its loss and
+// accuracy would be 0 / 0, and a validation set that scores nothing could never pick a best
+// checkpoint. Checked when the set is opened (enhanced-eval's --data, enhanced-train's --valid).
+void check_has_samples(const Dataset& dataset, const std::string& flag);
+
 }  // namespace enhanced

@@ -82,8 +82,11 @@ void ParameterTensors<Real>::carve(Real* base, const ModelConfig& config) {
 }
 
 template <class Real>
-ParameterBuffer<Real>::ParameterBuffer(const ModelConfig& model_config)
-    : config(model_config), data(parameter_count(model_config), Real(0)) {
+ParameterBuffer<Real>::ParameterBuffer(const ModelConfig& model_config) : config(model_config) {
+  const size_t n = parameter_count(model_config);
+  allocating(cat("allocating ", n, " values (", (n * sizeof(Real) + (1 << 20) - 1) >> 20,
+                 " MiB) for the model's parameters, their gradients or a moment"),
+             [&] { data.assign(n, Real(0)); });
   this->carve(data.data(), config);
 }
 

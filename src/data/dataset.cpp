@@ -37,6 +37,17 @@ void check_section(const std::string& path, const char* name, uint64_t offset, u
          " bytes) extends past the end of the file (", file_size, " bytes)");
 }
 
+// Whether the file starts like JSON Lines (a '{' after any blanks or a UTF-8 byte-order mark),
+// as the input of enhanced-data convert does and no .ebin can (its magic is "ENHDATA"): giving
+// the JSONL file where the .ebin is expected is a common slip, worth naming with its fix.
+bool looks_like_json_lines(int fd) {
+  unsigned char head[256];
+  const ssize_t got = ::pread(fd, head, sizeof head, 0);
+  ssize_t at = got >= 3 && head[0] == 0xEF && head[1] == 0xBB && head[2] == 0xBF ? 3 : 0;
+  while (at < got && (head[at] == ' ' || head[at] == '\t' || head[at] == '\r' || head[at] == '\n')) ++at;
+  return at < got && head[at] == '{';
+}
+
 }  // namespace
 
 Dataset Dataset::open(const std::string& path) {
@@ -63,6 +74,10 @@ void Dataset::map_file() {
     fail(path, ": cannot stat: ", std::strerror(err));
   }
   const uint64_t real_size = static_cast<uint64_t>(st.st_size);
+  if (looks_like_json_lines(fd)) {
+    ::close(fd);
+    fail(path, ": looks like JSON Lines, not .ebin: run enhanced-data convert ", path, " OUT.ebin --seq-len T first");
+  }
   if (real_size == 0) {
     ::close(fd);
     fail(path, ": empty file (not an .ebin dataset)");

@@ -154,8 +154,11 @@ namespace {
 class CpuEngine final : public Engine {
  public:
   CpuEngine(ParameterBuffer<float>& params, OptimizerState* optimizer, const EngineOptions& options)
-      : params_(params), grads_(params.config), optimizer_(optimizer), threads_(options.threads),
+      : params_(params), optimizer_(optimizer), threads_(options.threads),
         max_batch_(options.max_batch), rnn_algorithm_(options.cuda.rnn_algorithm) {
+    // An inference engine (enhanced-eval) holds no gradients unless compute_gradients asks
+    // (the tests): estimate_memory counts them for training only.
+    if (optimizer_) grads_ = ParameterBuffer<float>(params.config);
     activations_.reserve(params.config, options.max_batch);
   }
 
@@ -215,6 +218,7 @@ class CpuEngine final : public Engine {
   // grads_ = d loss / d params on `batch` (rows_ its touched rows); returns the mean loss.
   double gradients(const Batch& batch) {
     check_size(batch);
+    ensure_gradients();
     clear_gradients();
     embedding_touched_rows(rows_, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
                            batch.cur_word_ids.data(), batch.positions());
@@ -223,6 +227,10 @@ class CpuEngine final : public Engine {
     model_backward(grads_, activations_, params_, batch, threads_);
     gradients_written_ = true;
     return loss;
+  }
+
+  void ensure_gradients() {
+    if (grads_.data.empty()) grads_ = ParameterBuffer<float>(params_.config);
   }
 
   void clear_gradients() {
@@ -254,6 +262,7 @@ class CpuEngine final : public Engine {
 // The model's stages alone, on the engine's buffers (the bench times each).
 std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
   check_size(batch);
+  ensure_gradients();
   Activations<float>& a = activations_;
   ParameterBuffer<float>& p = params_;
   ParameterBuffer<float>& g = grads_;

@@ -19,7 +19,7 @@ Device resolve_device(const std::string& flag, bool verbose) {
     return Device::cuda;
   }
   if (flag == "cuda") fail("--device cuda: no usable GPU: ", reason);
-  if (verbose) std::fprintf(stderr, "device: cpu (auto: %s)\n", reason.c_str());
+  if (verbose) std::fprintf(stderr, "device: cpu (no usable GPU: %s)\n", reason.c_str());
   return Device::cpu;
 }
 

@@ -23,7 +23,9 @@ const char* version_string() { return "enhanced " ENHANCED_VERSION " (CPU backen
 
 std::unique_ptr<Engine> make_engine(Device device, ParameterBuffer<float>& params, OptimizerState* optimizer,
                                     const EngineOptions& options) {
-  if (device == Device::cpu) return make_cpu_engine(params, optimizer, options);
+  if (device == Device::cpu)
+    return allocating(cat("allocating the CPU engine's gradients and activations for batches of up to ", options.max_batch),
+                      [&] { return make_cpu_engine(params, optimizer, options); });
 #ifdef ENHANCED_HAVE_CUDA
   return make_cuda_engine(params, optimizer, options);
 #else

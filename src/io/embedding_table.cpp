@@ -20,7 +20,8 @@ std::vector<char> read_all(const std::string& path) {
     fail(path, ": not a regular file");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail(path, ": cannot open (", std::strerror(errno), ")");
-  std::vector<char> bytes(static_cast<size_t>(in.tellg()));
+  const auto size = static_cast<size_t>(in.tellg());
+  std::vector<char> bytes = allocating(cat("reading ", path, " (", size, " bytes)"), [&] { return std::vector<char>(size); });
   in.seekg(0);
   in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (!in) fail(path, ": read error");
@@ -141,13 +142,38 @@ bool parse_word2vec(const std::string& path, const std::vector<char>& bytes, Emb
 
 }  // namespace
 
-EmbeddingTable load_embedding_table(const std::string& path, int raw_dim) {
+int raw_embedding_dim(const std::string& path, uint64_t floats, const RawTableShape& raw) {
+  if (raw.dim > 0) return raw.dim;  // whether it divides the file is checked by the loader, naming D
+  if (floats == 0) fail(path, ": empty raw float32 file");
+  if (raw.rows > 0) {
+    if (floats % static_cast<uint64_t>(raw.rows) != 0 || floats / static_cast<uint64_t>(raw.rows) > (1u << 20))
+      fail(path, ": raw float32 file of ", floats, " floats is not ", raw.rows, " rows (--vocab-size) of a whole D");
+    return static_cast<int>(floats / static_cast<uint64_t>(raw.rows));
+  }
+  std::vector<uint64_t> fits;  // every D the size allows, ascending; listed largest first (the
+                               // likeliest: its row count is nearest the data's vocabulary)
+  for (uint64_t d = 1; d <= (1u << 20) && d <= floats; ++d)
+    if (floats % d == 0 && floats / d >= static_cast<uint64_t>(raw.min_rows)) fits.push_back(d);
+  if (fits.size() == 1) return static_cast<int>(fits[0]);
+  if (fits.empty())
+    fail(path, ": raw float32 file of ", floats, " floats cannot hold a row for each of the data's ", raw.min_rows,
+         " ids; give --embedding-dim");
+  std::string list;
+  for (size_t i = 0; i < fits.size() && i < 6; ++i) {
+    const uint64_t d = fits[fits.size() - 1 - i];
+    list += cat(i ? ", " : "", d, " (", floats / d, " rows)");
+  }
+  fail(path, ": a raw float32 file of ", floats, " floats fits ", fits.size(), " embedding dims for the data's ",
+       raw.min_rows, " ids: D = ", list, fits.size() > 6 ? ", ..." : "", "; give --embedding-dim (or --vocab-size)");
+}
+
+EmbeddingTable load_embedding_table(const std::string& path, const RawTableShape& raw) {
   const std::vector<char> bytes = read_all(path);
   EmbeddingTable table;
   if (bytes.size() >= 6 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0) {
     table = parse_npy(path, bytes);
   } else if (!parse_word2vec(path, bytes, table)) {
-    if (raw_dim <= 0) fail(path, ": raw float32 embeddings need the embedding dim (--embedding-dim)");
+    const int raw_dim = raw_embedding_dim(path, bytes.size() / 4, raw);
     const size_t row_bytes = 4 * static_cast<size_t>(raw_dim);
     if (bytes.empty() || bytes.size() % row_bytes != 0)
       fail(path, ": raw float32 file of ", bytes.size(), " bytes is not a whole number of rows of D = ", raw_dim,

@@ -50,7 +50,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   if (header_size > size - 8) fail(path, ": truncated or not safetensors: header of ", header_size, " bytes, file has ", size);
   std::string header(header_size, '\0');
   in.read(header.data(), static_cast<std::streamsize>(header_size));
-  data_.resize(size - 8 - header_size);
+  allocating(cat("reading ", path, " (", size, " bytes)"), [&] { data_.resize(size - 8 - header_size); });
   in.read(data_.data(), static_cast<std::streamsize>(data_.size()));
   if (!in) fail(path, ": read error");
   nlohmann::json json;

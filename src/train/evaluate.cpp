@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "enhanced/common.h"
 #include "enhanced/loader.h"
 #include "enhanced/engine.h"
 
@@ -44,6 +45,10 @@ double EvalResult::macro_f1() const {
     ++counted;
   }
   return counted ? total / counted : 0.0;
+}
+
+void check_has_samples(const Dataset& dataset, const std::string& flag) {
+  if (dataset.num_samples() == 0) fail(dataset.path(), ": no samples (", flag, " needs at least one)");
 }
 
 EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions) {

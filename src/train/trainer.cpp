@@ -21,6 +21,7 @@
 #include "enhanced/evaluate.h"
 #include "enhanced/loader.h"
 #include "enhanced/progress.h"
+#include "train/run_checks.h"
 #include "train/run_options.h"
 #include "train/run_state.h"
 #include "train/schedule.h"
@@ -121,7 +122,7 @@ ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, 
   }
   EmbeddingTable table;
   if (!o.pretrained_path.empty()) {
-    table = load_embedding_table(o.pretrained_path, o.embedding_dim ? o.embedding_dim : 32);
+    table = load_embedding_table(o.pretrained_path, raw_table_shape(o, train, valid));
     if (o.embedding_dim && table.dim != o.embedding_dim)
       fail(o.pretrained_path, ": embedding dim is ", table.dim, ", --embedding-dim says ", o.embedding_dim);
     if (o.vocab_size && table.rows != o.vocab_size)
@@ -138,6 +139,7 @@ ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, 
   c.blend = parse_blend_mode(o.blend);
   c.pool = parse_pool_mode(o.pool);
   c.validate();
+  check_run_memory(c, o, 0);
   ParameterBuffer<float> params(c);
   initialize_parameters(params, o.seed);
   if (table.rows) std::copy(table.values.begin(), table.values.end(), params.embedding);
@@ -562,7 +564,9 @@ int run_training(TrainOptions options) {
       fail(options.valid_path, ": T = ", valid.seq_len(), " but ", options.data_path, " has T = ", train.seq_len());
   }
   const Dataset* valid_ptr = options.valid_path.empty() ? nullptr : &valid;
+  check_run_datasets(options, train, valid_ptr);
   ParameterBuffer<float> params = options.resume ? read_model(*saved_state, "model.") : build_model(options, train, valid_ptr);
+  if (options.resume || !options.init_from.empty()) check_run_memory(params.config, options, params.size() * sizeof(float));
   if (options.resume) check_model_flags(given, params.config, "the run being resumed (" + saved_state->path() + ")");
   if (params.config.seq_len != train.seq_len())
     fail(options.data_path, ": T = ", train.seq_len(), " but the model (", options.resume ? saved_state->path() : options.init_from,

@@ -1,0 +1,27 @@
+// Checks of a training run's inputs, made before anything large is allocated, each one line
+// naming the file or flag and the numbers. Apart from trainer.cpp so that the loop stays the loop.
+#pragma once
+
+#include <cstdint>
+
+#include "enhanced/dataset.h"
+#include "enhanced/embedding_table.h"
+#include "enhanced/model.h"
+#include "enhanced/trainer.h"
+
+namespace enhanced {
+
+// The training set against --batch-size, and --valid: a batch larger than the training set is
+// refused (every step would be one partial batch, so the batch size asked for would never be
+// trained with, and the learning rate tuned for it would be wrong); an empty set is refused.
+void check_run_datasets(const TrainOptions& options, const Dataset& train, const Dataset* valid);
+
+// What is known of a raw --pretrained table's shape: --embedding-dim, --vocab-size and the
+// data's ids (the rule is RawTableShape's).
+RawTableShape raw_table_shape(const TrainOptions& options, const Dataset& train, const Dataset* valid);
+
+// The run's model at --batch-size fits in this machine's memory (enhanced/memory.h), on the
+// device --device picks; resident: bytes of it already allocated (weights loaded from a file).
+void check_run_memory(const ModelConfig& config, const TrainOptions& options, uint64_t resident);
+
+}  // namespace enhanced

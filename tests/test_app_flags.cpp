@@ -1,0 +1,129 @@
+// Every numeric flag of every app is checked by one of the rules in enhanced/app.h before any
+// work: each bad value is one line "error: --flag must be ..., got X" and exit 1, never CLI11's
+// range with a 300-digit bound, a crash or an unbounded allocation.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "app_runner.h"
+#include "enhanced/app.h"
+
+namespace enhanced {
+namespace {
+
+using testing::run_app;
+
+struct FlagCase {
+  std::string app, arguments, line;  // line: the whole "error: " line of the output
+};
+
+std::string error_line(const std::string& output) {
+  const size_t at = output.rfind("error: ", 0) == 0 ? 0 : output.find("\nerror: ");
+  if (at == std::string::npos) return "";
+  const size_t begin = at == 0 ? 0 : at + 1;
+  return output.substr(begin, output.find('\n', begin) - begin);
+}
+
+void expect_refused(const FlagCase& c) {
+  const auto result = run_app(c.app, c.arguments);
+  EXPECT_EQ(result.exit_code, 1) << c.app << " " << c.arguments << ": " << result.output;
+  EXPECT_EQ(error_line(result.output), c.line) << c.app << " " << c.arguments;
+}
+
+const std::string kTrain = "--data x.ebin --out " ENHANCED_TEST_TMP "/flags-run --device cpu ";
+
+TEST(AppFlags, TrainRefusesEachBadNumberWithASentence) {
+  const std::vector<FlagCase> cases = {
+      {"enhanced-train", kTrain + "--epochs 0", "error: --epochs must be at least 1, got 0"},
+      {"enhanced-train", kTrain + "--epochs 1.5", "error: --epochs must be a whole number at least 1, got '1.5'"},
+      {"enhanced-train", kTrain + "--steps ten", "error: --steps must be a whole number at least 1, got 'ten'"},
+      {"enhanced-train", kTrain + "--batch-size 0", "error: --batch-size must be at least 1, got 0"},
+      {"enhanced-train", kTrain + "--hidden 3000000000",
+       "error: --hidden must be at least 1 and at most 2147483647, got 3000000000"},
+      {"enhanced-train", kTrain + "--embedding-dim -2", "error: --embedding-dim must be at least 1, got -2"},
+      {"enhanced-train", kTrain + "--vocab-size 0", "error: --vocab-size must be at least 1, got 0"},
+      {"enhanced-train", kTrain + "--num-labels 0", "error: --num-labels must be at least 1, got 0"},
+      {"enhanced-train", kTrain + "--lr 0", "error: --lr must be greater than 0, got 0"},
+      {"enhanced-train", kTrain + "--lr nan", "error: --lr must be a finite number greater than 0, got 'nan'"},
+      {"enhanced-train", kTrain + "--momentum 1", "error: --momentum must be in [0, 1), got 1"},
+      {"enhanced-train", kTrain + "--beta1 nan", "error: --beta1 must be a finite number in [0, 1), got 'nan'"},
+      {"enhanced-train", kTrain + "--beta2 -0.5", "error: --beta2 must be in [0, 1), got -0.5"},
+      {"enhanced-train", kTrain + "--epsilon 0", "error: --epsilon must be greater than 0, got 0"},
+      {"enhanced-train", kTrain + "--clip-norm -1", "error: --clip-norm must be at least 0, got -1"},
+      {"enhanced-train", kTrain + "--clip-norm inf", "error: --clip-norm must be a finite number at least 0, got 'inf'"},
+      {"enhanced-train", kTrain + "--threads -1", "error: --threads must be at least 0, got -1"},
+      {"enhanced-train", kTrain + "--log-every 0", "error: --log-every must be at least 1, got 0"},
+      // An int64_t flag takes more than an int, and says so beyond its own type.
+      {"enhanced-train", kTrain + "--steps 3000000000", "error: x.ebin: cannot open: No such file or directory"},
+      {"enhanced-train", kTrain + "--steps 9223372036854775808",
+       "error: --steps must be at least 1 and at most 9223372036854775807, got 9223372036854775808"},
+      {"enhanced-train", kTrain + "--checkpoint-every -1", "error: --checkpoint-every must be at least 0, got -1"},
+  };
+  for (const FlagCase& c : cases) expect_refused(c);
+}
+
+TEST(AppFlags, EvalAndDataRefuseEachBadNumberWithASentence) {
+  const std::string eval = "--data x.ebin --checkpoint x.safetensors --device cpu ";
+  const std::vector<FlagCase> cases = {
+      {"enhanced-eval", eval + "--batch-size 0", "error: --batch-size must be at least 1, got 0"},
+      {"enhanced-eval", eval + "--threads -3", "error: --threads must be at least 0, got -3"},
+      {"enhanced-data", "convert a.jsonl b.ebin --seq-len 0", "error: --seq-len must be at least 1, got 0"},
+      {"enhanced-data", "demo " ENHANCED_TEST_TMP "/flags-demo --train 0", "error: --train must be at least 1, got 0"},
+      {"enhanced-data", "demo " ENHANCED_TEST_TMP "/flags-demo -T 1", "error: --seq-len must be at least 2, got 1"},
+      {"enhanced-data", "demo " ENHANCED_TEST_TMP "/flags-demo --dim x", "error: --dim must be a whole number at least 1, got 'x'"},
+  };
+  for (const FlagCase& c : cases) expect_refused(c);
+}
+
+// -B 0 used to crash the bench, and -B -1, --max-identifier -1, --zipf nan or
+// --empty-probability 2 were taken as they were.
+TEST(AppFlags, BenchRefusesEachBadNumberWithASentence) {
+  const std::string bench = "--device cpu --no-loader -T 8 -D 4 -H 3 -V 50 -L 3 --repeats 1 --warmup 0 ";
+  const std::vector<FlagCase> cases = {
+      {"enhanced-bench", bench + "-B 0", "error: --batch-size must be at least 1, got 0"},
+      {"enhanced-bench", bench + "-B -1", "error: --batch-size must be at least 1, got -1"},
+      {"enhanced-bench", bench + "-T 0", "error: --seq-len must be at least 1, got 0"},
+      {"enhanced-bench", bench + "-V 0", "error: --vocab-size must be at least 1, got 0"},
+      {"enhanced-bench", bench + "-L 0", "error: --num-labels must be at least 1, got 0"},
+      {"enhanced-bench", bench + "--max-identifier -1", "error: --max-identifier must be at least 1, got -1"},
+      {"enhanced-bench", bench + "--max-identifier 0", "error: --max-identifier must be at least 1, got 0"},
+      {"enhanced-bench", bench + "--zipf nan", "error: --zipf must be a finite number at least 0, got 'nan'"},
+      {"enhanced-bench", bench + "--zipf -1", "error: --zipf must be at least 0, got -1"},
+      {"enhanced-bench", bench + "--empty-probability 2", "error: --empty-probability must be in [0, 1], got 2"},
+      {"enhanced-bench", bench + "--empty-probability nan",
+       "error: --empty-probability must be a finite number in [0, 1], got 'nan'"},
+      {"enhanced-bench", bench + "--threads -1", "error: --threads must be at least 0, got -1"},
+      {"enhanced-bench", bench + "--warmup -1", "error: --warmup must be at least 0, got -1"},
+      {"enhanced-bench", bench + "--repeats 0", "error: --repeats must be at least 1, got 0"},
+      {"enhanced-bench", "--device cpu -B 100000 -T 100000 --max-identifier 5",
+       "error: -B 100000 x -T 100000 x --max-identifier 5 identifier ids do not fit a batch's int32 offsets"},
+  };
+  for (const FlagCase& c : cases) expect_refused(c);
+  // The edges are accepted: every identifier empty, token ids uniform.
+  const auto edge = run_app("enhanced-bench", bench + "-B 1 --empty-probability 1 --zipf 0 --json");
+  EXPECT_EQ(edge.exit_code, 0) << edge.output;
+}
+
+// The rules on their own: the bounds are inclusive or not as named.
+TEST(AppFlags, RulesAcceptTheirEdgesAndRefuseJustBeyond) {
+  const NumberRule beta{0.0, 1.0, false, true, false};
+  EXPECT_EQ(beta.check("0"), "");
+  EXPECT_EQ(beta.check("0.999"), "");
+  EXPECT_EQ(beta.check("1"), "must be in [0, 1), got 1");
+  const NumberRule positive{0.0, HUGE_VAL, true, false, false};
+  EXPECT_EQ(positive.check("1e-30"), "");
+  EXPECT_EQ(positive.check("-0"), "must be greater than 0, got -0");
+  const NumberRule count{1, HUGE_VAL, false, false, true, INT_MAX};
+  EXPECT_EQ(count.check("2147483647"), "");
+  EXPECT_EQ(count.check("2147483648"), "must be at least 1 and at most 2147483647, got 2147483648");
+  const NumberRule wide{1, HUGE_VAL, false, false, true};  // an int64_t flag's
+  EXPECT_EQ(wide.check("3000000000"), "");
+  EXPECT_EQ(wide.check("99999999999999999999"),
+            "must be at least 1 and at most 9223372036854775807, got 99999999999999999999");
+  EXPECT_EQ(count.check(""), "must be a whole number at least 1, got ''");
+  EXPECT_EQ(count.check("1e3"), "must be a whole number at least 1, got '1e3'");
+}
+
+}  // namespace
+}  // namespace enhanced
