@@ -451,7 +451,7 @@ void check_training(const TrainCase& c, BlendMode blend, PoolMode pool) {
     double sum_squares = 0;
     for (const float g : grads.data) sum_squares += static_cast<double>(g) * g;
     const double norm = std::sqrt(sum_squares);
-    engine->enqueue_train_step(batch);
+    engine->enqueue_train_step(batch, c.optimizer.learning_rate);
     ASSERT_EQ(engine->collect().steps, 1) << c.name << " step " << step + 1;
     const double gpu_loss = model.train_step(batch);
     ASSERT_NEAR(gpu_loss, loss, 1e-4 * std::max(1.0, loss)) << c.name << " step " << step + 1;

@@ -50,7 +50,7 @@ void check(const Case& c) {
         grads.data[static_cast<size_t>(row) * model.embedding_dim + d] = static_cast<float>(random.uniform(-2, 2));
     for (size_t i = table; i < grads.size(); ++i) grads.data[i] = static_cast<float>(random.uniform(-2, 2));
 
-    const double norm = optimizer_step(cpu, optimizer, grads, rows);
+    const double norm = optimizer_step(cpu, optimizer, grads, rows, c.config.learning_rate);
     const float scale = steps::clip_factor(norm, c.config.clip_norm);  // norm_finish_kernel's, from the same norm
 
     const int32_t row_count = static_cast<int32_t>(rows.size());
@@ -61,13 +61,13 @@ void check(const Case& c) {
     range.rows_only = rows_only(c.config);
     range.rows = rows.data();
     range.row_count = &row_count;
-    const steps::StepScalars scalars = steps::step_scalars(c.config, step);
+    const steps::StepScalars scalars = steps::step_scalars(c.config, step, c.config.learning_rate);
     const steps::Space space = steps::space_of(range, range.rows_only);
     const OptimizerConfig& o = c.config;
     for (int64_t i = 0; i < space.size; ++i) {
       const int64_t k = steps::element_of(range, range.rows_only, space, i);
       if (o.kind == OptimizerKind::sgd)
-        steps::sgd_update(k, emulated.data.data(), first.data.data(), grads.data.data(), scale, o.learning_rate,
+        steps::sgd_update(k, emulated.data.data(), first.data.data(), grads.data.data(), scale, scalars.learning_rate,
                           o.momentum, scalars.first_step != 0);
       else
         steps::adam_update(k, emulated.data.data(), first.data.data(), second.data.data(), grads.data.data(), scale,

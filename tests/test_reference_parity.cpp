@@ -22,7 +22,7 @@ ParameterBuffer<float> train_on_batch(const ParameterBuffer<float>& start, const
   ParameterBuffer<float> params = start;
   OptimizerState optimizer(config, start.config);
   const std::unique_ptr<Engine> engine = make_engine(Device::cpu, params, &optimizer, EngineOptions{batch.size, 2, {}});
-  for (int s = 0; s < steps; ++s) engine->enqueue_train_step(batch);
+  for (int s = 0; s < steps; ++s) engine->enqueue_train_step(batch, config.learning_rate);
   EXPECT_EQ(engine->collect().steps, steps);
   engine->sync_to_host();
   return params;

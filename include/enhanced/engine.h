@@ -46,9 +46,11 @@ class Engine {
   // Whether enqueue_train_step returns before the step has run (the GPU's pipeline).
   virtual bool queues_steps() const { return false; }
 
-  // Queues one training step: forward, backward, optimizer step. Once a step has halted, later
-  // ones are skipped. The batch's memory may be reused on return.
-  virtual void enqueue_train_step(const Batch& batch) = 0;
+  // Queues one training step: forward, backward, optimizer step at `learning_rate` (this step's
+  // rate, >= 0 and finite; the optimizer config's learning_rate is only the run's base rate, so a
+  // schedule passes each step's value). Once a step has halted, later ones are skipped. The
+  // batch's memory may be reused on return.
+  virtual void enqueue_train_step(const Batch& batch, float learning_rate) = 0;
   // Waits for the queued steps; returns their totals and starts new ones. A halt stays in force.
   virtual TrainTotals collect() = 0;
 

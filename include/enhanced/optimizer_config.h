@@ -26,6 +26,9 @@ struct OptimizerConfig {
   void validate() const;  // throws Error naming the flag
 };
 
+// A step's learning rate (a schedule's value) must be >= 0 and finite: throws Error naming the step.
+void check_step_learning_rate(float learning_rate, int64_t step);
+
 // Whether a step may visit only the embedding rows named in the batch: lazy updates, or plain
 // SGD, which moves only rows with a gradient (so skipping the rest is exact, not lazy).
 bool rows_only(const OptimizerConfig& config);

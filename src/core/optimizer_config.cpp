@@ -24,6 +24,11 @@ void OptimizerConfig::validate() const {
   if (!(clip_norm >= 0)) fail("--clip-norm must be >= 0 (0: off), got ", clip_norm);
 }
 
+void check_step_learning_rate(float learning_rate, int64_t step) {
+  if (!(learning_rate >= 0) || !std::isfinite(learning_rate))
+    fail("learning rate of step ", step, " must be >= 0 and finite, got ", learning_rate);
+}
+
 bool rows_only(const OptimizerConfig& config) {
   return config.lazy_embedding || (config.kind == OptimizerKind::sgd && config.momentum == 0);
 }

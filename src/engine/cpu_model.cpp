@@ -164,9 +164,10 @@ class CpuEngine final : public Engine {
   // No cuDNN here: the run records the algorithm it was asked for, unchanged.
   RnnAlgorithm rnn_algorithm() const override { return rnn_algorithm_; }
 
-  void enqueue_train_step(const Batch& batch) override {
+  void enqueue_train_step(const Batch& batch, float learning_rate) override {
     if (!optimizer_) fail("internal: this engine was made for inference only");
     if (totals_.halted != Halt::none) return;
+    check_step_learning_rate(learning_rate, optimizer_->steps + 1);
     const double loss = gradients(batch);
     if (!std::isfinite(loss)) {
       totals_.halted = Halt::loss;
@@ -174,7 +175,7 @@ class CpuEngine final : public Engine {
       totals_.halted_value = loss;
       return;
     }
-    optimizer_step(params_, *optimizer_, grads_, rows_);  // a non-finite gradient throws, weights unchanged
+    optimizer_step(params_, *optimizer_, grads_, rows_, learning_rate);  // a non-finite gradient throws
     clear_gradients();
     const int L = params_.config.num_labels;
     for (int b = 0; b < batch.size; ++b) {
@@ -282,7 +283,7 @@ std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
                                             static_cast<int64_t>(batch.identifier_ids.size()),
                                             batch.cur_word_ids.data(), batch.positions());
                    },
-                   [&] { optimizer_step(p, *optimizer_, g, rows_); }});
+                   [&] { optimizer_step(p, *optimizer_, g, rows_, optimizer_->config.learning_rate); }});
   }
   return out;
 }

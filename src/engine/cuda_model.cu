@@ -136,7 +136,7 @@ struct CudaModel::Impl {
   void validate(const Batch& batch) const;
   void allocate_batch_blocks();
   void grow_ids(size_t ids);
-  BatchView enqueue(const Batch& batch, StepKind kind);
+  BatchView enqueue(const Batch& batch, StepKind kind, float learning_rate);
   void run_step(const BatchView& b, StepKind kind, int slot);
   void run_eager(const BatchView& b, StepKind kind);
   void forward_pass(const BatchView& b, bool with_gradient);
@@ -194,8 +194,9 @@ void CudaModel::Impl::grow_ids(size_t ids) {
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
 }
 
-CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind kind) {
+CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind kind, float learning_rate) {
   validate(batch);
+  if (kind == StepKind::train) check_step_learning_rate(learning_rate, steps + 1);
   const size_t P = static_cast<size_t>(batch.positions());
   const size_t ids = batch.identifier_ids.size();
   if (ids > id_capacity) grow_ids(ids);
@@ -206,7 +207,7 @@ CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind
   // The staging memory is free once its previous upload finished (two steps back).
   if (slot.used) ENHANCED_CUDA_CHECK(cudaEventSynchronize(slot.uploaded));
   int32_t* at = slot.staging.data();
-  const StepScalars header = cuda::step_scalars(optimizer, steps + 1);
+  const StepScalars header = cuda::step_scalars(optimizer, steps + 1, learning_rate);
   std::memcpy(at, &header, sizeof header);
   std::memcpy(at + layout.offsets, batch.identifier_offsets.data(), (P + 1) * sizeof(int32_t));
   std::memcpy(at + layout.cur, batch.cur_word_ids.data(), P * sizeof(int32_t));
@@ -336,7 +337,7 @@ void CudaModel::Impl::step(const BatchView& b) {
   const cuda::StepRange visited = range(rows_only(o));
   if (o.kind == OptimizerKind::sgd) {
     cuda::sgd_step(params.data.data(), first_moment.data.size() ? first_moment.data.data() : nullptr, grads.data.data(),
-                   clip_scale.data(), norm, b.scalars, visited, o.learning_rate, o.momentum, s());
+                   clip_scale.data(), norm, b.scalars, visited, o.momentum, s());
   } else {
     cuda::adam_step(params.data.data(), first_moment.data.data(), second_moment.data.data(), grads.data.data(),
                     clip_scale.data(), norm, b.scalars, visited, o.beta1, o.beta2, o.epsilon, s());
@@ -492,7 +493,9 @@ void CudaModel::download_optimizer_state(ParameterBuffer<float>* first, Paramete
   }
 }
 
-void CudaModel::enqueue_train_step(const Batch& batch) { impl_->enqueue(batch, StepKind::train); }
+void CudaModel::enqueue_train_step(const Batch& batch, float learning_rate) {
+  impl_->enqueue(batch, StepKind::train, learning_rate);
+}
 
 TrainTotals CudaModel::collect() {
   Impl& m = *impl_;
@@ -515,7 +518,7 @@ TrainTotals CudaModel::collect() {
 
 double CudaModel::train_step(const Batch& batch, float* logits_host) {
   Impl& m = *impl_;
-  const Impl::BatchView view = m.enqueue(batch, StepKind::train);
+  const Impl::BatchView view = m.enqueue(batch, StepKind::train, m.optimizer.learning_rate);
   m.wait_and_read(view, logits_host);
   const double loss = m.scalars_host.data()[0];
   const double norm = m.scalars_host.data()[1];
@@ -536,14 +539,14 @@ double CudaModel::train_step(const Batch& batch, float* logits_host) {
 
 double CudaModel::compute_gradients(const Batch& batch, float* logits_host) {
   Impl& m = *impl_;
-  const Impl::BatchView view = m.enqueue(batch, StepKind::gradients);
+  const Impl::BatchView view = m.enqueue(batch, StepKind::gradients, m.optimizer.learning_rate);
   m.wait_and_read(view, logits_host);
   return m.scalars_host.data()[0];
 }
 
 double CudaModel::forward(const Batch& batch, float* logits_host) {
   Impl& m = *impl_;
-  const Impl::BatchView view = m.enqueue(batch, StepKind::forward);
+  const Impl::BatchView view = m.enqueue(batch, StepKind::forward, m.optimizer.learning_rate);
   m.wait_and_read(view, logits_host);
   return m.scalars_host.data()[0];
 }

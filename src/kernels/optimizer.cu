@@ -50,9 +50,10 @@ __global__ void norm_finish_kernel(double* __restrict__ norm, float* __restrict_
 
 __global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ velocity, const float* __restrict__ g,
                            const float* __restrict__ scale_ptr, const double* __restrict__ norm,
-                           const StepScalars* __restrict__ scalars, StepRange r, float lr, float mu) {
+                           const StepScalars* __restrict__ scalars, StepRange r, float mu) {
   if (!isfinite(*norm)) return;  // the host reports the error; weights stay unchanged
   const float scale = *scale_ptr;
+  const float lr = scalars->learning_rate;
   const bool first_step = scalars->first_step != 0;
   const Space s = space_of(r, r.rows_only);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.size;
@@ -107,12 +108,11 @@ void gradient_norm(double* norm, float* scale, double* partials, const float* gr
 }
 
 void sgd_step(float* params, float* velocity, const float* grads, const float* scale, const double* norm,
-              const StepScalars* scalars, const StepRange& range, float learning_rate, float momentum,
-              cudaStream_t stream) {
+              const StepScalars* scalars, const StepRange& range, float momentum, cudaStream_t stream) {
   check_range(range, range.rows_only);
   if (momentum > 0 && !velocity) fail("internal: SGD with momentum needs a velocity buffer");
   sgd_kernel<<<blocks_for(range, range.rows_only), kThreads, 0, stream>>>(params, velocity, grads, scale, norm,
-                                                                         scalars, range, learning_rate, momentum);
+                                                                         scalars, range, momentum);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 

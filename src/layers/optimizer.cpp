@@ -55,8 +55,9 @@ void for_each_range(const ParameterBuffer<float>& buffer, const std::vector<int3
 }  // namespace
 
 double optimizer_step(ParameterBuffer<float>& params, OptimizerState& state, const ParameterBuffer<float>& grads,
-                      const std::vector<int32_t>& touched_rows) {
+                      const std::vector<int32_t>& touched_rows, float learning_rate) {
   const OptimizerConfig& c = state.config;
+  check_step_learning_rate(learning_rate, state.steps + 1);
   const bool rows = rows_only(c);
   // Every row outside touched_rows has a zero gradient, so the norm needs the touched ones only.
   double sum_squares = 0;
@@ -67,11 +68,11 @@ double optimizer_step(ParameterBuffer<float>& params, OptimizerState& state, con
   if (!std::isfinite(norm))
     fail("non-finite gradient (norm ", norm, ") at step ", state.steps + 1, "; weights left unchanged");
   const float scale = steps::clip_factor(norm, c.clip_norm);
-  const steps::StepScalars scalars = steps::step_scalars(c, ++state.steps);
+  const steps::StepScalars scalars = steps::step_scalars(c, ++state.steps, learning_rate);
   float* w = params.data.data();
   const float* g = grads.data.data();
   if (c.kind == OptimizerKind::sgd) {
-    const float lr = c.learning_rate, mu = c.momentum;
+    const float lr = scalars.learning_rate, mu = c.momentum;
     float* v = mu > 0 ? state.moments[0].data.data() : nullptr;
     const bool first_step = scalars.first_step != 0;
     for_each_range(params, touched_rows, rows, {w, g, v ? v : w}, true, [&](size_t begin, size_t end) {

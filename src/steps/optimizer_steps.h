@@ -26,24 +26,26 @@ struct StepRange {
   int64_t max_rows = 0;                 // bound on *row_count, sizes the launch
 };
 
-// Per-step optimizer scalars, read on the device so that a captured CUDA graph replays any step.
+// Per-step optimizer scalars, read on the device so that a captured CUDA graph replays any step
+// (with its own learning rate: a schedule changes nothing but these).
 struct StepScalars {
-  float adam_step_size = 0;              // lr / (1 - beta1^t)
+  float adam_step_size = 0;              // lr_t / (1 - beta1^t)
   float adam_bias_correction2_sqrt = 0;  // sqrt(1 - beta2^t)
   int32_t first_step = 0;                // SGD momentum: the buffer starts at g on step 1
-  int32_t reserved = 0;
+  float learning_rate = 0;               // lr_t, this step's rate (SGD's; Adam's is in adam_step_size)
   int64_t step = 0;                      // t, 1-based
 };
 
-// Step t's scalars: double arithmetic, then rounded to float.
-inline StepScalars step_scalars(const OptimizerConfig& optimizer, int64_t step) {
+// Step t's scalars for the rate lr_t: double arithmetic, then rounded to float.
+inline StepScalars step_scalars(const OptimizerConfig& optimizer, int64_t step, float learning_rate) {
   StepScalars out;
   out.step = step;
   out.first_step = step == 1 ? 1 : 0;
+  out.learning_rate = learning_rate;
   if (optimizer.kind == OptimizerKind::adam) {
     const double t = static_cast<double>(step);
-    out.adam_step_size =
-        static_cast<float>(optimizer.learning_rate / (1.0 - std::pow(static_cast<double>(optimizer.beta1), t)));
+    out.adam_step_size = static_cast<float>(static_cast<double>(learning_rate) /
+                                            (1.0 - std::pow(static_cast<double>(optimizer.beta1), t)));
     out.adam_bias_correction2_sqrt =
         static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(optimizer.beta2), t)));
   }

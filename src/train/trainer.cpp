@@ -159,7 +159,7 @@ class TrainingRun {
     loader.start_epoch(position_.epoch, position_.batch_in_epoch);
     epoch_done = true;
     while (const Batch* batch = loader.next()) {
-      engine_->enqueue_train_step(*batch);
+      engine_->enqueue_train_step(*batch, o_.optimizer.learning_rate);
       ++position_.step;
       ++position_.batch_in_epoch;
       const bool log_now = position_.step % o_.log_every == 0 || position_.step == total_steps_;
