@@ -1,5 +1,6 @@
 // The training arithmetic of issue 11 on the GPU against the CPU engine: a learning rate per
-// step (read from the step's scalars, so replayed CUDA graphs must pick up each step's rate).
+// step (read from the step's scalars, so replayed CUDA graphs must pick up each step's rate),
+// weight decay.
 //
 // Compiled in every build; without the CUDA backend or a usable GPU each test is SKIPPED with
 // the reason. Tolerances as in test_cuda_parity.cpp's training tests: trajectories drift apart by
@@ -93,9 +94,39 @@ TEST(CudaTrainingParity, PerStepLearningRateWithGraphReplayMatchesCpu) {
     check_scheduled(c);
 }
 
+// Weight decay on both devices: SGD's L2 with and without the table (plain SGD with a decaying
+// table visits every row on the device too), AdamW dense and lazy, with the table, under a
+// changing rate (AdamW's factor 1 - lr_t * wd is a per-step scalar too).
+TEST(CudaTrainingParity, WeightDecayMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  OptimizerConfig sgd;
+  sgd.kind = OptimizerKind::sgd;
+  sgd.learning_rate = 0.05f;
+  sgd.weight_decay = 0.05f;
+  OptimizerConfig sgd_table = sgd;
+  sgd_table.weight_decay_embedding = true;
+  OptimizerConfig momentum = sgd_table;
+  momentum.momentum = 0.9f;
+  momentum.learning_rate = 0.02f;
+  OptimizerConfig adamw;
+  adamw.learning_rate = 3e-3f;
+  adamw.weight_decay = 0.1f;
+  OptimizerConfig adamw_table = adamw;
+  adamw_table.weight_decay_embedding = true;
+  OptimizerConfig lazy = adamw_table;
+  lazy.lazy_embedding = true;
+  lazy.clip_norm = 0.05f;
+  for (const ScheduledCase& c : {ScheduledCase{"sgd decay", sgd}, ScheduledCase{"sgd decay with table", sgd_table},
+                                 ScheduledCase{"sgd+momentum decay with table", momentum},
+                                 ScheduledCase{"adamw", adamw}, ScheduledCase{"adamw with table", adamw_table},
+                                 ScheduledCase{"lazy adamw with table, clipped", lazy}})
+    check_scheduled(c);
+}
+
 #else  // no CUDA backend: the same test names, each skipped with the reason.
 
 TEST(CudaTrainingParity, PerStepLearningRateWithGraphReplayMatchesCpu) { SKIP_WITHOUT_GPU(); }
+TEST(CudaTrainingParity, WeightDecayMatchesCpu) { SKIP_WITHOUT_GPU(); }
 
 #endif
 

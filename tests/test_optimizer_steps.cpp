@@ -66,12 +66,15 @@ void check(const Case& c) {
     const OptimizerConfig& o = c.config;
     for (int64_t i = 0; i < space.size; ++i) {
       const int64_t k = steps::element_of(range, range.rows_only, space, i);
+      // As the kernels: the element's weight decay chosen per element.
       if (o.kind == OptimizerKind::sgd)
         steps::sgd_update(k, emulated.data.data(), first.data.data(), grads.data.data(), scale, scalars.learning_rate,
-                          o.momentum, scalars.first_step != 0);
+                          o.momentum, steps::decay_at(k, table, o.weight_decay_embedding, o.weight_decay, 0.0f),
+                          scalars.first_step != 0);
       else
         steps::adam_update(k, emulated.data.data(), first.data.data(), second.data.data(), grads.data.data(), scale,
-                           o.beta1, o.beta2, o.epsilon, scalars.adam_step_size, scalars.adam_bias_correction2_sqrt);
+                           o.beta1, o.beta2, o.epsilon, scalars.adam_step_size, scalars.adam_bias_correction2_sqrt,
+                           steps::decay_at(k, table, o.weight_decay_embedding, scalars.adamw_decay, 1.0f));
     }
     ASSERT_EQ(emulated.data, cpu.data) << c.name << ", step " << step << ": weights differ from the CPU's bits";
     if (optimizer.moment(0)) {
@@ -97,8 +100,26 @@ TEST(OptimizerSteps, MatchOptimizerStepBitForBit) {
   lazy_adam.lazy_embedding = true;
   OptimizerConfig clipped = adam;
   clipped.clip_norm = 0.5f;
+  // Weight decay: SGD's L2 with and without the table (plain SGD with a decaying table visits
+  // every row), AdamW likewise, lazily (only the batch's rows decay).
+  OptimizerConfig sgd_decay = sgd;
+  sgd_decay.weight_decay = 0.05f;
+  OptimizerConfig sgd_decay_table = sgd_decay;
+  sgd_decay_table.weight_decay_embedding = true;
+  OptimizerConfig momentum_decay_table = momentum;
+  momentum_decay_table.weight_decay = 0.05f;
+  momentum_decay_table.weight_decay_embedding = true;
+  OptimizerConfig adamw = adam;
+  adamw.weight_decay = 0.1f;
+  OptimizerConfig adamw_table = adamw;
+  adamw_table.weight_decay_embedding = true;
+  OptimizerConfig lazy_adamw_table = adamw_table;
+  lazy_adamw_table.lazy_embedding = true;
   for (const Case& c : {Case{"sgd", sgd}, Case{"sgd momentum", momentum}, Case{"lazy sgd momentum", lazy_momentum},
-                        Case{"adam", adam}, Case{"lazy adam", lazy_adam}, Case{"adam clipped", clipped}})
+                        Case{"adam", adam}, Case{"lazy adam", lazy_adam}, Case{"adam clipped", clipped},
+                        Case{"sgd decay", sgd_decay}, Case{"sgd decay with table", sgd_decay_table},
+                        Case{"sgd momentum decay with table", momentum_decay_table}, Case{"adamw", adamw},
+                        Case{"adamw with table", adamw_table}, Case{"lazy adamw with table", lazy_adamw_table}})
     check(c);
 }
 

@@ -337,10 +337,12 @@ void CudaModel::Impl::step(const BatchView& b) {
   const cuda::StepRange visited = range(rows_only(o));
   if (o.kind == OptimizerKind::sgd) {
     cuda::sgd_step(params.data.data(), first_moment.data.size() ? first_moment.data.data() : nullptr, grads.data.data(),
-                   clip_scale.data(), norm, b.scalars, visited, o.momentum, s());
+                   clip_scale.data(), norm, b.scalars, visited, o.momentum, o.weight_decay,
+                   o.weight_decay_embedding, s());
   } else {
     cuda::adam_step(params.data.data(), first_moment.data.data(), second_moment.data.data(), grads.data.data(),
-                    clip_scale.data(), norm, b.scalars, visited, o.beta1, o.beta2, o.epsilon, s());
+                    clip_scale.data(), norm, b.scalars, visited, o.beta1, o.beta2, o.epsilon,
+                    o.weight_decay_embedding, s());
   }
   cuda::finish_step(totals.data(), norm, b.scalars, s());
 }

@@ -71,21 +71,37 @@ double optimizer_step(ParameterBuffer<float>& params, OptimizerState& state, con
   const steps::StepScalars scalars = steps::step_scalars(c, ++state.steps, learning_rate);
   float* w = params.data.data();
   const float* g = grads.data.data();
+  // Weight decay is steps::decay_at's: one value in the table, one after it, so each range is
+  // split at the table's end and its loops stay free of the per-element choice.
+  const size_t table = params.embedding_size();
+  const auto split = [table](size_t begin, size_t end) { return std::clamp(table, begin, end); };
+  const bool embedding = c.weight_decay_embedding;
   if (c.kind == OptimizerKind::sgd) {
-    const float lr = scalars.learning_rate, mu = c.momentum;
+    const float lr = scalars.learning_rate, mu = c.momentum, wd = c.weight_decay;
+    const float decay[2] = {steps::decay_at(0, table, embedding, wd, 0.0f),
+                            steps::decay_at(static_cast<int64_t>(table), table, embedding, wd, 0.0f)};
     float* v = mu > 0 ? state.moments[0].data.data() : nullptr;
     const bool first_step = scalars.first_step != 0;
     for_each_range(params, touched_rows, rows, {w, g, v ? v : w}, true, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) steps::sgd_update(static_cast<int64_t>(i), w, v, g, scale, lr, mu, first_step);
+      const size_t middle = split(begin, end);
+      for (size_t i = begin; i < middle; ++i)
+        steps::sgd_update(static_cast<int64_t>(i), w, v, g, scale, lr, mu, decay[0], first_step);
+      for (size_t i = middle; i < end; ++i)
+        steps::sgd_update(static_cast<int64_t>(i), w, v, g, scale, lr, mu, decay[1], first_step);
     });
   } else {
     float* m = state.moments[0].data.data();
     float* v = state.moments[1].data.data();
     const float b1 = c.beta1, b2 = c.beta2, eps = c.epsilon;
+    const float step_size = scalars.adam_step_size, correction = scalars.adam_bias_correction2_sqrt;
+    const float decay[2] = {steps::decay_at(0, table, embedding, scalars.adamw_decay, 1.0f),
+                            steps::decay_at(static_cast<int64_t>(table), table, embedding, scalars.adamw_decay, 1.0f)};
     for_each_range(params, touched_rows, rows, {w, g, m, v}, true, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i)
-        steps::adam_update(static_cast<int64_t>(i), w, m, v, g, scale, b1, b2, eps, scalars.adam_step_size,
-                           scalars.adam_bias_correction2_sqrt);
+      const size_t middle = split(begin, end);
+      for (size_t i = begin; i < middle; ++i)
+        steps::adam_update(static_cast<int64_t>(i), w, m, v, g, scale, b1, b2, eps, step_size, correction, decay[0]);
+      for (size_t i = middle; i < end; ++i)
+        steps::adam_update(static_cast<int64_t>(i), w, m, v, g, scale, b1, b2, eps, step_size, correction, decay[1]);
     });
   }
   return norm;

@@ -31,11 +31,12 @@ OptionField plain(const char* key, Ref<Value> ref, bool optional = false) {
           [ref](TrainOptions& o, const json& j) { ref(o) = j.get<Value>(); }, optional};
 }
 
-OptionField exact(const char* key, Ref<float> ref) {
+OptionField exact(const char* key, Ref<float> ref, bool optional = false) {
   return {key, [ref](const TrainOptions& o) { return json(exact_text(ref(const_cast<TrainOptions&>(o)))); },
           [ref](TrainOptions& o, const json& j) {
             ref(o) = static_cast<float>(std::strtod(j.get<std::string>().c_str(), nullptr));
-          }};
+          },
+          optional};
 }
 
 const std::vector<OptionField>& option_fields() {
@@ -63,6 +64,10 @@ const std::vector<OptionField>& option_fields() {
       exact("epsilon", [](TrainOptions& o) -> float& { return o.optimizer.epsilon; }),
       plain<bool>("lazy_embedding", [](TrainOptions& o) -> bool& { return o.optimizer.lazy_embedding; }),
       exact("clip_norm", [](TrainOptions& o) -> float& { return o.optimizer.clip_norm; }),
+      // Added with issue 11: runs recorded before it have no weight decay (the default stands).
+      exact("weight_decay", [](TrainOptions& o) -> float& { return o.optimizer.weight_decay; }, true),
+      plain<bool>("weight_decay_embedding", [](TrainOptions& o) -> bool& { return o.optimizer.weight_decay_embedding; },
+                  true),
       plain<uint64_t>("seed", [](TrainOptions& o) -> uint64_t& { return o.seed; }),
       plain<bool>("shuffle", [](TrainOptions& o) -> bool& { return o.shuffle; }),
       plain<bool>("drop_last", [](TrainOptions& o) -> bool& { return o.drop_last; }),
