@@ -1,6 +1,6 @@
 // The training arithmetic of issue 11 on the GPU against the CPU engine: a learning rate per
 // step (read from the step's scalars, so replayed CUDA graphs must pick up each step's rate),
-// weight decay.
+// weight decay, class weights (the training loss weighted, evaluation not).
 //
 // Compiled in every build; without the CUDA backend or a usable GPU each test is SKIPPED with
 // the reason. Tolerances as in test_cuda_parity.cpp's training tests: trajectories drift apart by
@@ -38,6 +38,7 @@ float rate_of(float base, size_t step) {
 struct ScheduledCase {
   const char* name;
   OptimizerConfig optimizer;
+  std::vector<float> class_weights = {};
 };
 
 // The same batches and rates through the CPU engine and through CudaModel with graphs on; the
@@ -49,10 +50,11 @@ void check_scheduled(const ScheduledCase& c) {
   initialize_parameters(cpu, 13);
   const ParameterBuffer<float> initial = cpu;
   OptimizerState optimizer(c.optimizer, config);
-  const std::unique_ptr<Engine> engine = make_engine(Device::cpu, cpu, &optimizer, EngineOptions{4, 1, {}});
+  const std::unique_ptr<Engine> engine =
+      make_engine(Device::cpu, cpu, &optimizer, EngineOptions{4, 1, {}, c.class_weights});
   CudaOptions options;
   options.graphs = true;
-  CudaModel model(config, c.optimizer, 4, options);
+  CudaModel model(config, c.optimizer, 4, options, c.class_weights);
   model.upload_parameters(initial);
   for (size_t step = 0; step < batches.size(); ++step) {
     const float lr = rate_of(c.optimizer.learning_rate, step);
@@ -75,6 +77,13 @@ void check_scheduled(const ScheduledCase& c) {
     moved = std::max(moved, static_cast<double>(std::fabs(cpu.data[i] - initial.data[i])));
   }
   EXPECT_GT(moved, 1e-2) << c.name << ": training barely moved the weights, the comparison would be vacuous";
+  // From the same weights: compute_gradients is weighted like the steps, forward is not.
+  model.upload_parameters(cpu);
+  const double cpu_gradients_loss = engine->compute_gradients(batches[0], nullptr);
+  const double cpu_forward_loss = engine->forward(batches[0], nullptr);
+  EXPECT_NEAR(model.compute_gradients(batches[0]), cpu_gradients_loss, 1e-4 * std::max(1.0, cpu_gradients_loss))
+      << c.name;
+  EXPECT_NEAR(model.forward(batches[0], nullptr), cpu_forward_loss, 1e-4 * std::max(1.0, cpu_forward_loss)) << c.name;
 }
 
 TEST(CudaTrainingParity, PerStepLearningRateWithGraphReplayMatchesCpu) {
@@ -123,10 +132,27 @@ TEST(CudaTrainingParity, WeightDecayMatchesCpu) {
     check_scheduled(c);
 }
 
+// Class weights (one class weighing 0) under Adam and SGD: the weighted loss's gradient on
+// the device, in replayed graphs, against the CPU engine.
+TEST(CudaTrainingParity, ClassWeightedTrainingMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  OptimizerConfig adam;
+  adam.learning_rate = 3e-3f;
+  OptimizerConfig sgd;
+  sgd.kind = OptimizerKind::sgd;
+  sgd.learning_rate = 0.05f;
+  sgd.momentum = 0.9f;
+  const std::vector<float> weights = {0.5f, 2.0f, 0.0f, 1.25f};
+  for (const ScheduledCase& c : {ScheduledCase{"adam, weighted", adam, weights},
+                                 ScheduledCase{"sgd+momentum, weighted", sgd, weights}})
+    check_scheduled(c);
+}
+
 #else  // no CUDA backend: the same test names, each skipped with the reason.
 
 TEST(CudaTrainingParity, PerStepLearningRateWithGraphReplayMatchesCpu) { SKIP_WITHOUT_GPU(); }
 TEST(CudaTrainingParity, WeightDecayMatchesCpu) { SKIP_WITHOUT_GPU(); }
+TEST(CudaTrainingParity, ClassWeightedTrainingMatchesCpu) { SKIP_WITHOUT_GPU(); }
 
 #endif
 

@@ -94,6 +94,7 @@ struct CudaModel::Impl {
   DeviceBuffer<int32_t> argmax_data;
   ActivationTensors<float> act;
   DeviceBuffer<double> scalars;  // [0] mean loss, [1] gradient norm, [2..258) norm partials
+  DeviceBuffer<float> class_weights;  // L, the training loss's (empty: unweighted)
   DeviceBuffer<float> clip_scale;
   DeviceBuffer<DeviceTotals> totals;
   PinnedBuffer<DeviceTotals> totals_host;
@@ -304,8 +305,10 @@ void CudaModel::Impl::forward_pass(const BatchView& b, bool with_gradient) {
   cuda::maxpool_forward(act.pooled, act.argmax, act.y, B, T, 2 * H, c.pool, s());
   cuda::dense_forward(act.logits, act.pooled, params.dense_weight, params.dense_bias, B, F(), c.num_labels,
                       cublas, s());
+  // Training steps and compute_gradients weigh the loss by class; evaluation does not.
+  const float* weights = with_gradient && class_weights.size() ? class_weights.data() : nullptr;
   cuda::softmax_cross_entropy(with_gradient ? act.dlogits : nullptr, act.sample_losses, scalars.data(),
-                              act.logits, b.labels, B, c.num_labels, s());
+                              act.logits, b.labels, weights, B, c.num_labels, s());
 }
 
 // The embedding backward sorts room for the most ids a slot holds (the batch's own count is read
@@ -361,9 +364,10 @@ void CudaModel::Impl::wait_and_read(const BatchView& b, float* logits_out) {
 }
 
 CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch,
-                     const CudaOptions& options)
+                     const CudaOptions& options, const std::vector<float>& class_weights)
     : impl_(std::make_unique<Impl>()) {
   config.validate();
+  check_class_weights(class_weights, config.num_labels);
   if (max_batch < 1) fail("CUDA model: max batch must be positive, got ", max_batch);
   Impl& m = *impl_;
   m.config = config;
@@ -398,6 +402,10 @@ CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer
   m.totals.resize(1);
   ENHANCED_CUDA_CHECK(cudaMemsetAsync(m.totals.data(), 0, sizeof(DeviceTotals), m.s()));
   m.totals_host.resize(1);
+  if (!class_weights.empty()) {
+    m.class_weights.resize(class_weights.size());
+    cuda::copy_to_device(m.class_weights.data(), class_weights.data(), class_weights.size(), m.s());
+  }
   // Identifier ids: start with room for 4 per position; a batch with more grows the buffers once.
   m.layout = BatchLayout(P, static_cast<size_t>(max_batch));
   m.id_capacity = 4 * P;

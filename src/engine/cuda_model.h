@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "enhanced/batch.h"
 #include "enhanced/device.h"
@@ -37,8 +38,10 @@ class CudaModel {
   // Allocates everything for batches of up to max_batch samples on the current CUDA device.
   // Parameters start at zero (call upload_parameters), optimizer moments at zero, step 0.
   // options.rnn_algorithm = automatic times cuDNN's LSTM algorithms here (a few ms).
+  // class_weights (L, or empty: unweighted): the training loss's (train_step, enqueue_train_step,
+  // compute_gradients); forward stays unweighted (EngineOptions::class_weights).
   CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch,
-            const CudaOptions& options = {});
+            const CudaOptions& options = {}, const std::vector<float>& class_weights = {});
   ~CudaModel();
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;

@@ -68,6 +68,7 @@ const std::vector<OptionField>& option_fields() {
       exact("weight_decay", [](TrainOptions& o) -> float& { return o.optimizer.weight_decay; }, true),
       plain<bool>("weight_decay_embedding", [](TrainOptions& o) -> bool& { return o.optimizer.weight_decay_embedding; },
                   true),
+      plain<std::string>("class_weights", [](TrainOptions& o) -> std::string& { return o.class_weights; }, true),
       plain<uint64_t>("seed", [](TrainOptions& o) -> uint64_t& { return o.seed; }),
       plain<bool>("shuffle", [](TrainOptions& o) -> bool& { return o.shuffle; }),
       plain<bool>("drop_last", [](TrainOptions& o) -> bool& { return o.drop_last; }),

@@ -19,6 +19,7 @@
 #include "enhanced/evaluate.h"
 #include "enhanced/loader.h"
 #include "enhanced/progress.h"
+#include "train/class_weights.h"
 #include "train/run_options.h"
 #include "train/run_state.h"
 
@@ -99,7 +100,9 @@ class TrainingRun {
   // loss and accuracy read back at each logging point, checkpoint and epoch end (collect).
   // Called after resume(): the device starts from the restored optimizer state.
   void use_device(Device device, int threads) {
-    engine_ = make_engine(device, params_, &optimizer_, EngineOptions{o_.batch_size, threads, o_.cuda});
+    engine_ = make_engine(device, params_, &optimizer_,
+                          EngineOptions{o_.batch_size, threads, o_.cuda,
+                                        class_weights_for(o_.class_weights, train_, params_.config.num_labels)});
     o_.cuda.rnn_algorithm = engine_->rnn_algorithm();  // recorded, so a resume keeps the arithmetic
     std::fprintf(stderr, "engine: %s\n", engine_->summary().c_str());
   }
