@@ -107,25 +107,36 @@ def load_case(case_dir):
     opt = {k: _num(emd, k, int if k.endswith("_steps") else float, "expected") for k in OPT_KEYS}
     if opt["sgd_steps"] < 0 or opt["adam_steps"] < 0:
         raise CaseError(f"{case_dir}: negative step count")
-    for k in OPTIONAL_FLOAT_KEYS:
-        opt[k] = _num(emd, k, float, "expected") if k in emd else None
-        if opt[k] is not None and opt[k] < 0:
-            raise CaseError(f"{case_dir}: expected metadata {k}={emd[k]!r} is negative")
-    if emd.get("weight_decay_embedding", "0") not in ("0", "1"):
-        raise CaseError(f"{case_dir}: expected metadata weight_decay_embedding must be 0 or 1")
-    opt["weight_decay_embedding"] = emd.get("weight_decay_embedding", "0") == "1"
-    for tag in ("sgd", "adam"):
-        opt[f"{tag}_lrs"] = _rates(emd, f"{tag}_lrs", opt[f"{tag}_steps"], case_dir)
-    class_weights = None
-    if "class_weights" in expected:
-        class_weights = expected["class_weights"].astype(np.float64)
-        if class_weights.shape != (L,) or not np.all(np.isfinite(class_weights)) or np.any(class_weights < 0):
-            raise CaseError(f"{case_dir}: class_weights must be {L} non-negative finite numbers, "
-                            f"got shape {list(class_weights.shape)}")
-        class_weights = torch.from_numpy(class_weights)
+    opt.update(_optional_options(emd, opt, case_dir))
+    class_weights = _class_weights(expected, L, case_dir)
     return {"ckpt": ckpt, "cmd": cmd, "B": B, "T": T,
             "batch": (torch.from_numpy(off), torch.from_numpy(ids), torch.from_numpy(cur)),
             "labels": torch.from_numpy(labels), "class_weights": class_weights, "expected": expected, "opt": opt}
+
+
+def _optional_options(emd, opt, case_dir):
+    """Weight decay (None: absent), whether the embedding decays, per-step rates (None: constant)."""
+    out = {}
+    for k in OPTIONAL_FLOAT_KEYS:
+        out[k] = _num(emd, k, float, "expected") if k in emd else None
+        if out[k] is not None and out[k] < 0:
+            raise CaseError(f"{case_dir}: expected metadata {k}={emd[k]!r} is negative")
+    if emd.get("weight_decay_embedding", "0") not in ("0", "1"):
+        raise CaseError(f"{case_dir}: expected metadata weight_decay_embedding must be 0 or 1")
+    out["weight_decay_embedding"] = emd.get("weight_decay_embedding", "0") == "1"
+    for tag in ("sgd", "adam"):
+        out[f"{tag}_lrs"] = _rates(emd, f"{tag}_lrs", opt[f"{tag}_steps"], case_dir)
+    return out
+
+
+def _class_weights(expected, L, case_dir):
+    """The optional class_weights tensor (L non-negative finite numbers) as a float64 tensor, or None."""
+    if "class_weights" not in expected:
+        return None
+    w = expected["class_weights"].astype(np.float64)
+    if w.shape != (L,) or not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise CaseError(f"{case_dir}: class_weights must be {L} non-negative finite numbers, got shape {list(w.shape)}")
+    return torch.from_numpy(w)
 
 
 def _rates(md, key, steps, case_dir):
@@ -174,6 +185,21 @@ def param_groups(model, weight_decay, decay_embedding):
             {"params": rest, "weight_decay": weight_decay}]
 
 
+def make_sgd(model, o):
+    """torch.optim.SGD(momentum, weight_decay), the embedding's decay by the case's rule."""
+    groups = param_groups(model, o["sgd_weight_decay"] or 0.0, o["weight_decay_embedding"])
+    return torch.optim.SGD(groups, lr=o["sgd_lr"], momentum=o["sgd_momentum"])
+
+
+def make_adam(model, o):
+    """torch.optim.Adam, or torch.optim.AdamW when the case gives adam_weight_decay."""
+    betas = (o["adam_beta1"], o["adam_beta2"])
+    if o["adam_weight_decay"] is None:
+        return torch.optim.Adam(model.parameters(), lr=o["adam_lr"], betas=betas, eps=o["adam_eps"])
+    groups = param_groups(model, o["adam_weight_decay"], o["weight_decay_embedding"])
+    return torch.optim.AdamW(groups, lr=o["adam_lr"], betas=betas, eps=o["adam_eps"])
+
+
 def rel_error(engine, ref):
     """None when shapes differ; else max|engine-ref| / max(max|ref|, 1e-12) (nan if non-finite)."""
     engine = np.asarray(engine, dtype=np.float64)
@@ -219,23 +245,10 @@ def run_case(case_dir, rtol, dtype):
         compare("grad", "grad." + n, n, torch_np(p.grad))
 
     o = case["opt"]
-    embedding_decays = o["weight_decay_embedding"]
-
-    def make_sgd(model):
-        groups = param_groups(model, o["sgd_weight_decay"] or 0.0, embedding_decays)
-        return torch.optim.SGD(groups, lr=o["sgd_lr"], momentum=o["sgd_momentum"])
-
-    def make_adam(model):
-        betas = (o["adam_beta1"], o["adam_beta2"])
-        if o["adam_weight_decay"] is None:
-            return torch.optim.Adam(model.parameters(), lr=o["adam_lr"], betas=betas, eps=o["adam_eps"])
-        groups = param_groups(model, o["adam_weight_decay"], embedding_decays)
-        return torch.optim.AdamW(groups, lr=o["adam_lr"], betas=betas, eps=o["adam_eps"])
-
     optimisers = (("sgd", o["sgd_steps"], o["sgd_lrs"], make_sgd), ("adam", o["adam_steps"], o["adam_lrs"], make_adam))
     for tag, steps, rates, make in optimisers:
         model = build(case, dtype)
-        opt = make(model)
+        opt = make(model, o)
         for step in range(steps):
             if rates is not None:  # a schedule: this step's rate, as torch's LR schedulers set it
                 for group in opt.param_groups:
