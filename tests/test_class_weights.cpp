@@ -33,6 +33,7 @@ TEST(ClassWeights, BalancedIsScikitLearnsRuleAndAnAbsentClassWeighsZero) {
 class ClassWeightsFile : public ::testing::Test {
  protected:
   fs::path write(const std::string& text) {
+    fs::create_directories(ENHANCED_TEST_TMP);  // this test may be the first to run
     const fs::path path = fs::path(ENHANCED_TEST_TMP) / ("weights." + std::to_string(::getpid()) + ".txt");
     std::ofstream(path, std::ios::trunc) << text;
     paths_.push_back(path);
