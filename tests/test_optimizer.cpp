@@ -103,8 +103,9 @@ TEST(Optimizer, SgdWeightDecayByHandWithAndWithoutTheTable) {
   };
   const double lr = 0.1, wd = 0.01;
   const double decayed_touched = 0.25 - lr * (2 + wd * 0.25);
-  for (const Want& want : {Want{false, false, 0.5, 0.25 - lr * 2}, Want{true, false, 0.5 - lr * wd * 0.5, decayed_touched},
-                           Want{true, true, 0.5, decayed_touched}}) {
+  const Want wants[] = {Want{false, false, 0.5, 0.25 - lr * 2}, Want{true, false, 0.5 - lr * wd * 0.5, decayed_touched},
+                        Want{true, true, 0.5, decayed_touched}};
+  for (const Want& want : wants) {
     OptimizerConfig oc;
     oc.kind = OptimizerKind::sgd;
     oc.learning_rate = static_cast<float>(lr);
@@ -223,7 +224,8 @@ TEST(Optimizer, PerStepLearningRateEqualsConfigRateStepByStep) {
     initialize_parameters(initial, 3);
     ParameterBuffer<float> scheduled = initial;
     OptimizerState scheduled_state(base, config);
-    const std::unique_ptr<Engine> engine = make_engine(Device::cpu, scheduled, &scheduled_state, EngineOptions{4, 1, {}});
+    const std::unique_ptr<Engine> engine =
+        make_engine(Device::cpu, scheduled, &scheduled_state, EngineOptions{4, 1, {}});
     ParameterBuffer<float> stepped = initial;
     OptimizerState stepped_state(base, config);
     for (size_t i = 0; i < batches.size(); ++i) {

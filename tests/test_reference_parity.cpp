@@ -75,7 +75,8 @@ void write_case(const fs::path& dir, const ModelConfig& config, uint64_t seed, c
 
   ParameterBuffer<float> grads(config), weights = params;
   std::vector<float> logits(static_cast<size_t>(B) * config.num_labels);
-  const std::unique_ptr<Engine> engine = make_engine(Device::cpu, weights, nullptr, EngineOptions{B, 2, {}, o.class_weights});
+  const std::unique_ptr<Engine> engine =
+      make_engine(Device::cpu, weights, nullptr, EngineOptions{B, 2, {}, o.class_weights});
   const float loss = static_cast<float>(engine->compute_gradients(batch, logits.data()));
   engine->download_gradients(grads);
 

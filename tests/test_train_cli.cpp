@@ -234,8 +234,8 @@ TEST_F(TrainCli, ClassWeightsAndWeightDecayResumeBitForBit) {
     ASSERT_EQ(run_app("enhanced-train", flags + "--steps 7 --out " + dir(name + "-cut").string()).exit_code, 0);
     const auto result = run_app("enhanced-train", "--resume --epochs 2 --quiet --out " + dir(name + "-cut").string());
     ASSERT_EQ(result.exit_code, 0) << result.output;
-    EXPECT_TRUE(read_bytes(dir(name + "-full") / "last.safetensors") == read_bytes(dir(name + "-cut") / "last.safetensors"))
-        << spec;
+    const fs::path full = dir(name + "-full") / "last.safetensors", cut = dir(name + "-cut") / "last.safetensors";
+    EXPECT_TRUE(read_bytes(full) == read_bytes(cut)) << spec;
   }
   const std::string plain = base_flags() + "--optimizer adam --lr 0.01 --weight-decay 0.05 --weight-decay-embedding ";
   ASSERT_EQ(run_app("enhanced-train", plain + "--epochs 2 --out " + dir("unweighted").string()).exit_code, 0);

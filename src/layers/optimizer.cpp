@@ -52,6 +52,33 @@ void for_each_range(const ParameterBuffer<float>& buffer, const std::vector<int3
   }
 }
 
+// SGD, then Adam, over [begin, end) at one weight decay (steps::decay_at's value there). The
+// loop without decay passes the constant, so the compiler drops the decay from it: a step
+// without weight decay costs what it did before weight decay existed.
+void sgd_range(size_t begin, size_t end, float* w, float* v, const float* g, float scale, float lr, float mu,
+               float weight_decay, bool first_step) {
+  if (weight_decay == 0.0f) {
+    for (size_t i = begin; i < end; ++i)
+      steps::sgd_update(static_cast<int64_t>(i), w, v, g, scale, lr, mu, 0.0f, first_step);
+  } else {
+    for (size_t i = begin; i < end; ++i)
+      steps::sgd_update(static_cast<int64_t>(i), w, v, g, scale, lr, mu, weight_decay, first_step);
+  }
+}
+
+void adam_range(size_t begin, size_t end, float* w, float* m, float* v, const float* g, float scale,
+                const OptimizerConfig& c, const steps::StepScalars& s, float decay) {
+  const float b1 = c.beta1, b2 = c.beta2, eps = c.epsilon;
+  const float step_size = s.adam_step_size, correction = s.adam_bias_correction2_sqrt;
+  if (decay == 1.0f) {
+    for (size_t i = begin; i < end; ++i)
+      steps::adam_update(static_cast<int64_t>(i), w, m, v, g, scale, b1, b2, eps, step_size, correction, 1.0f);
+  } else {
+    for (size_t i = begin; i < end; ++i)
+      steps::adam_update(static_cast<int64_t>(i), w, m, v, g, scale, b1, b2, eps, step_size, correction, decay);
+  }
+}
+
 }  // namespace
 
 double optimizer_step(ParameterBuffer<float>& params, OptimizerState& state, const ParameterBuffer<float>& grads,
@@ -84,24 +111,18 @@ double optimizer_step(ParameterBuffer<float>& params, OptimizerState& state, con
     const bool first_step = scalars.first_step != 0;
     for_each_range(params, touched_rows, rows, {w, g, v ? v : w}, true, [&](size_t begin, size_t end) {
       const size_t middle = split(begin, end);
-      for (size_t i = begin; i < middle; ++i)
-        steps::sgd_update(static_cast<int64_t>(i), w, v, g, scale, lr, mu, decay[0], first_step);
-      for (size_t i = middle; i < end; ++i)
-        steps::sgd_update(static_cast<int64_t>(i), w, v, g, scale, lr, mu, decay[1], first_step);
+      sgd_range(begin, middle, w, v, g, scale, lr, mu, decay[0], first_step);
+      sgd_range(middle, end, w, v, g, scale, lr, mu, decay[1], first_step);
     });
   } else {
     float* m = state.moments[0].data.data();
     float* v = state.moments[1].data.data();
-    const float b1 = c.beta1, b2 = c.beta2, eps = c.epsilon;
-    const float step_size = scalars.adam_step_size, correction = scalars.adam_bias_correction2_sqrt;
     const float decay[2] = {steps::decay_at(0, table, embedding, scalars.adamw_decay, 1.0f),
                             steps::decay_at(static_cast<int64_t>(table), table, embedding, scalars.adamw_decay, 1.0f)};
     for_each_range(params, touched_rows, rows, {w, g, m, v}, true, [&](size_t begin, size_t end) {
       const size_t middle = split(begin, end);
-      for (size_t i = begin; i < middle; ++i)
-        steps::adam_update(static_cast<int64_t>(i), w, m, v, g, scale, b1, b2, eps, step_size, correction, decay[0]);
-      for (size_t i = middle; i < end; ++i)
-        steps::adam_update(static_cast<int64_t>(i), w, m, v, g, scale, b1, b2, eps, step_size, correction, decay[1]);
+      adam_range(begin, middle, w, m, v, g, scale, c, scalars, decay[0]);
+      adam_range(middle, end, w, m, v, g, scale, c, scalars, decay[1]);
     });
   }
   return norm;
