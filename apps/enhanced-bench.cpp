@@ -232,10 +232,10 @@ void check_bench_memory(const BenchOptions& o, const ModelConfig& c, const Optim
 // The training step as the trainer runs it: steps queued back to back, the totals read once per
 // `queued` steps (one on an engine that runs each step when queued, 20 on one that queues them,
 // so that graph replays and the pipeline are what is timed). Each sample is one step's share.
-Timing time_train_step(Engine& engine, const Batch& batch, int warmup, int repeats) {
+Timing time_train_step(Engine& engine, const Batch& batch, float learning_rate, int warmup, int repeats) {
   const int queued = engine.queues_steps() ? 20 : 1;
   Timing timing = time_it("train step", warmup, repeats, [&] {
-    for (int i = 0; i < queued; ++i) engine.enqueue_train_step(batch);
+    for (int i = 0; i < queued; ++i) engine.enqueue_train_step(batch, learning_rate);
     if (engine.collect().halted != Halt::none) fail("the benchmark's training diverged");
   });
   for (double& seconds : timing.seconds) seconds /= queued;
@@ -244,11 +244,12 @@ Timing time_train_step(Engine& engine, const Batch& batch, int warmup, int repea
 
 std::vector<Timing> time_engine(Engine& engine, const Batch& batch, const BenchOptions& o) {
   std::vector<Timing> timings;
-  timings.push_back(time_train_step(engine, batch, o.warmup, o.repeats));
+  const float learning_rate = optimizer_config(o).learning_rate;
+  timings.push_back(time_train_step(engine, batch, learning_rate, o.warmup, o.repeats));
   timings.push_back(time_it("inference step", o.warmup, o.repeats, [&] { engine.forward(batch, nullptr); }));
   if (engine.queues_steps())  // what a step costs when the host waits for each one
     timings.push_back(time_it("train step, sync", o.warmup, o.repeats, [&] {
-      engine.enqueue_train_step(batch);
+      engine.enqueue_train_step(batch, learning_rate);
       engine.collect();
     }));
   for (const EnginePart& part : engine.parts(batch)) {

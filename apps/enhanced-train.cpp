@@ -63,6 +63,14 @@ int main(int argc, char** argv) {
   app.add_option("--clip-norm", o.optimizer.clip_norm, "Clip the global gradient norm to this (0: off)")
       ->capture_default_str()
       ->check(at_least(0.0));
+  app.add_option("--weight-decay", o.optimizer.weight_decay,
+                 "Weight decay: Adam decoupled (AdamW), SGD L2 (torch SGD weight_decay); 0: off")
+      ->capture_default_str()
+      ->check(at_least(0.0));
+  app.add_flag("--weight-decay-embedding", o.optimizer.weight_decay_embedding,
+               "Decay the embedding table too (with --lazy-embedding-updates: only the batch's rows)");
+  app.add_option("--class-weights", o.class_weights,
+                 "Weigh the training loss by class: 'balanced' (n / (L * count) over --data) or a file of L numbers");
   app.add_option("--seed", o.seed, "Seed for initialisation and shuffling")->capture_default_str();
   bool no_shuffle = false;
   app.add_flag("--no-shuffle", no_shuffle, "Visit samples in file order");

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "enhanced/device.h"
@@ -300,19 +301,25 @@ TEST(CudaParity, SoftmaxCrossEntropyMatchesCpu) {
   SKIP_WITHOUT_GPU();
   Gpu gpu;
   Random random(10);
-  for (const auto& [B, L] : {std::pair{4, 5}, std::pair{1, 1}, std::pair{3, 2}}) {
+  // Unweighted, and with class weights (torch CrossEntropyLoss(weight=); class 0 weighs 0).
+  for (const auto& [B, L, weighted] : {std::tuple{4, 5, false}, std::tuple{1, 1, false}, std::tuple{3, 2, false},
+                                       std::tuple{4, 5, true}, std::tuple{9, 3, true}}) {
     const std::vector<double> logits = random_floats(static_cast<size_t>(B) * L, random, 8.0);
     std::vector<int32_t> labels(B);
     for (int32_t& l : labels) l = static_cast<int32_t>(random.below(L));
+    std::vector<float> weights(L);
+    for (int l = 0; l < L; ++l) weights[l] = l == 0 ? 0.0f : static_cast<float>(random.uniform(0.25, 2));
+    const float* host_weights = weighted ? weights.data() : nullptr;
     std::vector<double> dlogits(logits.size()), losses(B);
     double loss = 0;
-    softmax_cross_entropy(dlogits.data(), losses.data(), &loss, logits.data(), labels.data(), B, L);
+    softmax_cross_entropy(dlogits.data(), losses.data(), &loss, logits.data(), labels.data(), host_weights, B, L);
     auto d_logits = to_device(to_float(logits), gpu.stream);
     auto d_labels = to_device(labels, gpu.stream);
+    auto d_weights = to_device(weights, gpu.stream);
     DeviceBuffer<float> d_dlogits(dlogits.size()), d_losses(B);
     DeviceBuffer<double> d_loss(1);
-    cuda::softmax_cross_entropy(d_dlogits.data(), d_losses.data(), d_loss.data(), d_logits.data(), d_labels.data(), B,
-                                L, gpu.stream);
+    cuda::softmax_cross_entropy(d_dlogits.data(), d_losses.data(), d_loss.data(), d_logits.data(), d_labels.data(),
+                                weighted ? d_weights.data() : nullptr, B, L, gpu.stream);
     // exp/log in float: a few ulp each, over L terms: 1e-5 relative is ample.
     EXPECT_NEAR(to_host(d_loss, 1, gpu.stream)[0], loss, 1e-5 * std::max(1.0, loss));
     expect_relative(to_host(d_losses, B, gpu.stream), losses, 1e-5, "sample losses");
@@ -451,7 +458,7 @@ void check_training(const TrainCase& c, BlendMode blend, PoolMode pool) {
     double sum_squares = 0;
     for (const float g : grads.data) sum_squares += static_cast<double>(g) * g;
     const double norm = std::sqrt(sum_squares);
-    engine->enqueue_train_step(batch);
+    engine->enqueue_train_step(batch, c.optimizer.learning_rate);
     ASSERT_EQ(engine->collect().steps, 1) << c.name << " step " << step + 1;
     const double gpu_loss = model.train_step(batch);
     ASSERT_NEAR(gpu_loss, loss, 1e-4 * std::max(1.0, loss)) << c.name << " step " << step + 1;

@@ -114,7 +114,7 @@ void check_pipeline(const OptimizerConfig& optimizer, const char* name) {
     want.samples += batch.size;
     want.correct += correct_count(logits, batch, config.num_labels);
     want.steps += 1;
-    piped.enqueue_train_step(batch);
+    piped.enqueue_train_step(batch, optimizer.learning_rate);
     if ((step + 1) % kInterval == 0) {
       const TrainTotals got = piped.collect();
       // Summed on the device in the same order with the same roundings: equal, not close.
@@ -176,7 +176,7 @@ TEST(CudaPipeline, NonFiniteLossHaltsAndKeepsTheLastGoodWeights) {
     ASSERT_TRUE(std::isfinite(reference.train_step(batches[step])));
     good_samples += batches[step].size;
   }
-  for (int step = 0; step < 8; ++step) piped.enqueue_train_step(batches[step]);
+  for (int step = 0; step < 8; ++step) piped.enqueue_train_step(batches[step], adam.learning_rate);
   const TrainTotals totals = piped.collect();
   EXPECT_EQ(totals.halted, Halt::loss);
   EXPECT_EQ(totals.halted_step, 6);
@@ -187,7 +187,7 @@ TEST(CudaPipeline, NonFiniteLossHaltsAndKeepsTheLastGoodWeights) {
   EXPECT_TRUE(same_bits(state_of(piped, adam).params, state_of(reference, adam).params))
       << "the halted step or the ones after it changed the weights";
   // The halt stays until a synchronous call reports it: later steps change nothing.
-  piped.enqueue_train_step(batches[8]);
+  piped.enqueue_train_step(batches[8], adam.learning_rate);
   const TrainTotals later = piped.collect();
   EXPECT_EQ(later.halted, Halt::loss);
   EXPECT_EQ(later.steps, 0);

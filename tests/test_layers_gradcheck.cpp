@@ -186,19 +186,58 @@ TEST(SoftmaxCrossEntropy, MatchesFiniteDifferencesAndIsStable) {
   const auto mean_loss = [](const auto* values, const int32_t* targets, int batch, int labels_count) {
     using Real = std::remove_cv_t<std::remove_pointer_t<decltype(values)>>;
     double out = 0;
-    softmax_cross_entropy<Real>(nullptr, nullptr, &out, values, targets, batch, labels_count);
+    softmax_cross_entropy<Real>(nullptr, nullptr, &out, values, targets, nullptr, batch, labels_count);
     return out;
   };
   auto loss = [&] { return mean_loss(logits.data(), labels.data(), B, L); };
   std::vector<double> dlogits(logits.size());
   double unused = 0;
-  softmax_cross_entropy(dlogits.data(), static_cast<double*>(nullptr), &unused, logits.data(), labels.data(), B, L);
+  softmax_cross_entropy(dlogits.data(), static_cast<double*>(nullptr), &unused, logits.data(), labels.data(), nullptr,
+                        B, L);
   check_tensor(loss, logits.data(), dlogits.data(), logits.size(), "dlogits", random);
   // Huge logits stay finite: loss of a confident right answer ~ 0, of a wrong one ~ the gap.
   const std::vector<float> big = {1000.0f, -1000.0f};
   const std::vector<int32_t> right = {0}, wrong = {1};
   EXPECT_NEAR(mean_loss(big.data(), right.data(), 1, 2), 0.0, 1e-6);
   EXPECT_NEAR(mean_loss(big.data(), wrong.data(), 1, 2), 2000.0, 1e-3);
+}
+
+// torch's CrossEntropyLoss(weight=w): sum_b w[y_b] * nll_b / sum_b w[y_b], its gradient against
+// central differences in double; a batch whose weights sum to 0 has loss 0 and no gradient.
+TEST(SoftmaxCrossEntropy, ClassWeightedMatchesFiniteDifferencesAndTheDefinition) {
+  Random random(8);
+  const int B = 5, L = 4;
+  std::vector<double> logits = random_vector(B * L, random, 3.0);
+  const std::vector<int32_t> labels = {0, 3, 2, 2, 1};
+  const std::vector<float> weights = {0.5f, 2.0f, 1.25f, 0.0f};  // class 3 weighs nothing
+  auto loss = [&] {
+    double out = 0;
+    softmax_cross_entropy<double>(nullptr, nullptr, &out, logits.data(), labels.data(), weights.data(), B, L);
+    return out;
+  };
+  std::vector<double> dlogits(logits.size()), losses(B);
+  double weighted = 0;
+  softmax_cross_entropy(dlogits.data(), losses.data(), &weighted, logits.data(), labels.data(), weights.data(), B, L);
+  check_tensor(loss, logits.data(), dlogits.data(), logits.size(), "dlogits", random);
+  double numerator = 0, denominator = 0;
+  for (int b = 0; b < B; ++b) {
+    numerator += weights[labels[b]] * losses[b];  // sample_losses stay unweighted
+    denominator += weights[labels[b]];
+  }
+  EXPECT_NEAR(weighted, numerator / denominator, 1e-12);
+  for (int l = 0; l < L; ++l) EXPECT_EQ(dlogits[1 * L + l], 0.0) << "a sample of weight 0 has no gradient";
+  // Equal weights are the unweighted loss.
+  const std::vector<float> ones(L, 3.0f);
+  double equal = 0, plain = 0;
+  softmax_cross_entropy<double>(nullptr, nullptr, &equal, logits.data(), labels.data(), ones.data(), B, L);
+  softmax_cross_entropy<double>(nullptr, nullptr, &plain, logits.data(), labels.data(), nullptr, B, L);
+  EXPECT_NEAR(equal, plain, 1e-12);
+  // Only weight-0 samples: loss 0, zero gradient (torch: 0 / 0).
+  const std::vector<int32_t> nothing = {3, 3, 3, 3, 3};
+  double zero = 1;
+  softmax_cross_entropy(dlogits.data(), losses.data(), &zero, logits.data(), nothing.data(), weights.data(), B, L);
+  EXPECT_EQ(zero, 0.0);
+  for (double g : dlogits) EXPECT_EQ(g, 0.0);
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ void check(const Case& c) {
         grads.data[static_cast<size_t>(row) * model.embedding_dim + d] = static_cast<float>(random.uniform(-2, 2));
     for (size_t i = table; i < grads.size(); ++i) grads.data[i] = static_cast<float>(random.uniform(-2, 2));
 
-    const double norm = optimizer_step(cpu, optimizer, grads, rows);
+    const double norm = optimizer_step(cpu, optimizer, grads, rows, c.config.learning_rate);
     const float scale = steps::clip_factor(norm, c.config.clip_norm);  // norm_finish_kernel's, from the same norm
 
     const int32_t row_count = static_cast<int32_t>(rows.size());
@@ -61,17 +61,20 @@ void check(const Case& c) {
     range.rows_only = rows_only(c.config);
     range.rows = rows.data();
     range.row_count = &row_count;
-    const steps::StepScalars scalars = steps::step_scalars(c.config, step);
+    const steps::StepScalars scalars = steps::step_scalars(c.config, step, c.config.learning_rate);
     const steps::Space space = steps::space_of(range, range.rows_only);
     const OptimizerConfig& o = c.config;
     for (int64_t i = 0; i < space.size; ++i) {
       const int64_t k = steps::element_of(range, range.rows_only, space, i);
+      // As the kernels: the element's weight decay chosen per element.
       if (o.kind == OptimizerKind::sgd)
-        steps::sgd_update(k, emulated.data.data(), first.data.data(), grads.data.data(), scale, o.learning_rate,
-                          o.momentum, scalars.first_step != 0);
+        steps::sgd_update(k, emulated.data.data(), first.data.data(), grads.data.data(), scale, scalars.learning_rate,
+                          o.momentum, steps::decay_at(k, table, o.weight_decay_embedding, o.weight_decay, 0.0f),
+                          scalars.first_step != 0);
       else
         steps::adam_update(k, emulated.data.data(), first.data.data(), second.data.data(), grads.data.data(), scale,
-                           o.beta1, o.beta2, o.epsilon, scalars.adam_step_size, scalars.adam_bias_correction2_sqrt);
+                           o.beta1, o.beta2, o.epsilon, scalars.adam_step_size, scalars.adam_bias_correction2_sqrt,
+                           steps::decay_at(k, table, o.weight_decay_embedding, scalars.adamw_decay, 1.0f));
     }
     ASSERT_EQ(emulated.data, cpu.data) << c.name << ", step " << step << ": weights differ from the CPU's bits";
     if (optimizer.moment(0)) {
@@ -97,8 +100,26 @@ TEST(OptimizerSteps, MatchOptimizerStepBitForBit) {
   lazy_adam.lazy_embedding = true;
   OptimizerConfig clipped = adam;
   clipped.clip_norm = 0.5f;
+  // Weight decay: SGD's L2 with and without the table (plain SGD with a decaying table visits
+  // every row), AdamW likewise, lazily (only the batch's rows decay).
+  OptimizerConfig sgd_decay = sgd;
+  sgd_decay.weight_decay = 0.05f;
+  OptimizerConfig sgd_decay_table = sgd_decay;
+  sgd_decay_table.weight_decay_embedding = true;
+  OptimizerConfig momentum_decay_table = momentum;
+  momentum_decay_table.weight_decay = 0.05f;
+  momentum_decay_table.weight_decay_embedding = true;
+  OptimizerConfig adamw = adam;
+  adamw.weight_decay = 0.1f;
+  OptimizerConfig adamw_table = adamw;
+  adamw_table.weight_decay_embedding = true;
+  OptimizerConfig lazy_adamw_table = adamw_table;
+  lazy_adamw_table.lazy_embedding = true;
   for (const Case& c : {Case{"sgd", sgd}, Case{"sgd momentum", momentum}, Case{"lazy sgd momentum", lazy_momentum},
-                        Case{"adam", adam}, Case{"lazy adam", lazy_adam}, Case{"adam clipped", clipped}})
+                        Case{"adam", adam}, Case{"lazy adam", lazy_adam}, Case{"adam clipped", clipped},
+                        Case{"sgd decay", sgd_decay}, Case{"sgd decay with table", sgd_decay_table},
+                        Case{"sgd momentum decay with table", momentum_decay_table}, Case{"adamw", adamw},
+                        Case{"adamw with table", adamw_table}, Case{"lazy adamw with table", lazy_adamw_table}})
     check(c);
 }
 

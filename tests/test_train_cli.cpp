@@ -223,6 +223,31 @@ TEST_F(TrainCli, ResumeNeedsOnlyTheStateFile) {
   EXPECT_TRUE(read_bytes(dir("state-full") / "last.safetensors") == read_bytes(dir("state-cut") / "last.safetensors"));
 }
 
+// Class weights (balanced, or a file) and weight decay are recorded in the run's options: a
+// resumed run continues with them, bit for bit; they change what is trained.
+TEST_F(TrainCli, ClassWeightsAndWeightDecayResumeBitForBit) {
+  const fs::path weights = root_ / "class-weights.txt";
+  std::ofstream(weights) << "0.5, 2\n1 0.25\n";
+  for (const std::string& spec : {std::string("balanced"), weights.string()}) {
+    const std::string name = spec == "balanced" ? "balanced" : "file";
+    const std::string flags = base_flags() + "--optimizer adam --lr 0.01 --weight-decay 0.05 --weight-decay-embedding "
+                                             "--class-weights " + spec + " ";
+    ASSERT_EQ(run_app("enhanced-train", flags + "--epochs 2 --out " + dir(name + "-full").string()).exit_code, 0);
+    ASSERT_EQ(run_app("enhanced-train", flags + "--steps 7 --out " + dir(name + "-cut").string()).exit_code, 0);
+    const auto result = run_app("enhanced-train", "--resume --epochs 2 --quiet --out " + dir(name + "-cut").string());
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    const fs::path full = dir(name + "-full") / "last.safetensors", cut = dir(name + "-cut") / "last.safetensors";
+    EXPECT_TRUE(read_bytes(full) == read_bytes(cut)) << spec;
+  }
+  const std::string plain = base_flags() + "--optimizer adam --lr 0.01 --weight-decay 0.05 --weight-decay-embedding ";
+  ASSERT_EQ(run_app("enhanced-train", plain + "--epochs 2 --out " + dir("unweighted").string()).exit_code, 0);
+  EXPECT_FALSE(read_bytes(dir("unweighted") / "last.safetensors") == read_bytes(dir("file-full") / "last.safetensors"));
+  const auto bad = run_app("enhanced-train", base_flags() + "--class-weights " + (root_ / "missing.txt").string() +
+                                                 " --out " + dir("bad-weights").string());
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("missing.txt: cannot open the class weights file"), std::string::npos) << bad.output;
+}
+
 // The vocabulary comes from the ids the model looks up (fields 0 and 2), not from field 1.
 TEST(TrainVocabulary, AuxiliaryIdsDoNotSizeTheTable) {
   const fs::path dir = fs::path(ENHANCED_TEST_TMP) / ("vocab." + std::to_string(::getpid()));

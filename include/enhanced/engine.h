@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "enhanced/batch.h"
@@ -22,10 +23,21 @@
 namespace enhanced {
 
 struct EngineOptions {
+  // EngineOptions{batch, threads, cuda} stays valid (and free of missing-initializer warnings).
+  EngineOptions(int max_batch_ = 64, int threads_ = 1, CudaOptions cuda_ = {}, std::vector<float> class_weights_ = {})
+      : max_batch(max_batch_), threads(threads_), cuda(cuda_), class_weights(std::move(class_weights_)) {}
+
   int max_batch = 64;  // largest batch any call may pass
   int threads = 1;     // CPU threads (configure_cpu_threads' result)
   CudaOptions cuda;    // the CUDA engine's options (ignored on the CPU)
+  // The training loss's class weights, L non-negative finite numbers (empty: unweighted), with
+  // torch's CrossEntropyLoss(weight=) semantics. They weigh training steps and compute_gradients;
+  // forward (evaluation) stays unweighted, as Keras' class_weight leaves the validation loss.
+  std::vector<float> class_weights;
 };
+
+// Throws Error unless `weights` is empty or holds num_labels non-negative finite numbers.
+void check_class_weights(const std::vector<float>& weights, int num_labels);
 
 // One part of a step that the bench times alone (the CPU engine's layers): prepare (untimed,
 // may be empty), then run.
@@ -46,9 +58,11 @@ class Engine {
   // Whether enqueue_train_step returns before the step has run (the GPU's pipeline).
   virtual bool queues_steps() const { return false; }
 
-  // Queues one training step: forward, backward, optimizer step. Once a step has halted, later
-  // ones are skipped. The batch's memory may be reused on return.
-  virtual void enqueue_train_step(const Batch& batch) = 0;
+  // Queues one training step: forward, backward, optimizer step at `learning_rate` (this step's
+  // rate, >= 0 and finite; the optimizer config's learning_rate is only the run's base rate, so a
+  // schedule passes each step's value). Once a step has halted, later ones are skipped. The
+  // batch's memory may be reused on return.
+  virtual void enqueue_train_step(const Batch& batch, float learning_rate) = 0;
   // Waits for the queued steps; returns their totals and starts new ones. A halt stays in force.
   virtual TrainTotals collect() = 0;
 

@@ -22,12 +22,22 @@ struct OptimizerConfig {
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-7f;  // Adam (Keras defaults)
   bool lazy_embedding = false;
   float clip_norm = 0.0f;  // global gradient-norm clipping when > 0
+  // Weight decay (>= 0): Adam decouples it as torch.optim.AdamW (w *= 1 - lr_t * wd, then the Adam
+  // update); SGD adds it to the gradient as torch.optim.SGD(weight_decay=) (g += wd * w after
+  // clipping, before momentum). The embedding table decays only with weight_decay_embedding;
+  // with lazy updates, only the rows in the batch decay (the others are not visited at all).
+  float weight_decay = 0.0f;
+  bool weight_decay_embedding = false;
 
   void validate() const;  // throws Error naming the flag
 };
 
+// A step's learning rate (a schedule's value) must be >= 0 and finite: throws Error naming the step.
+void check_step_learning_rate(float learning_rate, int64_t step);
+
 // Whether a step may visit only the embedding rows named in the batch: lazy updates, or plain
-// SGD, which moves only rows with a gradient (so skipping the rest is exact, not lazy).
+// SGD, which moves only rows with a gradient (so skipping the rest is exact, not lazy) unless the
+// embedding table decays: then every row moves and every row is visited.
 bool rows_only(const OptimizerConfig& config);
 
 // The moments a step keeps, in state order: SGD with momentum its velocity "m"; Adam "m" and

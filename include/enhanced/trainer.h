@@ -29,6 +29,9 @@ struct TrainOptions {
   std::string blend = "mean";
   std::string pool = "feature";
   OptimizerConfig optimizer;
+  // --class-weights: "" (unweighted), "balanced" (from the training labels) or a file of L
+  // numbers (src/train/class_weights.h). Weighs the training loss only; validation is unweighted.
+  std::string class_weights;
   uint64_t seed = 0;
   bool shuffle = true;
   bool drop_last = false;

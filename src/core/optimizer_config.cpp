@@ -22,10 +22,19 @@ void OptimizerConfig::validate() const {
   if (!(beta2 >= 0 && beta2 < 1)) fail("Adam beta2 must be in [0, 1), got ", beta2);
   if (!(epsilon > 0) || !std::isfinite(epsilon)) fail("Adam epsilon must be positive and finite, got ", epsilon);
   if (!(clip_norm >= 0)) fail("--clip-norm must be >= 0 (0: off), got ", clip_norm);
+  if (!(weight_decay >= 0) || !std::isfinite(weight_decay))
+    fail("--weight-decay must be >= 0 and finite (0: off), got ", weight_decay);
+}
+
+void check_step_learning_rate(float learning_rate, int64_t step) {
+  if (!(learning_rate >= 0) || !std::isfinite(learning_rate))
+    fail("learning rate of step ", step, " must be >= 0 and finite, got ", learning_rate);
 }
 
 bool rows_only(const OptimizerConfig& config) {
-  return config.lazy_embedding || (config.kind == OptimizerKind::sgd && config.momentum == 0);
+  if (config.lazy_embedding) return true;
+  const bool table_decays = config.weight_decay > 0 && config.weight_decay_embedding;
+  return config.kind == OptimizerKind::sgd && config.momentum == 0 && !table_decays;
 }
 
 std::vector<const char*> moment_names(const OptimizerConfig& config) {

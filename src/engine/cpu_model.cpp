@@ -95,16 +95,18 @@ void lstm_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Par
                   params.weight_ih, params.weight_hh, batch, c.seq_len, c.embedding_dim, c.hidden, threads);
 }
 
-// Max-pool, dense and the loss; returns the mean loss (and d loss / d logits with_gradient).
+// Max-pool, dense and the (class-weighted when class_weights) loss; returns the mean loss (and
+// d loss / d logits with_gradient).
 template <class Real>
-double head_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, bool with_gradient) {
+double head_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, bool with_gradient,
+                    const float* class_weights) {
   const ModelConfig& c = params.config;
   const int B = batch.size;
   maxpool_forward(a.pooled, a.argmax, a.y, B, c.seq_len, 2 * c.hidden, c.pool);
   dense_forward(a.logits, a.pooled, params.dense_weight, params.dense_bias, B, c.pooled_features(), c.num_labels);
   double mean_loss = 0;
   softmax_cross_entropy(with_gradient ? a.dlogits : static_cast<Real*>(nullptr), a.sample_losses, &mean_loss, a.logits,
-                        batch.labels.data(), B, c.num_labels);
+                        batch.labels.data(), class_weights, B, c.num_labels);
   return mean_loss;
 }
 
@@ -120,13 +122,13 @@ void head_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Par
 
 template <class Real>
 double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, int threads,
-                     bool with_gradient) {
+                     bool with_gradient, const float* class_weights) {
   const ModelConfig& c = params.config;
   if (batch.seq_len != c.seq_len) fail("batch has T = ", batch.seq_len, ", the model expects T = ", c.seq_len);
   if (batch.size > a.capacity) fail("internal: batch of ", batch.size, " exceeds activations sized for ", a.capacity);
   blend_forward(a, params, batch);
   lstm_forward(a, params, batch.size, threads);
-  return head_forward(a, params, batch, with_gradient);
+  return head_forward(a, params, batch, with_gradient, class_weights);
 }
 
 template <class Real>
@@ -139,8 +141,10 @@ void model_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Pa
 
 template struct Activations<float>;
 template struct Activations<double>;
-template double model_forward<float>(Activations<float>&, const ParameterBuffer<float>&, const Batch&, int, bool);
-template double model_forward<double>(Activations<double>&, const ParameterBuffer<double>&, const Batch&, int, bool);
+template double model_forward<float>(Activations<float>&, const ParameterBuffer<float>&, const Batch&, int, bool,
+                                     const float*);
+template double model_forward<double>(Activations<double>&, const ParameterBuffer<double>&, const Batch&, int, bool,
+                                      const float*);
 template void model_backward<float>(ParameterBuffer<float>&, Activations<float>&, const ParameterBuffer<float>&,
                                     const Batch&, int);
 template void model_backward<double>(ParameterBuffer<double>&, Activations<double>&, const ParameterBuffer<double>&,
@@ -155,7 +159,8 @@ class CpuEngine final : public Engine {
  public:
   CpuEngine(ParameterBuffer<float>& params, OptimizerState* optimizer, const EngineOptions& options)
       : params_(params), optimizer_(optimizer), threads_(options.threads),
-        max_batch_(options.max_batch), rnn_algorithm_(options.cuda.rnn_algorithm) {
+        max_batch_(options.max_batch), rnn_algorithm_(options.cuda.rnn_algorithm),
+        class_weights_(options.class_weights) {
     // An inference engine (enhanced-eval) holds no gradients unless compute_gradients asks
     // (the tests): estimate_memory counts them for training only.
     if (optimizer_) grads_ = ParameterBuffer<float>(params.config);
@@ -167,9 +172,10 @@ class CpuEngine final : public Engine {
   // No cuDNN here: the run records the algorithm it was asked for, unchanged.
   RnnAlgorithm rnn_algorithm() const override { return rnn_algorithm_; }
 
-  void enqueue_train_step(const Batch& batch) override {
+  void enqueue_train_step(const Batch& batch, float learning_rate) override {
     if (!optimizer_) fail("internal: this engine was made for inference only");
     if (totals_.halted != Halt::none) return;
+    check_step_learning_rate(learning_rate, optimizer_->steps + 1);
     const double loss = gradients(batch);
     if (!std::isfinite(loss)) {
       totals_.halted = Halt::loss;
@@ -177,7 +183,7 @@ class CpuEngine final : public Engine {
       totals_.halted_value = loss;
       return;
     }
-    optimizer_step(params_, *optimizer_, grads_, rows_);  // a non-finite gradient throws, weights unchanged
+    optimizer_step(params_, *optimizer_, grads_, rows_, learning_rate);  // a non-finite gradient throws
     clear_gradients();
     const int L = params_.config.num_labels;
     for (int b = 0; b < batch.size; ++b) {
@@ -222,7 +228,7 @@ class CpuEngine final : public Engine {
     clear_gradients();
     embedding_touched_rows(rows_, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
                            batch.cur_word_ids.data(), batch.positions());
-    const double loss = model_forward(activations_, params_, batch, threads_, true);
+    const double loss = model_forward(activations_, params_, batch, threads_, true, weights_or_null());
     if (!std::isfinite(loss)) return loss;
     model_backward(grads_, activations_, params_, batch, threads_);
     gradients_written_ = true;
@@ -237,6 +243,9 @@ class CpuEngine final : public Engine {
     if (gradients_written_) zero_gradients(grads_, rows_);
     gradients_written_ = false;
   }
+
+  // The training loss's class weights (EngineOptions); evaluation's forward stays unweighted.
+  const float* weights_or_null() const { return class_weights_.empty() ? nullptr : class_weights_.data(); }
 
   void check_size(const Batch& batch) const {
     if (batch.size < 1 || batch.size > max_batch_)
@@ -253,6 +262,7 @@ class CpuEngine final : public Engine {
   int threads_;
   int max_batch_;
   RnnAlgorithm rnn_algorithm_;
+  std::vector<float> class_weights_;
   Activations<float> activations_;
   std::vector<int32_t> rows_;
   bool gradients_written_ = false;
@@ -278,7 +288,7 @@ std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
     lstm_backward(g, a, p, B, threads);
   }});
   out.push_back({"head fwd+bwd", {}, [&, B] {
-    head_forward(a, p, batch, true);
+    head_forward(a, p, batch, true, weights_or_null());
     head_backward(g, a, p, B);
   }});
   if (optimizer_) {
@@ -291,7 +301,7 @@ std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
                                             static_cast<int64_t>(batch.identifier_ids.size()),
                                             batch.cur_word_ids.data(), batch.positions());
                    },
-                   [&] { optimizer_step(p, *optimizer_, g, rows_); }});
+                   [&] { optimizer_step(p, *optimizer_, g, rows_, optimizer_->config.learning_rate); }});
   }
   return out;
 }

@@ -25,11 +25,12 @@ struct Activations : ActivationTensors<Real> {
   void reserve(const ModelConfig& config, int batch);
 };
 
-// Runs the model on `batch`; returns the mean loss. With `with_gradient`, also leaves
-// d loss / d logits in activations.dlogits for backward.
+// Runs the model on `batch`; returns the mean loss (class_weights (L, nullable): the weighted
+// loss of layers/softmax_xent.h). With `with_gradient`, also leaves d loss / d logits in
+// activations.dlogits for backward.
 template <class Real>
 double model_forward(Activations<Real>& activations, const ParameterBuffer<Real>& params, const Batch& batch,
-                     int threads, bool with_gradient);
+                     int threads, bool with_gradient, const float* class_weights = nullptr);
 
 // grads += d loss / d params (the embedding rows named in the batch only). Requires the
 // matching model_forward(..., with_gradient = true) just before.

@@ -18,7 +18,7 @@ class CudaEngine final : public Engine {
  public:
   CudaEngine(ParameterBuffer<float>& params, OptimizerState* optimizer, const EngineOptions& options)
       : params_(params), optimizer_(optimizer), model_(params.config, optimizer_of(optimizer), options.max_batch,
-                                                       options.cuda) {
+                                                       options.cuda, options.class_weights) {
     model_.upload_parameters(params_);
     if (optimizer_) model_.upload_optimizer_state(optimizer_->moment(0), optimizer_->moment(1), optimizer_->steps);
   }
@@ -28,9 +28,9 @@ class CudaEngine final : public Engine {
   RnnAlgorithm rnn_algorithm() const override { return model_.rnn_algorithm(); }
   bool queues_steps() const override { return true; }
 
-  void enqueue_train_step(const Batch& batch) override {
+  void enqueue_train_step(const Batch& batch, float learning_rate) override {
     if (!optimizer_) fail("internal: this engine was made for inference only");
-    model_.enqueue_train_step(batch);
+    model_.enqueue_train_step(batch, learning_rate);
   }
   TrainTotals collect() override { return model_.collect(); }
 

@@ -94,6 +94,7 @@ struct CudaModel::Impl {
   DeviceBuffer<int32_t> argmax_data;
   ActivationTensors<float> act;
   DeviceBuffer<double> scalars;  // [0] mean loss, [1] gradient norm, [2..258) norm partials
+  DeviceBuffer<float> class_weights;  // L, the training loss's (empty: unweighted)
   DeviceBuffer<float> clip_scale;
   DeviceBuffer<DeviceTotals> totals;
   PinnedBuffer<DeviceTotals> totals_host;
@@ -136,7 +137,7 @@ struct CudaModel::Impl {
   void validate(const Batch& batch) const;
   void allocate_batch_blocks();
   void grow_ids(size_t ids);
-  BatchView enqueue(const Batch& batch, StepKind kind);
+  BatchView enqueue(const Batch& batch, StepKind kind, float learning_rate);
   void run_step(const BatchView& b, StepKind kind, int slot);
   void run_eager(const BatchView& b, StepKind kind);
   void forward_pass(const BatchView& b, bool with_gradient);
@@ -194,8 +195,9 @@ void CudaModel::Impl::grow_ids(size_t ids) {
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
 }
 
-CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind kind) {
+CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind kind, float learning_rate) {
   validate(batch);
+  if (kind == StepKind::train) check_step_learning_rate(learning_rate, steps + 1);
   const size_t P = static_cast<size_t>(batch.positions());
   const size_t ids = batch.identifier_ids.size();
   if (ids > id_capacity) grow_ids(ids);
@@ -206,7 +208,7 @@ CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind
   // The staging memory is free once its previous upload finished (two steps back).
   if (slot.used) ENHANCED_CUDA_CHECK(cudaEventSynchronize(slot.uploaded));
   int32_t* at = slot.staging.data();
-  const StepScalars header = cuda::step_scalars(optimizer, steps + 1);
+  const StepScalars header = cuda::step_scalars(optimizer, steps + 1, learning_rate);
   std::memcpy(at, &header, sizeof header);
   std::memcpy(at + layout.offsets, batch.identifier_offsets.data(), (P + 1) * sizeof(int32_t));
   std::memcpy(at + layout.cur, batch.cur_word_ids.data(), P * sizeof(int32_t));
@@ -303,8 +305,10 @@ void CudaModel::Impl::forward_pass(const BatchView& b, bool with_gradient) {
   cuda::maxpool_forward(act.pooled, act.argmax, act.y, B, T, 2 * H, c.pool, s());
   cuda::dense_forward(act.logits, act.pooled, params.dense_weight, params.dense_bias, B, F(), c.num_labels,
                       cublas, s());
+  // Training steps and compute_gradients weigh the loss by class; evaluation does not.
+  const float* weights = with_gradient && class_weights.size() ? class_weights.data() : nullptr;
   cuda::softmax_cross_entropy(with_gradient ? act.dlogits : nullptr, act.sample_losses, scalars.data(),
-                              act.logits, b.labels, B, c.num_labels, s());
+                              act.logits, b.labels, weights, B, c.num_labels, s());
 }
 
 // The embedding backward sorts room for the most ids a slot holds (the batch's own count is read
@@ -336,10 +340,12 @@ void CudaModel::Impl::step(const BatchView& b) {
   const cuda::StepRange visited = range(rows_only(o));
   if (o.kind == OptimizerKind::sgd) {
     cuda::sgd_step(params.data.data(), first_moment.data.size() ? first_moment.data.data() : nullptr, grads.data.data(),
-                   clip_scale.data(), norm, b.scalars, visited, o.learning_rate, o.momentum, s());
+                   clip_scale.data(), norm, b.scalars, visited, o.momentum, o.weight_decay,
+                   o.weight_decay_embedding, s());
   } else {
     cuda::adam_step(params.data.data(), first_moment.data.data(), second_moment.data.data(), grads.data.data(),
-                    clip_scale.data(), norm, b.scalars, visited, o.beta1, o.beta2, o.epsilon, s());
+                    clip_scale.data(), norm, b.scalars, visited, o.beta1, o.beta2, o.epsilon,
+                    o.weight_decay_embedding, s());
   }
   cuda::finish_step(totals.data(), norm, b.scalars, s());
 }
@@ -358,9 +364,10 @@ void CudaModel::Impl::wait_and_read(const BatchView& b, float* logits_out) {
 }
 
 CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch,
-                     const CudaOptions& options)
+                     const CudaOptions& options, const std::vector<float>& class_weights)
     : impl_(std::make_unique<Impl>()) {
   config.validate();
+  check_class_weights(class_weights, config.num_labels);
   if (max_batch < 1) fail("CUDA model: max batch must be positive, got ", max_batch);
   Impl& m = *impl_;
   m.config = config;
@@ -395,6 +402,10 @@ CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer
   m.totals.resize(1);
   ENHANCED_CUDA_CHECK(cudaMemsetAsync(m.totals.data(), 0, sizeof(DeviceTotals), m.s()));
   m.totals_host.resize(1);
+  if (!class_weights.empty()) {
+    m.class_weights.resize(class_weights.size());
+    cuda::copy_to_device(m.class_weights.data(), class_weights.data(), class_weights.size(), m.s());
+  }
   // Identifier ids: start with room for 4 per position; a batch with more grows the buffers once.
   m.layout = BatchLayout(P, static_cast<size_t>(max_batch));
   m.id_capacity = 4 * P;
@@ -492,7 +503,9 @@ void CudaModel::download_optimizer_state(ParameterBuffer<float>* first, Paramete
   }
 }
 
-void CudaModel::enqueue_train_step(const Batch& batch) { impl_->enqueue(batch, StepKind::train); }
+void CudaModel::enqueue_train_step(const Batch& batch, float learning_rate) {
+  impl_->enqueue(batch, StepKind::train, learning_rate);
+}
 
 TrainTotals CudaModel::collect() {
   Impl& m = *impl_;
@@ -515,7 +528,7 @@ TrainTotals CudaModel::collect() {
 
 double CudaModel::train_step(const Batch& batch, float* logits_host) {
   Impl& m = *impl_;
-  const Impl::BatchView view = m.enqueue(batch, StepKind::train);
+  const Impl::BatchView view = m.enqueue(batch, StepKind::train, m.optimizer.learning_rate);
   m.wait_and_read(view, logits_host);
   const double loss = m.scalars_host.data()[0];
   const double norm = m.scalars_host.data()[1];
@@ -536,14 +549,14 @@ double CudaModel::train_step(const Batch& batch, float* logits_host) {
 
 double CudaModel::compute_gradients(const Batch& batch, float* logits_host) {
   Impl& m = *impl_;
-  const Impl::BatchView view = m.enqueue(batch, StepKind::gradients);
+  const Impl::BatchView view = m.enqueue(batch, StepKind::gradients, m.optimizer.learning_rate);
   m.wait_and_read(view, logits_host);
   return m.scalars_host.data()[0];
 }
 
 double CudaModel::forward(const Batch& batch, float* logits_host) {
   Impl& m = *impl_;
-  const Impl::BatchView view = m.enqueue(batch, StepKind::forward);
+  const Impl::BatchView view = m.enqueue(batch, StepKind::forward, m.optimizer.learning_rate);
   m.wait_and_read(view, logits_host);
   return m.scalars_host.data()[0];
 }

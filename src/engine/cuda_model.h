@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "enhanced/batch.h"
 #include "enhanced/device.h"
@@ -37,8 +38,10 @@ class CudaModel {
   // Allocates everything for batches of up to max_batch samples on the current CUDA device.
   // Parameters start at zero (call upload_parameters), optimizer moments at zero, step 0.
   // options.rnn_algorithm = automatic times cuDNN's LSTM algorithms here (a few ms).
+  // class_weights (L, or empty: unweighted): the training loss's (train_step, enqueue_train_step,
+  // compute_gradients); forward stays unweighted (EngineOptions::class_weights).
   CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch,
-            const CudaOptions& options = {});
+            const CudaOptions& options = {}, const std::vector<float>& class_weights = {});
   ~CudaModel();
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
@@ -73,9 +76,10 @@ class CudaModel {
 
   // Pipelined training step: forward, backward, optimizer step, queued without waiting for the
   // GPU (it waits only for the upload of the batch two steps back, whose staging slot it
-  // reuses). The batch's memory may be reused on return. Bad batches throw before anything is
-  // queued.
-  void enqueue_train_step(const Batch& batch);
+  // reuses). learning_rate: this step's rate, which reaches the device in the step's scalars (a
+  // replayed graph reads it there). The batch's memory may be reused on return. Bad batches and
+  // bad rates throw before anything is queued.
+  void enqueue_train_step(const Batch& batch, float learning_rate);
   // Waits for every queued step; returns the totals since the last collect and starts new ones.
   // A halt stays in force (later steps keep being skipped): the caller stops training.
   TrainTotals collect();
@@ -83,7 +87,8 @@ class CudaModel {
   // One synchronous training step. Returns the mean loss. When the loss is not finite it is
   // returned and the weights stay unchanged (the caller stops, as the CPU trainer does); a
   // non-finite gradient norm with a finite loss throws Error (as optimizer_step). Either way
-  // the halt is cleared. logits_host (B, L), when not null, receives the logits.
+  // the halt is cleared. logits_host (B, L), when not null, receives the logits. The rate is the
+  // optimizer config's learning_rate.
   double train_step(const Batch& batch, float* logits_host = nullptr);
 
   // Forward and backward only (no optimizer step): leaves the gradients for download_gradients.

@@ -2,6 +2,8 @@
 // this build has the CUDA backend.
 #include "enhanced/engine.h"
 
+#include <cmath>
+
 #include "engine/cpu_model.h"
 #include "enhanced/common.h"
 #ifdef ENHANCED_HAVE_CUDA
@@ -21,8 +23,18 @@ std::string cuda_unavailable_reason() {
 const char* version_string() { return "enhanced " ENHANCED_VERSION " (CPU backend; built without CUDA)"; }
 #endif
 
+void check_class_weights(const std::vector<float>& weights, int num_labels) {
+  if (weights.empty()) return;
+  if (weights.size() != static_cast<size_t>(num_labels))
+    fail("class weights: ", weights.size(), " numbers for a model of ", num_labels, " labels");
+  for (size_t c = 0; c < weights.size(); ++c)
+    if (!(weights[c] >= 0) || !std::isfinite(weights[c]))
+      fail("class weights: the weight of class ", c, " must be non-negative and finite, got ", weights[c]);
+}
+
 std::unique_ptr<Engine> make_engine(Device device, ParameterBuffer<float>& params, OptimizerState* optimizer,
                                     const EngineOptions& options) {
+  check_class_weights(options.class_weights, params.config.num_labels);
   if (device == Device::cpu)
     return allocating(cat("allocating the CPU engine's gradients and activations for batches of up to ", options.max_batch),
                       [&] { return make_cpu_engine(params, optimizer, options); });

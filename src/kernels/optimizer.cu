@@ -50,29 +50,37 @@ __global__ void norm_finish_kernel(double* __restrict__ norm, float* __restrict_
 
 __global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ velocity, const float* __restrict__ g,
                            const float* __restrict__ scale_ptr, const double* __restrict__ norm,
-                           const StepScalars* __restrict__ scalars, StepRange r, float lr, float mu) {
+                           const StepScalars* __restrict__ scalars, StepRange r, float mu, float wd,
+                           bool decay_embedding) {
   if (!isfinite(*norm)) return;  // the host reports the error; weights stay unchanged
   const float scale = *scale_ptr;
+  const float lr = scalars->learning_rate;
   const bool first_step = scalars->first_step != 0;
   const Space s = space_of(r, r.rows_only);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.size;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    steps::sgd_update(element_of(r, r.rows_only, s, i), w, velocity, g, scale, lr, mu, first_step);
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = element_of(r, r.rows_only, s, i);
+    steps::sgd_update(k, w, velocity, g, scale, lr, mu, steps::decay_at(k, r.table, decay_embedding, wd, 0.0f),
+                      first_step);
+  }
 }
 
 __global__ void adam_kernel(float* __restrict__ w, float* __restrict__ m, float* __restrict__ v,
                             const float* __restrict__ g, const float* __restrict__ scale_ptr,
                             const double* __restrict__ norm, const StepScalars* __restrict__ scalars,
-                            StepRange r, float b1, float b2, float eps) {
+                            StepRange r, float b1, float b2, float eps, bool decay_embedding) {
   if (!isfinite(*norm)) return;
   const float scale = *scale_ptr;
   const float step_size = scalars->adam_step_size;
   const float bias_correction2_sqrt = scalars->adam_bias_correction2_sqrt;
+  const float decay = scalars->adamw_decay;
   const Space s = space_of(r, r.rows_only);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.size;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    steps::adam_update(element_of(r, r.rows_only, s, i), w, m, v, g, scale, b1, b2, eps, step_size,
-                       bias_correction2_sqrt);
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = element_of(r, r.rows_only, s, i);
+    steps::adam_update(k, w, m, v, g, scale, b1, b2, eps, step_size, bias_correction2_sqrt,
+                       steps::decay_at(k, r.table, decay_embedding, decay, 1.0f));
+  }
 }
 
 __global__ void zero_kernel(float* __restrict__ g, StepRange r) {
@@ -107,21 +115,21 @@ void gradient_norm(double* norm, float* scale, double* partials, const float* gr
 }
 
 void sgd_step(float* params, float* velocity, const float* grads, const float* scale, const double* norm,
-              const StepScalars* scalars, const StepRange& range, float learning_rate, float momentum,
-              cudaStream_t stream) {
+              const StepScalars* scalars, const StepRange& range, float momentum, float weight_decay,
+              bool decay_embedding, cudaStream_t stream) {
   check_range(range, range.rows_only);
   if (momentum > 0 && !velocity) fail("internal: SGD with momentum needs a velocity buffer");
-  sgd_kernel<<<blocks_for(range, range.rows_only), kThreads, 0, stream>>>(params, velocity, grads, scale, norm,
-                                                                         scalars, range, learning_rate, momentum);
+  sgd_kernel<<<blocks_for(range, range.rows_only), kThreads, 0, stream>>>(
+      params, velocity, grads, scale, norm, scalars, range, momentum, weight_decay, decay_embedding);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 
 void adam_step(float* params, float* first_moment, float* second_moment, const float* grads, const float* scale,
                const double* norm, const StepScalars* scalars, const StepRange& range, float beta1, float beta2,
-               float epsilon, cudaStream_t stream) {
+               float epsilon, bool decay_embedding, cudaStream_t stream) {
   check_range(range, range.rows_only);
   adam_kernel<<<blocks_for(range, range.rows_only), kThreads, 0, stream>>>(
-      params, first_moment, second_moment, grads, scale, norm, scalars, range, beta1, beta2, epsilon);
+      params, first_moment, second_moment, grads, scale, norm, scalars, range, beta1, beta2, epsilon, decay_embedding);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 

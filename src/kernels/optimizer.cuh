@@ -24,16 +24,18 @@ using steps::step_scalars;
 void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const int32_t* halted,
                    const StepRange& range, float clip_norm, cudaStream_t stream);
 
-// PyTorch SGD (momentum buffer starts at g when scalars->first_step). Skips the update when
-// *norm is not finite.
+// PyTorch SGD at scalars->learning_rate (momentum buffer starts at g when scalars->first_step),
+// with weight_decay added to the gradient (the table's only when decay_embedding). Skips the
+// update when *norm is not finite.
 void sgd_step(float* params, float* velocity, const float* grads, const float* scale, const double* norm,
-              const StepScalars* scalars, const StepRange& range, float learning_rate, float momentum,
-              cudaStream_t stream);
+              const StepScalars* scalars, const StepRange& range, float momentum, float weight_decay,
+              bool decay_embedding, cudaStream_t stream);
 
-// PyTorch Adam: w -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps), the two from scalars.
+// PyTorch Adam: w -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps), the two from scalars,
+// after AdamW's w *= scalars->adamw_decay (the table's only when decay_embedding).
 void adam_step(float* params, float* first_moment, float* second_moment, const float* grads, const float* scale,
                const double* norm, const StepScalars* scalars, const StepRange& range, float beta1, float beta2,
-               float epsilon, cudaStream_t stream);
+               float epsilon, bool decay_embedding, cudaStream_t stream);
 
 // grads = 0 over the range (rows_only: touched rows and everything after the table).
 void zero_gradients(float* grads, const StepRange& range, cudaStream_t stream);

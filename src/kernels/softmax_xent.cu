@@ -1,15 +1,25 @@
-// Softmax cross-entropy with its gradient fused, as the CPU layer: max-shifted log-sum-exp.
+// Softmax cross-entropy with its gradient fused, as the CPU layer: max-shifted log-sum-exp; the
+// class weights' scalars are steps/softmax_xent_steps.h's, which the CPU layer calls too.
 #include "kernels/softmax_xent.cuh"
+#include "steps/softmax_xent_steps.h"
 
 namespace enhanced::cuda {
 namespace {
 
 constexpr int kThreads = 128;
 
-// One thread per sample row (L is small); the same three passes as the CPU layer.
+// The batch's total class weight, in sample order (one thread), into *total.
+__global__ void total_weight_kernel(double* __restrict__ total, const int32_t* __restrict__ labels,
+                                    const float* __restrict__ class_weights, int batch) {
+  *total = steps::total_class_weight(labels, class_weights, batch);
+}
+
+// One thread per sample row (L is small); the same three passes as the CPU layer. total_weight:
+// the batch's total class weight (read only with class_weights).
 __global__ void softmax_xent_kernel(float* __restrict__ dlogits, float* __restrict__ sample_losses,
-                                    const float* __restrict__ logits, const int32_t* __restrict__ labels, int batch,
-                                    int num_labels) {
+                                    const float* __restrict__ logits, const int32_t* __restrict__ labels,
+                                    const float* __restrict__ class_weights, const double* __restrict__ total_weight,
+                                    int batch, int num_labels) {
   const int b = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (b >= batch) return;
   const float* row = logits + static_cast<int64_t>(b) * num_labels;
@@ -22,30 +32,42 @@ __global__ void softmax_xent_kernel(float* __restrict__ dlogits, float* __restri
   if (sample_losses) sample_losses[b] = log_sum - (row[label] - shift);
   if (dlogits) {
     float* grad = dlogits + static_cast<int64_t>(b) * num_labels;
-    const float inverse_batch = 1.0f / static_cast<float>(batch);
-    for (int l = 0; l < num_labels; ++l) grad[l] = expf(row[l] - shift - log_sum) * inverse_batch;
-    grad[label] -= inverse_batch;
+    const float share =
+        steps::loss_share<float>(class_weights, label, class_weights ? *total_weight : 0.0, batch);
+    for (int l = 0; l < num_labels; ++l) grad[l] = expf(row[l] - shift - log_sum) * share;
+    grad[label] -= share;
   }
 }
 
-// The mean in double, summed in sample order (one thread: B is at most a few thousand).
-__global__ void mean_loss_kernel(double* __restrict__ mean_loss, const float* __restrict__ sample_losses, int batch) {
+// The (weighted) mean in double, summed in sample order (one thread: B is at most a few
+// thousand). With class_weights, *mean_loss holds the total weight on entry.
+__global__ void mean_loss_kernel(double* __restrict__ mean_loss, const float* __restrict__ sample_losses,
+                                 const int32_t* __restrict__ labels, const float* __restrict__ class_weights,
+                                 int batch) {
+  const double total_weight = class_weights ? *mean_loss : static_cast<double>(batch);
   double total = 0.0;
-  for (int b = 0; b < batch; ++b) total += static_cast<double>(sample_losses[b]);
-  *mean_loss = total / batch;
+  for (int b = 0; b < batch; ++b)
+    total += steps::sample_weight(class_weights, labels[b]) * static_cast<double>(sample_losses[b]);
+  *mean_loss = steps::mean_of(total, total_weight);
 }
 
 }  // namespace
 
 void softmax_cross_entropy(float* dlogits, float* sample_losses, double* mean_loss, const float* logits,
-                           const int32_t* labels, int batch, int num_labels, cudaStream_t stream) {
+                           const int32_t* labels, const float* class_weights, int batch, int num_labels,
+                           cudaStream_t stream) {
   if (batch == 0) return;
+  if (class_weights) {
+    if (!mean_loss) fail("internal: the weighted softmax_cross_entropy needs mean_loss for the total weight");
+    total_weight_kernel<<<1, 1, 0, stream>>>(mean_loss, labels, class_weights, batch);
+    ENHANCED_CUDA_CHECK_LAUNCH();
+  }
   softmax_xent_kernel<<<static_cast<unsigned>((batch + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      dlogits, sample_losses, logits, labels, batch, num_labels);
+      dlogits, sample_losses, logits, labels, class_weights, mean_loss, batch, num_labels);
   ENHANCED_CUDA_CHECK_LAUNCH();
   if (mean_loss) {
     if (!sample_losses) fail("internal: softmax_cross_entropy needs sample_losses to compute the mean loss");
-    mean_loss_kernel<<<1, 1, 0, stream>>>(mean_loss, sample_losses, batch);
+    mean_loss_kernel<<<1, 1, 0, stream>>>(mean_loss, sample_losses, labels, class_weights, batch);
     ENHANCED_CUDA_CHECK_LAUNCH();
   }
 }

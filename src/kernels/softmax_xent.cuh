@@ -10,9 +10,12 @@
 namespace enhanced::cuda {
 
 // mean_loss (1, double) = mean over the batch, summed in sample order; dlogits (B, L) =
-// (softmax - onehot) / B when not null; sample_losses (B) when not null (needed for mean_loss:
-// pass a buffer of B floats).
+// (softmax - onehot) / B when not null; sample_losses (B, unweighted) when not null (needed for
+// mean_loss: pass a buffer of B floats). class_weights (L, device, nullable): the CPU layer's
+// weighted loss (torch CrossEntropyLoss(weight=)); it needs mean_loss, which holds the batch's
+// total weight between the two kernels.
 void softmax_cross_entropy(float* dlogits, float* sample_losses, double* mean_loss, const float* logits,
-                           const int32_t* labels, int batch, int num_labels, cudaStream_t stream);
+                           const int32_t* labels, const float* class_weights, int batch, int num_labels,
+                           cudaStream_t stream);
 
 }  // namespace enhanced::cuda

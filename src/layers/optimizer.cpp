@@ -52,11 +52,39 @@ void for_each_range(const ParameterBuffer<float>& buffer, const std::vector<int3
   }
 }
 
+// SGD, then Adam, over [begin, end) at one weight decay (steps::decay_at's value there). The
+// loop without decay passes the constant, so the compiler drops the decay from it: a step
+// without weight decay costs what it did before weight decay existed.
+void sgd_range(size_t begin, size_t end, float* w, float* v, const float* g, float scale, float lr, float mu,
+               float weight_decay, bool first_step) {
+  if (weight_decay == 0.0f) {
+    for (size_t i = begin; i < end; ++i)
+      steps::sgd_update(static_cast<int64_t>(i), w, v, g, scale, lr, mu, 0.0f, first_step);
+  } else {
+    for (size_t i = begin; i < end; ++i)
+      steps::sgd_update(static_cast<int64_t>(i), w, v, g, scale, lr, mu, weight_decay, first_step);
+  }
+}
+
+void adam_range(size_t begin, size_t end, float* w, float* m, float* v, const float* g, float scale,
+                const OptimizerConfig& c, const steps::StepScalars& s, float decay) {
+  const float b1 = c.beta1, b2 = c.beta2, eps = c.epsilon;
+  const float step_size = s.adam_step_size, correction = s.adam_bias_correction2_sqrt;
+  if (decay == 1.0f) {
+    for (size_t i = begin; i < end; ++i)
+      steps::adam_update(static_cast<int64_t>(i), w, m, v, g, scale, b1, b2, eps, step_size, correction, 1.0f);
+  } else {
+    for (size_t i = begin; i < end; ++i)
+      steps::adam_update(static_cast<int64_t>(i), w, m, v, g, scale, b1, b2, eps, step_size, correction, decay);
+  }
+}
+
 }  // namespace
 
 double optimizer_step(ParameterBuffer<float>& params, OptimizerState& state, const ParameterBuffer<float>& grads,
-                      const std::vector<int32_t>& touched_rows) {
+                      const std::vector<int32_t>& touched_rows, float learning_rate) {
   const OptimizerConfig& c = state.config;
+  check_step_learning_rate(learning_rate, state.steps + 1);
   const bool rows = rows_only(c);
   // Every row outside touched_rows has a zero gradient, so the norm needs the touched ones only.
   double sum_squares = 0;
@@ -67,24 +95,34 @@ double optimizer_step(ParameterBuffer<float>& params, OptimizerState& state, con
   if (!std::isfinite(norm))
     fail("non-finite gradient (norm ", norm, ") at step ", state.steps + 1, "; weights left unchanged");
   const float scale = steps::clip_factor(norm, c.clip_norm);
-  const steps::StepScalars scalars = steps::step_scalars(c, ++state.steps);
+  const steps::StepScalars scalars = steps::step_scalars(c, ++state.steps, learning_rate);
   float* w = params.data.data();
   const float* g = grads.data.data();
+  // Weight decay is steps::decay_at's: one value in the table, one after it, so each range is
+  // split at the table's end and its loops stay free of the per-element choice.
+  const size_t table = params.embedding_size();
+  const auto split = [table](size_t begin, size_t end) { return std::clamp(table, begin, end); };
+  const bool embedding = c.weight_decay_embedding;
   if (c.kind == OptimizerKind::sgd) {
-    const float lr = c.learning_rate, mu = c.momentum;
+    const float lr = scalars.learning_rate, mu = c.momentum, wd = c.weight_decay;
+    const float decay[2] = {steps::decay_at(0, table, embedding, wd, 0.0f),
+                            steps::decay_at(static_cast<int64_t>(table), table, embedding, wd, 0.0f)};
     float* v = mu > 0 ? state.moments[0].data.data() : nullptr;
     const bool first_step = scalars.first_step != 0;
     for_each_range(params, touched_rows, rows, {w, g, v ? v : w}, true, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) steps::sgd_update(static_cast<int64_t>(i), w, v, g, scale, lr, mu, first_step);
+      const size_t middle = split(begin, end);
+      sgd_range(begin, middle, w, v, g, scale, lr, mu, decay[0], first_step);
+      sgd_range(middle, end, w, v, g, scale, lr, mu, decay[1], first_step);
     });
   } else {
     float* m = state.moments[0].data.data();
     float* v = state.moments[1].data.data();
-    const float b1 = c.beta1, b2 = c.beta2, eps = c.epsilon;
+    const float decay[2] = {steps::decay_at(0, table, embedding, scalars.adamw_decay, 1.0f),
+                            steps::decay_at(static_cast<int64_t>(table), table, embedding, scalars.adamw_decay, 1.0f)};
     for_each_range(params, touched_rows, rows, {w, g, m, v}, true, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i)
-        steps::adam_update(static_cast<int64_t>(i), w, m, v, g, scale, b1, b2, eps, scalars.adam_step_size,
-                           scalars.adam_bias_correction2_sqrt);
+      const size_t middle = split(begin, end);
+      adam_range(begin, middle, w, m, v, g, scale, c, scalars, decay[0]);
+      adam_range(middle, end, w, m, v, g, scale, c, scalars, decay[1]);
     });
   }
   return norm;

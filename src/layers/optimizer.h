@@ -13,10 +13,12 @@
 namespace enhanced {
 
 // params, state.moments -= update(grads); state.steps += 1. touched_rows: the sorted embedding
-// rows named in the batch (every other row's gradient is zero). Returns the global gradient norm
-// before clipping; a non-finite norm throws Error and leaves everything unchanged.
+// rows named in the batch (every other row's gradient is zero). learning_rate: this step's rate
+// (state.config's learning_rate is only the run's base rate; a schedule passes each step's).
+// Returns the global gradient norm before clipping; a non-finite norm or a bad rate throws Error
+// and leaves everything unchanged.
 double optimizer_step(ParameterBuffer<float>& params, OptimizerState& state, const ParameterBuffer<float>& grads,
-                      const std::vector<int32_t>& touched_rows);
+                      const std::vector<int32_t>& touched_rows, float learning_rate);
 
 // grads = 0 where a step may have written: everything but the embedding, and the touched rows.
 void zero_gradients(ParameterBuffer<float>& grads, const std::vector<int32_t>& touched_rows);

@@ -4,11 +4,14 @@
 #include <cmath>
 #include <cstddef>
 
+#include "steps/softmax_xent_steps.h"
+
 namespace enhanced {
 
 template <class Real>
 void softmax_cross_entropy(Real* dlogits, Real* sample_losses, double* mean_loss, const Real* logits,
-                           const int32_t* labels, int batch, int num_labels) {
+                           const int32_t* labels, const float* class_weights, int batch, int num_labels) {
+  const double total_weight = steps::total_class_weight(labels, class_weights, batch);
   double total = 0;
   for (int b = 0; b < batch; ++b) {
     const Real* row = logits + static_cast<size_t>(b) * num_labels;
@@ -18,15 +21,15 @@ void softmax_cross_entropy(Real* dlogits, Real* sample_losses, double* mean_loss
     const Real log_sum = std::log(sum);
     const Real loss = log_sum - (row[labels[b]] - shift);
     if (sample_losses) sample_losses[b] = loss;
-    total += static_cast<double>(loss);
+    total += steps::sample_weight(class_weights, labels[b]) * static_cast<double>(loss);
     if (dlogits) {
       Real* grad = dlogits + static_cast<size_t>(b) * num_labels;
-      const Real inverse_batch = Real(1) / Real(batch);
-      for (int l = 0; l < num_labels; ++l) grad[l] = std::exp(row[l] - shift - log_sum) * inverse_batch;
-      grad[labels[b]] -= inverse_batch;
+      const Real share = steps::loss_share<Real>(class_weights, labels[b], total_weight, batch);
+      for (int l = 0; l < num_labels; ++l) grad[l] = std::exp(row[l] - shift - log_sum) * share;
+      grad[labels[b]] -= share;
     }
   }
-  *mean_loss = total / batch;
+  *mean_loss = steps::mean_of(total, total_weight);
 }
 
 template <class Real>
@@ -41,8 +44,10 @@ void softmax_forward(Real* probabilities, const Real* logits, int batch, int num
   }
 }
 
-template void softmax_cross_entropy<float>(float*, float*, double*, const float*, const int32_t*, int, int);
-template void softmax_cross_entropy<double>(double*, double*, double*, const double*, const int32_t*, int, int);
+template void softmax_cross_entropy<float>(float*, float*, double*, const float*, const int32_t*, const float*, int,
+                                           int);
+template void softmax_cross_entropy<double>(double*, double*, double*, const double*, const int32_t*, const float*,
+                                            int, int);
 template void softmax_forward<float>(float*, const float*, int, int);
 template void softmax_forward<double>(double*, const double*, int, int);
 

@@ -7,10 +7,17 @@
 namespace enhanced {
 
 // mean_loss = the mean over the batch, summed in sample order in double (as the CUDA twin
-// writes it). dlogits (B, L) = (softmax - onehot) / B when not null; sample_losses (B) when not null.
+// writes it). dlogits (B, L) = (softmax - onehot) / B when not null; sample_losses (B), each
+// sample's unweighted loss, when not null.
+//
+// class_weights (L, nullable): torch's CrossEntropyLoss(weight=w): mean_loss = sum_b w[y_b] *
+// loss_b / sum_b w[y_b] and dlogits row b = w[y_b] * (softmax - onehot) / sum_b w[y_b], both
+// sums in sample order in double. A batch whose weights sum to 0 has loss 0 and a zero gradient
+// (torch gives 0 / 0 = NaN there; nothing of that batch can be learnt either way). The scalars
+// are steps/softmax_xent_steps.h's, shared with the kernel.
 template <class Real>
 void softmax_cross_entropy(Real* dlogits, Real* sample_losses, double* mean_loss, const Real* logits,
-                           const int32_t* labels, int batch, int num_labels);
+                           const int32_t* labels, const float* class_weights, int batch, int num_labels);
 
 // probabilities (B, L) = softmax(logits).
 template <class Real>

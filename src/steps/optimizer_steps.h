@@ -26,28 +26,41 @@ struct StepRange {
   int64_t max_rows = 0;                 // bound on *row_count, sizes the launch
 };
 
-// Per-step optimizer scalars, read on the device so that a captured CUDA graph replays any step.
+// Per-step optimizer scalars, read on the device so that a captured CUDA graph replays any step
+// (with its own learning rate: a schedule changes nothing but these).
 struct StepScalars {
-  float adam_step_size = 0;              // lr / (1 - beta1^t)
+  float adam_step_size = 0;              // lr_t / (1 - beta1^t)
   float adam_bias_correction2_sqrt = 0;  // sqrt(1 - beta2^t)
   int32_t first_step = 0;                // SGD momentum: the buffer starts at g on step 1
-  int32_t reserved = 0;
+  float learning_rate = 0;               // lr_t, this step's rate (SGD's; Adam's is in adam_step_size)
   int64_t step = 0;                      // t, 1-based
+  float adamw_decay = 1;                 // AdamW: w *= 1 - lr_t * weight_decay first (1: no decay)
+  int32_t reserved = 0;
 };
 
-// Step t's scalars: double arithmetic, then rounded to float.
-inline StepScalars step_scalars(const OptimizerConfig& optimizer, int64_t step) {
+// Step t's scalars for the rate lr_t: double arithmetic, then rounded to float.
+inline StepScalars step_scalars(const OptimizerConfig& optimizer, int64_t step, float learning_rate) {
   StepScalars out;
   out.step = step;
   out.first_step = step == 1 ? 1 : 0;
+  out.learning_rate = learning_rate;
   if (optimizer.kind == OptimizerKind::adam) {
     const double t = static_cast<double>(step);
-    out.adam_step_size =
-        static_cast<float>(optimizer.learning_rate / (1.0 - std::pow(static_cast<double>(optimizer.beta1), t)));
+    out.adam_step_size = static_cast<float>(static_cast<double>(learning_rate) /
+                                            (1.0 - std::pow(static_cast<double>(optimizer.beta1), t)));
     out.adam_bias_correction2_sqrt =
         static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(optimizer.beta2), t)));
+    if (optimizer.weight_decay > 0)
+      out.adamw_decay = static_cast<float>(1.0 - static_cast<double>(learning_rate) * optimizer.weight_decay);
   }
   return out;
+}
+
+// The weight decay of buffer element k: `decay` for every parameter after the embedding table
+// (its first `table` elements), and for the table's only when decay_embedding; `none` (SGD: 0,
+// AdamW's factor: 1) otherwise.
+ENHANCED_HOST_DEVICE inline float decay_at(int64_t k, size_t table, bool decay_embedding, float decay, float none) {
+  return decay_embedding || k >= static_cast<int64_t>(table) ? decay : none;
 }
 
 // torch.nn.utils.clip_grad_norm_'s factor for a global norm (1 when clipping is off or not needed).
@@ -76,10 +89,12 @@ ENHANCED_HOST_DEVICE inline int64_t element_of(const StepRange& r, bool rows_onl
   return static_cast<int64_t>(r.table) + (i - s.row_elements);
 }
 
-// PyTorch SGD on element k (momentum buffer starts at g on the first step).
+// PyTorch SGD on element k (momentum buffer starts at g on the first step); weight_decay (this
+// element's, decay_at; 0: none) is added to the clipped gradient as torch's weight_decay does.
 ENHANCED_HOST_DEVICE inline void sgd_update(int64_t k, float* w, float* velocity, const float* g, float scale,
-                                            float lr, float mu, bool first_step) {
-  const float gradient = mul_rn(g[k], scale);
+                                            float lr, float mu, float weight_decay, bool first_step) {
+  float gradient = mul_rn(g[k], scale);
+  if (weight_decay != 0) gradient = add_rn(gradient, mul_rn(weight_decay, w[k]));
   if (mu > 0) {
     const float v = first_step ? gradient : add_rn(mul_rn(mu, velocity[k]), gradient);
     velocity[k] = v;
@@ -89,17 +104,19 @@ ENHANCED_HOST_DEVICE inline void sgd_update(int64_t k, float* w, float* velocity
   }
 }
 
-// PyTorch Adam on element k: w -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps).
+// PyTorch Adam on element k: w -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps), after
+// AdamW's decoupled decay w *= decay (this element's, decay_at; 1: none).
 ENHANCED_HOST_DEVICE inline void adam_update(int64_t k, float* w, float* m, float* v, const float* g, float scale,
                                              float b1, float b2, float eps, float step_size,
-                                             float bias_correction2_sqrt) {
+                                             float bias_correction2_sqrt, float decay) {
   const float gradient = mul_rn(g[k], scale);
   const float m_new = add_rn(mul_rn(b1, m[k]), mul_rn(sub_rn(1.0f, b1), gradient));
   const float v_new = add_rn(mul_rn(b2, v[k]), mul_rn(mul_rn(sub_rn(1.0f, b2), gradient), gradient));
   m[k] = m_new;
   v[k] = v_new;
   const float denominator = add_rn(div_rn(sqrt_rn(v_new), bias_correction2_sqrt), eps);
-  w[k] = sub_rn(w[k], div_rn(mul_rn(step_size, m_new), denominator));
+  const float weight = decay != 1.0f ? mul_rn(w[k], decay) : w[k];
+  w[k] = sub_rn(weight, div_rn(mul_rn(step_size, m_new), denominator));
 }
 
 }  // namespace enhanced::steps

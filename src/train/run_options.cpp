@@ -84,6 +84,11 @@ const std::vector<OptionField>& option_fields() {
       exact<float>("epsilon", "--epsilon", fixed, ENHANCED_FIELD(float, optimizer.epsilon)),
       plain<bool>("lazy_embedding", "--lazy-embedding-updates", fixed, ENHANCED_FIELD(bool, optimizer.lazy_embedding)),
       exact<float>("clip_norm", "--clip-norm", fixed, ENHANCED_FIELD(float, optimizer.clip_norm)),
+      // Added with issue 11: runs recorded before them have no weight decay and no class weights.
+      exact<float>("weight_decay", "--weight-decay", fixed, ENHANCED_FIELD(float, optimizer.weight_decay), true),
+      plain<bool>("weight_decay_embedding", "--weight-decay-embedding", fixed,
+                  ENHANCED_FIELD(bool, optimizer.weight_decay_embedding), true),
+      plain<std::string>("class_weights", "--class-weights", fixed, ENHANCED_FIELD(std::string, class_weights), true),
       plain<uint64_t>("seed", "--seed", fixed, ENHANCED_FIELD(uint64_t, seed)),
       plain<bool>("shuffle", "--no-shuffle", fixed, ENHANCED_FIELD(bool, shuffle)),
       plain<bool>("drop_last", "--drop-last", fixed, ENHANCED_FIELD(bool, drop_last)),

@@ -22,6 +22,7 @@
 #include "enhanced/loader.h"
 #include "enhanced/progress.h"
 #include "train/run_checks.h"
+#include "train/class_weights.h"
 #include "train/run_options.h"
 #include "train/run_state.h"
 #include "train/schedule.h"
@@ -190,7 +191,9 @@ class TrainingRun {
   // loss and accuracy read back at each logging point, checkpoint and epoch end (collect).
   // Called after resume(): the device starts from the restored optimizer state.
   void use_device(Device device, int threads) {
-    engine_ = make_engine(device, params_, &optimizer_, EngineOptions{o_.batch_size, threads, o_.cuda});
+    engine_ = make_engine(device, params_, &optimizer_,
+                          EngineOptions{o_.batch_size, threads, o_.cuda,
+                                        class_weights_for(o_.class_weights, train_, params_.config.num_labels)});
     o_.cuda.rnn_algorithm = engine_->rnn_algorithm();  // recorded, so a resume keeps the arithmetic
     std::fprintf(stderr, "engine: %s\n", engine_->summary().c_str());
   }
@@ -324,7 +327,7 @@ class TrainingRun {
     loader.start_epoch(position_.epoch, position_.batch_in_epoch);
     epoch_done = true;
     while (const Batch* batch = loader.next()) {
-      enqueue_step(*batch, learning_rate(position_.step));
+      engine_->enqueue_train_step(*batch, learning_rate(position_.step));
       ++position_.step;
       ++position_.batch_in_epoch;
       const bool epoch_end = position_.batch_in_epoch == batches_;
@@ -342,11 +345,6 @@ class TrainingRun {
       }
     }
     return 0;
-  }
-
-  void enqueue_step(const Batch& batch, float learning_rate) {
-    optimizer_.config.learning_rate = learning_rate;
-    engine_->enqueue_train_step(batch);
   }
 
   // Waits for the queued steps and adds their loss and accuracy to the interval and the epoch. A
@@ -450,7 +448,6 @@ class TrainingRun {
         fail("weights became non-finite by step ", position_.step, "; training stopped without saving. The last good "
              "checkpoint is ", (dir_ / "last.safetensors").string());
     position_.metrics_lines = metrics_lines_;
-    optimizer_.config.learning_rate = o_.optimizer.learning_rate;  // the state holds the options, not the schedule
     write_run_state((dir_ / "optimizer.safetensors").string(), params_, optimizer_, o_, position_);
     exit_if_asked();
     save_checkpoint((dir_ / "last.safetensors").string(), params_, checkpoint_metadata());

@@ -85,8 +85,11 @@ class Model(nn.Module):
             p = y.max(dim=1).values                                   # (B, 2H)
         return self.dense(p)
 
-    def loss(self, logits, labels):
-        return F.cross_entropy(logits, torch.as_tensor(labels).long(), reduction="mean")
+    def loss(self, logits, labels, class_weights=None):
+        """Mean cross-entropy; with class_weights (L), torch's weighted mean
+        sum_i w[y_i] * nll_i / sum_i w[y_i] (CrossEntropyLoss(weight=w))."""
+        weight = None if class_weights is None else torch.as_tensor(class_weights).to(logits.dtype)
+        return F.cross_entropy(logits, torch.as_tensor(labels).long(), weight=weight, reduction="mean")
 
 
 @torch.no_grad()

@@ -5,8 +5,11 @@ usage: parity.py [--rtol R] [--threads N] [--seed S] [--dtype float32|float64] C
 
 Each CASE_DIR holds checkpoint.safetensors, batch.safetensors and expected.safetensors
 (format: tests/reference/README.md). For every case: forward/backward (loss, logits, every
-gradient), then `sgd_steps` steps of torch.optim.SGD(momentum) and `adam_steps` steps of
-torch.optim.Adam from the checkpoint on the same batch (every parameter compared).
+gradient), then `sgd_steps` steps of torch.optim.SGD(momentum, weight_decay) and `adam_steps`
+steps of torch.optim.Adam (torch.optim.AdamW when the case gives `adam_weight_decay`) from the
+checkpoint on the same batch (every parameter compared). Optional: a `class_weights` tensor
+(CrossEntropyLoss(weight=)), per-step learning rates (`sgd_lrs`, `adam_lrs`: set through
+param_group['lr'] before each step), `weight_decay_embedding`.
 Per tensor: rel = max|engine - torch| / max(max|torch|, 1e-12); ok if rel <= rtol.
 Exit status: 0 all ok, 1 some tensor failed (or was missing / misshapen), 2 unreadable input.
 """
@@ -25,6 +28,9 @@ from safetensors_io import read_safetensors, SafetensorsError  # noqa: E402
 MODEL_KEYS = ("vocab_size", "embedding_dim", "hidden", "seq_len", "num_labels", "blend", "pool")
 OPT_KEYS = ("sgd_lr", "sgd_momentum", "sgd_steps",
             "adam_lr", "adam_beta1", "adam_beta2", "adam_eps", "adam_steps")
+# Optional keys (absent: no weight decay, the embedding excluded from it, a constant rate).
+OPTIONAL_FLOAT_KEYS = ("sgd_weight_decay", "adam_weight_decay")
+KNOWN_TENSORS = ("loss", "logits", "class_weights")
 
 
 class CaseError(Exception):
@@ -101,9 +107,50 @@ def load_case(case_dir):
     opt = {k: _num(emd, k, int if k.endswith("_steps") else float, "expected") for k in OPT_KEYS}
     if opt["sgd_steps"] < 0 or opt["adam_steps"] < 0:
         raise CaseError(f"{case_dir}: negative step count")
+    opt.update(_optional_options(emd, opt, case_dir))
+    class_weights = _class_weights(expected, L, case_dir)
     return {"ckpt": ckpt, "cmd": cmd, "B": B, "T": T,
             "batch": (torch.from_numpy(off), torch.from_numpy(ids), torch.from_numpy(cur)),
-            "labels": torch.from_numpy(labels), "expected": expected, "opt": opt}
+            "labels": torch.from_numpy(labels), "class_weights": class_weights, "expected": expected, "opt": opt}
+
+
+def _optional_options(emd, opt, case_dir):
+    """Weight decay (None: absent), whether the embedding decays, per-step rates (None: constant)."""
+    out = {}
+    for k in OPTIONAL_FLOAT_KEYS:
+        out[k] = _num(emd, k, float, "expected") if k in emd else None
+        if out[k] is not None and out[k] < 0:
+            raise CaseError(f"{case_dir}: expected metadata {k}={emd[k]!r} is negative")
+    if emd.get("weight_decay_embedding", "0") not in ("0", "1"):
+        raise CaseError(f"{case_dir}: expected metadata weight_decay_embedding must be 0 or 1")
+    out["weight_decay_embedding"] = emd.get("weight_decay_embedding", "0") == "1"
+    for tag in ("sgd", "adam"):
+        out[f"{tag}_lrs"] = _rates(emd, f"{tag}_lrs", opt[f"{tag}_steps"], case_dir)
+    return out
+
+
+def _class_weights(expected, L, case_dir):
+    """The optional class_weights tensor (L non-negative finite numbers) as a float64 tensor, or None."""
+    if "class_weights" not in expected:
+        return None
+    w = expected["class_weights"].astype(np.float64)
+    if w.shape != (L,) or not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise CaseError(f"{case_dir}: class_weights must be {L} non-negative finite numbers, got shape {list(w.shape)}")
+    return torch.from_numpy(w)
+
+
+def _rates(md, key, steps, case_dir):
+    """The per-step learning rates of `key` ("lr1,lr2,..."), one per step; None when absent."""
+    if key not in md:
+        return None
+    try:
+        rates = [float(x) for x in md[key].split(",")]
+    except ValueError:
+        raise CaseError(f"{case_dir}: expected metadata {key}={md[key]!r} is not a comma-separated list of floats") \
+            from None
+    if len(rates) != steps or not all(math.isfinite(r) and r >= 0 for r in rates):
+        raise CaseError(f"{case_dir}: expected metadata {key} needs {steps} finite rates >= 0, got {md[key]!r}")
+    return rates
 
 
 def build(case, dtype):
@@ -127,7 +174,30 @@ def build(case, dtype):
 
 def loss_of(model, case):
     logits = model(*case["batch"], case["B"], case["T"])
-    return model.loss(logits, case["labels"]), logits
+    return model.loss(logits, case["labels"], case["class_weights"]), logits
+
+
+def param_groups(model, weight_decay, decay_embedding):
+    """Every parameter at weight_decay, the embedding at 0 unless decay_embedding (the engine's rule)."""
+    embedding = [p for n, p in model.named_parameters() if n == "embedding.weight"]
+    rest = [p for n, p in model.named_parameters() if n != "embedding.weight"]
+    return [{"params": embedding, "weight_decay": weight_decay if decay_embedding else 0.0},
+            {"params": rest, "weight_decay": weight_decay}]
+
+
+def make_sgd(model, o):
+    """torch.optim.SGD(momentum, weight_decay), the embedding's decay by the case's rule."""
+    groups = param_groups(model, o["sgd_weight_decay"] or 0.0, o["weight_decay_embedding"])
+    return torch.optim.SGD(groups, lr=o["sgd_lr"], momentum=o["sgd_momentum"])
+
+
+def make_adam(model, o):
+    """torch.optim.Adam, or torch.optim.AdamW when the case gives adam_weight_decay."""
+    betas = (o["adam_beta1"], o["adam_beta2"])
+    if o["adam_weight_decay"] is None:
+        return torch.optim.Adam(model.parameters(), lr=o["adam_lr"], betas=betas, eps=o["adam_eps"])
+    groups = param_groups(model, o["adam_weight_decay"], o["weight_decay_embedding"])
+    return torch.optim.AdamW(groups, lr=o["adam_lr"], betas=betas, eps=o["adam_eps"])
 
 
 def rel_error(engine, ref):
@@ -175,22 +245,21 @@ def run_case(case_dir, rtol, dtype):
         compare("grad", "grad." + n, n, torch_np(p.grad))
 
     o = case["opt"]
-    optimisers = (
-        ("sgd", o["sgd_steps"], lambda ps: torch.optim.SGD(ps, lr=o["sgd_lr"], momentum=o["sgd_momentum"])),
-        ("adam", o["adam_steps"], lambda ps: torch.optim.Adam(
-            ps, lr=o["adam_lr"], betas=(o["adam_beta1"], o["adam_beta2"]), eps=o["adam_eps"])),
-    )
-    for tag, steps, make in optimisers:
+    optimisers = (("sgd", o["sgd_steps"], o["sgd_lrs"], make_sgd), ("adam", o["adam_steps"], o["adam_lrs"], make_adam))
+    for tag, steps, rates, make in optimisers:
         model = build(case, dtype)
-        opt = make(model.parameters())
-        for _ in range(steps):
+        opt = make(model, o)
+        for step in range(steps):
+            if rates is not None:  # a schedule: this step's rate, as torch's LR schedulers set it
+                for group in opt.param_groups:
+                    group["lr"] = rates[step]
             opt.zero_grad(set_to_none=False)
             loss, _ = loss_of(model, case)
             loss.backward()
             opt.step()
         for n, p in model.named_parameters():
             compare(tag, f"{tag}.{n}", n, torch_np(p))
-    extra = sorted(k for k in exp if k not in {"loss", "logits"} and
+    extra = sorted(k for k in exp if k not in KNOWN_TENSORS and
                    not any(k == f"{pre}.{n}" for pre in ("grad", "sgd", "adam") for n in names))
     if extra:
         out.append(("note", ",".join(extra), 0.0, True, "ignored: not part of the contract"))

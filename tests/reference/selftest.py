@@ -354,6 +354,48 @@ def test_cases(tmp, seed, big):
     # a looser tolerance accepts the perturbation
     rc, _ = parity(bad, extra=("--rtol", "0.02"))
     check(rc == 0, f"--rtol 0.02 accepts the 1% perturbation (rc={rc})")
+    test_optional_options(tmp, src)
+
+
+def with_options(tmp, src, name, metadata=None, tensors=None):
+    """A copy of case `src` whose expected.safetensors gains the given metadata and tensors."""
+    d = os.path.join(tmp, name)
+    shutil.copytree(src, d)
+    exp, emd = read_safetensors(os.path.join(d, "expected.safetensors"))
+    emd.update(metadata or {})
+    exp.update(tensors or {})
+    write_safetensors(os.path.join(d, "expected.safetensors"), exp, emd)
+    return d
+
+
+def failing(out):
+    return {line.split()[1] for line in out.splitlines() if line.rstrip().endswith("FAIL")}
+
+
+def test_optional_options(tmp, src):
+    """The issue-11 options reach torch: each one changes exactly what it should."""
+    _, emd = read_safetensors(os.path.join(src, "expected.safetensors"))
+    _, cmd = read_safetensors(os.path.join(src, "checkpoint.safetensors"))
+    L = int(cmd["num_labels"])
+    # the constant rate given step by step is the plain case
+    same = {"sgd_lrs": ",".join([emd["sgd_lr"]] * int(emd["sgd_steps"])),
+            "adam_lrs": ",".join([emd["adam_lr"]] * int(emd["adam_steps"]))}
+    rc, out = parity(with_options(tmp, src, "constant_lrs", same))
+    check(rc == 0, f"per-step rates equal to the constant rate give the plain case (rc={rc})")
+    rates = {"adam_lrs": ",".join(["0.05"] * int(emd["adam_steps"]))}
+    rc, out = parity(with_options(tmp, src, "other_lrs", rates))
+    check(rc == 1 and failing(out) == {"adam"}, f"other per-step Adam rates fail the Adam tensors only: {failing(out)}")
+    rc, out = parity(with_options(tmp, src, "sgd_decay", {"sgd_weight_decay": "0.5"}))
+    check(rc == 1 and failing(out) == {"sgd"}, f"SGD weight decay fails the SGD tensors only: {failing(out)}")
+    rc, out = parity(with_options(tmp, src, "adamw", {"adam_weight_decay": "0.5", "weight_decay_embedding": "1"}))
+    check(rc == 1 and failing(out) == {"adam"}, f"AdamW fails the Adam tensors only: {failing(out)}")
+    weights = {"class_weights": np.linspace(0.0, 2.0, L).astype(np.float32)}
+    rc, out = parity(with_options(tmp, src, "weighted", tensors=weights))
+    check(rc == 1 and "forward" in failing(out), f"class weights change the loss: {failing(out)}")
+    rc, out = parity(with_options(tmp, src, "ones", tensors={"class_weights": np.full(L, 3.0, np.float32)}))
+    check(rc == 0, f"equal class weights give the plain case (rc={rc})")
+    rc, out = parity(with_options(tmp, src, "short_lrs", {"sgd_lrs": "0.1," * 7 + "0.1"}))
+    check(rc == 2 and "UNREADABLE" in out, f"a rate list of the wrong length is unreadable (rc={rc})")
 
 
 def main():

@@ -1,0 +1,103 @@
+// Class weights: scikit-learn's "balanced" rule, the weights file and its errors, and the engine's
+// use of them (the training loss weighted, evaluation's forward not).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <unistd.h>
+
+#include "cuda_test_util.h"
+#include "enhanced/common.h"
+#include "enhanced/engine.h"
+#include "train/class_weights.h"
+
+namespace enhanced {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(ClassWeights, BalancedIsScikitLearnsRuleAndAnAbsentClassWeighsZero) {
+  // n = 8 samples, L = 4: w_c = 8 / (4 * count_c).
+  const std::vector<float> w = balanced_class_weights({3, 1, 0, 4});
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_FLOAT_EQ(w[0], 8.0f / 12.0f);
+  EXPECT_FLOAT_EQ(w[1], 2.0f);
+  EXPECT_EQ(w[2], 0.0f);
+  EXPECT_FLOAT_EQ(w[3], 0.5f);
+  // Balanced classes weigh 1 each.
+  for (const float x : balanced_class_weights({5, 5, 5})) EXPECT_FLOAT_EQ(x, 1.0f);
+}
+
+class ClassWeightsFile : public ::testing::Test {
+ protected:
+  fs::path write(const std::string& text) {
+    fs::create_directories(ENHANCED_TEST_TMP);  // this test may be the first to run
+    const fs::path path = fs::path(ENHANCED_TEST_TMP) / ("weights." + std::to_string(::getpid()) + ".txt");
+    std::ofstream(path, std::ios::trunc) << text;
+    paths_.push_back(path);
+    return path;
+  }
+  void TearDown() override {
+    for (const fs::path& path : paths_) fs::remove(path);
+  }
+  // The error message of reading `text` as L = 4 weights ("" when it reads).
+  std::string error_of(const std::string& text) {
+    try {
+      read_class_weights(write(text).string(), 4);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  std::vector<fs::path> paths_;
+};
+
+TEST_F(ClassWeightsFile, ReadsWhitespaceAndCommaSeparatedNumbers) {
+  const std::vector<float> w = read_class_weights(write("1, 2.5\n0\t3e-1\n").string(), 4);
+  EXPECT_EQ(w, (std::vector<float>{1.0f, 2.5f, 0.0f, 0.3f}));
+}
+
+TEST_F(ClassWeightsFile, ErrorsNameTheFileAndThePosition) {
+  const std::string bad = error_of("1 2\n0.5 x7\n");
+  EXPECT_NE(bad.find("weights."), std::string::npos) << bad;
+  EXPECT_NE(bad.find(":2:5: class weight 3"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("'x7' is not a number"), std::string::npos) << bad;
+  EXPECT_NE(error_of("1,2,-3,4").find(":1:5: class weight 2: -3 is negative"), std::string::npos);
+  EXPECT_NE(error_of("1 2 3 nan").find("class weight 3: nan is not a finite float"), std::string::npos);
+  EXPECT_NE(error_of("1 2 3 1e39").find("is not a finite float"), std::string::npos);
+  EXPECT_NE(error_of("1 2 3").find("3 class weights, the model has 4 labels"), std::string::npos);
+  EXPECT_NE(error_of("1 2 3 4 5").find(":1:9: class weight 4: more than 4 numbers"), std::string::npos);
+  EXPECT_THROW(read_class_weights("/nonexistent/weights.txt", 4), Error);
+}
+
+TEST(ClassWeights, TheEngineWeighsTrainingLossesNotEvaluation) {
+  const ModelConfig config = testing::small_config(BlendMode::mean, PoolMode::feature, 3);
+  const std::vector<Batch> batches = testing::training_batches(config, 1, 21);
+  const Batch& batch = batches[0];
+  ParameterBuffer<float> params(config);
+  initialize_parameters(params, 4);
+  const std::vector<float> weights = {0.5f, 2.0f, 1.0f, 0.25f};
+  OptimizerState state(OptimizerConfig{}, config);
+  const std::unique_ptr<Engine> plain = make_engine(Device::cpu, params, &state, EngineOptions{4, 1, {}});
+  const std::unique_ptr<Engine> weighted = make_engine(Device::cpu, params, &state, EngineOptions{4, 1, {}, weights});
+  std::vector<float> logits(static_cast<size_t>(batch.size) * config.num_labels);
+  const double unweighted = plain->forward(batch, logits.data());
+  // The weighted mean from the unweighted per-sample losses, by hand.
+  std::vector<float> probabilities(logits.size());
+  softmax_probabilities(probabilities.data(), logits.data(), batch.size, config.num_labels);
+  double numerator = 0, denominator = 0;
+  for (int b = 0; b < batch.size; ++b) {
+    const double w = weights[batch.labels[b]];
+    numerator -= w * std::log(probabilities[static_cast<size_t>(b) * config.num_labels + batch.labels[b]]);
+    denominator += w;
+  }
+  EXPECT_NEAR(weighted->compute_gradients(batch, nullptr), numerator / denominator, 1e-5);
+  EXPECT_EQ(weighted->forward(batch, nullptr), unweighted) << "evaluation stays unweighted";
+  EXPECT_THROW(make_engine(Device::cpu, params, &state, EngineOptions{4, 1, {}, {1.0f, 2.0f}}), Error);
+  EXPECT_THROW(make_engine(Device::cpu, params, &state, EngineOptions{4, 1, {}, {1.0f, -2.0f, 1.0f, 1.0f}}), Error);
+}
+
+}  // namespace
+}  // namespace enhanced
