@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -316,6 +317,43 @@ TEST_F(CudaTrainCli, DivergenceStopsWithTheStepAndKeepsTheLastGoodCheckpoint) {
   EXPECT_FALSE(fs::exists(root_ / "late" / "last.safetensors")) << late.output;
 }
 
+// The trainer's schedule and early stopping on the GPU: the rate of every step reaches the device
+// (a plateau run differs from a constant one, and follows the CPU's run of the same schedule),
+// and a run killed after a checkpoint resumes to the uninterrupted GPU run's files.
+TEST_F(CudaTrainCli, SchedulesReachTheDeviceAndResumeExactly) {
+  SKIP_WITHOUT_GPU();
+  const std::string base = flags() + "--optimizer sgd --lr 0.2 --momentum 0.9 --epochs 3 --rnn-algorithm standard ";
+  const std::string scheduled = base + "--lr-schedule step --lr-step-size 2 --lr-factor 0.5 --warmup-steps 2 ";
+  for (const std::string device : {"cuda", "cpu"}) {
+    const auto run = run_app("enhanced-train", scheduled + "--device " + device + " --out " + (root_ / device).string());
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+  }
+  ASSERT_EQ(run_app("enhanced-train", base + "--device cuda --out " + (root_ / "constant").string()).exit_code, 0);
+  const ParameterBuffer<float> gpu = load_checkpoint((root_ / "cuda" / "last.safetensors").string());
+  const ParameterBuffer<float> cpu = load_checkpoint((root_ / "cpu" / "last.safetensors").string());
+  const ParameterBuffer<float> constant = load_checkpoint((root_ / "constant" / "last.safetensors").string());
+  double gpu_cpu = 0, gpu_constant = 0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    gpu_cpu = std::max(gpu_cpu, static_cast<double>(std::fabs(gpu.data[i] - cpu.data[i])));
+    gpu_constant = std::max(gpu_constant, static_cast<double>(std::fabs(gpu.data[i] - constant.data[i])));
+  }
+  EXPECT_LT(gpu_cpu, 1e-3);
+  EXPECT_GT(gpu_constant, 100 * gpu_cpu) << "the schedule did not change the GPU's steps";
+  // Killed after its third file write (a checkpoint mid-epoch), then resumed on the GPU.
+  ::setenv("ENHANCED_TEST_EXIT_AFTER_WRITE", "3", 1);
+  const auto killed = run_app("enhanced-train", scheduled + "--device cuda --checkpoint-every 2 --out " +
+                                                    (root_ / "killed").string());
+  ::unsetenv("ENHANCED_TEST_EXIT_AFTER_WRITE");
+  ASSERT_EQ(killed.exit_code, 137) << killed.output;
+  const auto whole = run_app("enhanced-train", scheduled + "--device cuda --checkpoint-every 2 --out " +
+                                                   (root_ / "whole").string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto resumed = run_app("enhanced-train", "--resume --quiet --device cuda --out " + (root_ / "killed").string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  for (const char* file : {"last.safetensors", "optimizer.safetensors"})
+    EXPECT_TRUE(read_file(root_ / "whole" / file) == read_file(root_ / "killed" / file)) << file;
+}
+
 #else  // no CUDA backend: the same test names, each skipped with the reason.
 
 TEST(CudaPipeline, GraphReplayedStepsMatchSynchronousEagerStepsBitForBit) { SKIP_WITHOUT_GPU(); }
@@ -323,6 +361,7 @@ TEST(CudaPipeline, NonFiniteLossHaltsAndKeepsTheLastGoodWeights) { SKIP_WITHOUT_
 TEST(CudaPipeline, EveryLstmAlgorithmCudnnAcceptsMatchesTheCpu) { SKIP_WITHOUT_GPU(); }
 TEST(CudaTrainCli, TrainsLikeTheCpuAndResumesBitForBit) { SKIP_WITHOUT_GPU(); }
 TEST(CudaTrainCli, DivergenceStopsWithTheStepAndKeepsTheLastGoodCheckpoint) { SKIP_WITHOUT_GPU(); }
+TEST(CudaTrainCli, SchedulesReachTheDeviceAndResumeExactly) { SKIP_WITHOUT_GPU(); }
 
 #endif
 
