@@ -17,8 +17,11 @@ struct AppResult {
   std::string output;  // stdout and stderr together
 };
 
-inline AppResult run_app(const std::string& app, const std::string& arguments) {
-  const std::string command = std::string(ENHANCED_APP_DIR) + "/" + app + " " + arguments + " 2>&1";
+// `address_space_mib` > 0 runs the app under that RLIMIT_AS (ulimit -v), so that a test can
+// prove an input is refused before a large allocation rather than by it.
+inline AppResult run_app(const std::string& app, const std::string& arguments, int address_space_mib = 0) {
+  const std::string limit = address_space_mib > 0 ? "ulimit -v " + std::to_string(address_space_mib * 1024) + " && " : "";
+  const std::string command = limit + std::string(ENHANCED_APP_DIR) + "/" + app + " " + arguments + " 2>&1";
   AppResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (!pipe) return result;

@@ -17,15 +17,6 @@ namespace {
 
 using namespace enhanced::test_util;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 // Writes `samples` as JSONL and converts them, returning the .ebin path.
 std::string make_ebin(const std::string& dir, const std::vector<RaggedSample>& samples, int T) {
   write_text(dir + "/in.jsonl", samples_jsonl(samples));
@@ -176,8 +167,6 @@ struct Corrupt {
     return error_of([&] { Dataset::open(path); });
   }
 };
-
-#define EXPECT_CONTAINS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
 
 TEST(DatasetErrors, WrongMagic) {
   Corrupt c(scratch_dir());
