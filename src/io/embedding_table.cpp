@@ -143,13 +143,14 @@ bool parse_word2vec(const std::string& path, const std::vector<char>& bytes, Emb
 
 EmbeddingTable load_embedding_table(const std::string& path, int raw_dim) {
   const std::vector<char> bytes = read_all(path);
+  if (bytes.empty()) fail(path, ": empty file");  // and no null data() for the parsers below
   EmbeddingTable table;
   if (bytes.size() >= 6 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0) {
     table = parse_npy(path, bytes);
   } else if (!parse_word2vec(path, bytes, table)) {
     if (raw_dim <= 0) fail(path, ": raw float32 embeddings need the embedding dim (--embedding-dim)");
     const size_t row_bytes = 4 * static_cast<size_t>(raw_dim);
-    if (bytes.empty() || bytes.size() % row_bytes != 0)
+    if (bytes.size() % row_bytes != 0)
       fail(path, ": raw float32 file of ", bytes.size(), " bytes is not a whole number of rows of D = ", raw_dim,
            " floats (", row_bytes, " bytes)");
     table = EmbeddingTable{static_cast<int64_t>(bytes.size() / row_bytes), raw_dim, std::vector<float>(bytes.size() / 4)};
