@@ -49,6 +49,70 @@ std::string parse_error_text(const json::parse_error& e) {
   return bracket == std::string::npos ? what : what.substr(bracket + 2);
 }
 
+// Finds where in a sample line the JSON parser gave up and what it was reading, as "position t:
+// field f (name)" or "\"key\"": nlohmann reports a number that overflows a double (1e999) with
+// neither. Run only on a line that failed to parse; it builds nothing.
+class ErrorLocator {
+ public:
+  // The parser's byte position and the place in the sample; false when the line parses.
+  static bool locate(const std::string& line, size_t& byte, std::string& place) {
+    ErrorLocator locator;
+    if (json::sax_parse(line, &locator)) return false;
+    byte = locator.byte_;
+    place = locator.place();
+    return true;
+  }
+
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(json::number_integer_t) { return value(); }
+  bool number_unsigned(json::number_unsigned_t) { return value(); }
+  bool number_float(json::number_float_t, const json::string_t&) { return value(); }
+  bool string(json::string_t&) { return value(); }
+  bool binary(json::binary_t&) { return value(); }
+  bool start_object(size_t) { return open(false); }
+  bool end_object() { return close(); }
+  bool start_array(size_t) { return open(true); }
+  bool end_array() { return close(); }
+  bool key(json::string_t& key) {
+    frames_.back().key = key;
+    return true;
+  }
+  bool parse_error(size_t byte, const std::string&, const nlohmann::detail::exception&) {
+    byte_ = byte;
+    return false;
+  }
+
+ private:
+  struct Frame {
+    bool array = false;
+    size_t index = 0;  // arrays: the element being read
+    std::string key;   // objects: the key being read
+  };
+  bool value() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    return true;
+  }
+  bool open(bool array) {
+    frames_.push_back(Frame{array, 0, {}});
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return value();
+  }
+  std::string place() const {
+    if (frames_.empty() || frames_[0].array) return "the line";
+    if (frames_[0].key != "tokens" || frames_.size() < 2) return cat("\"", frames_[0].key, "\"");
+    if (frames_.size() < 3) return cat("position ", frames_[1].index);
+    const int field = static_cast<int>(frames_[2].index);
+    return cat("position ", frames_[1].index, ": field ", field, " (", field_name(field), ")");
+  }
+
+  std::vector<Frame> frames_;
+  size_t byte_ = 0;
+};
+
 // "FILE: N lines, R lines/s" at most once a second, checked every 1024 lines.
 class ConvertProgress {
  public:
@@ -105,6 +169,11 @@ class JsonlSampleParser {
       doc = json::parse(line);
     } catch (const json::parse_error& e) {
       fail(file_, ": line ", line_no_, ": column ", e.byte, ": malformed JSON: ", parse_error_text(e));
+    } catch (const json::out_of_range&) {  // a number beyond a double (nlohmann's 406)
+      size_t byte = 0;
+      std::string place = "the line";
+      ErrorLocator::locate(line, byte, place);
+      fail(file_, ": line ", line_no_, ": column ", byte, ": ", place, ": number does not fit a double");
     }
     if (!doc.is_object()) fail(file_, ": line ", line_no_, ": expected a JSON object, got ", type_name(doc));
     const int32_t label_value = label(doc);
