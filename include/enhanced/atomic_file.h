@@ -40,6 +40,8 @@ class FileWriter {
 };
 
 // Removes the listed files when destroyed (a file already renamed away is not there to remove).
+// While listed, each is also in a fixed, async-signal-safe registry (the first 64 at once), which
+// remove_temp_files_on_signal's handler empties when SIGTERM or SIGINT arrives.
 class TempFiles {
  public:
   TempFiles() = default;
@@ -53,8 +55,19 @@ class TempFiles {
   std::vector<std::string> paths_;
 };
 
-// A temporary name beside `path`: path.tmp.<process id><suffix>.
+// A temporary name beside `path`: path.tmp.<process id><suffix>, the suffix empty or "." and
+// letters, digits or '_'.
 std::string temp_name(const std::string& path, const std::string& suffix = "");
+
+// Removes from `dir` (not its subfolders) the regular files named by temp_name whose process is
+// no longer alive: what a process killed with SIGKILL, or by a crash, left behind. A live
+// process's temporaries (another run writing beside this one) are kept. Returns the paths removed.
+// Call it where a run or a conversion starts writing into `dir`.
+std::vector<std::string> remove_stale_temp_files(const std::string& dir);
+
+// Installs a SIGTERM and SIGINT handler that removes every file TempFiles has registered, then
+// re-raises the signal with its default action (the exit status still names the signal).
+void remove_temp_files_on_signal();
 
 // Makes the closed file `temporary` the file `path`: flushes it to disk, renames it over `path`
 // and flushes the directory. Throws Error naming `path`; `temporary` is removed on failure.

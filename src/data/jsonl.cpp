@@ -318,6 +318,7 @@ ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::str
                                    bool show_progress) {
   if (seq_len <= 0) fail(jsonl_path, ": sequence length must be positive, got ", seq_len);
   if (same_file(jsonl_path, out_path)) fail(out_path, ": output would overwrite the input");
+  remove_stale_temp_files(std::filesystem::path(out_path).parent_path().string());
   std::ifstream in(jsonl_path, std::ios::binary);
   if (!in) fail(jsonl_path, ": cannot open: ", std::strerror(errno));
   std::vector<char> inbuf(1 << 20);
@@ -369,6 +370,7 @@ void append_list(std::string& s, std::span<const int32_t> ids) {
 
 ConvertStats convert_ebin_to_jsonl(const std::string& ebin_path, const std::string& out_path) {
   if (same_file(ebin_path, out_path)) fail(out_path, ": output would overwrite the input");
+  remove_stale_temp_files(std::filesystem::path(out_path).parent_path().string());
   Dataset ds = Dataset::open(ebin_path);
   TempFiles temps;
   const std::string tmp_out = temps.add(temp_name(out_path, ""));

@@ -66,22 +66,6 @@ void FileWriter::close() {
   if (bad) fail(path_, ": write failed: ", std::strerror(errno));
 }
 
-TempFiles::~TempFiles() { remove_all(); }
-
-std::string TempFiles::add(std::string path) {
-  paths_.push_back(std::move(path));
-  return paths_.back();
-}
-
-void TempFiles::remove_all() {
-  for (const auto& p : paths_) std::remove(p.c_str());
-  paths_.clear();
-}
-
-std::string temp_name(const std::string& path, const std::string& suffix) {
-  return cat(path, ".tmp.", static_cast<long>(::getpid()), suffix);
-}
-
 namespace {
 
 // Renames a temporary file that is already on disk over `path`, then flushes the directory so

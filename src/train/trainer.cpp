@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "enhanced/atomic_file.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/embedding_table.h"
 #include "enhanced/common.h"
@@ -298,6 +299,7 @@ int run_training(TrainOptions options) {
   const int threads = configure_cpu_threads(options.threads);
   const Device device = resolve_device(options.device);
   check_writable_dir(options.out_dir);
+  remove_stale_temp_files(options.out_dir);  // left by a run killed with SIGKILL
 
   const Dataset train = Dataset::open(options.data_path);
   Dataset valid;
