@@ -30,6 +30,19 @@ std::string write_raw_safetensors(const std::string& path, const std::string& he
   return path;
 }
 
+// A writer holding every tensor and metadata entry of `source` but `left_out`, to be edited.
+SafetensorsWriter copy_of(const SafetensorsReader& source, const std::string& left_out = "") {
+  SafetensorsWriter writer;
+  for (const auto& [name, tensor] : source.tensors()) {
+    if (name == left_out) continue;
+    if (tensor.dtype == "F32") writer.add(name, source.floats(name, tensor.shape).data(), tensor.shape);
+    else if (tensor.dtype == "I32") writer.add(name, source.int32s(name).data(), tensor.shape);
+    else writer.add(name, source.uint64s(name).data(), tensor.shape);
+  }
+  for (const auto& [key, value] : source.metadata()) writer.set_metadata(key, value);
+  return writer;
+}
+
 std::string open_error(const std::string& path) {
   return error_of([&] { SafetensorsReader reader(path); });
 }
@@ -105,19 +118,17 @@ class CheckpointMetadata : public ::testing::Test {
     ParameterBuffer<float> params(config);
     initialize_parameters(params, 1);
     save_checkpoint(good(), params);
-    drop_fuzz_seed("checkpoint", good());
+    drop_fuzz_seed("safetensors", good());
   }
 
   std::string good() const { return dir_ + "/good.safetensors"; }
 
   std::string with_metadata(const std::string& key, const std::string& value) const {
-    const SafetensorsReader source(good());
-    SafetensorsWriter writer;
-    for (const auto& [name, tensor] : source.tensors()) writer.add(name, source.floats(name, tensor.shape).data(), tensor.shape);
-    for (const auto& [k, v] : source.metadata()) writer.set_metadata(k, k == key ? value : v);
+    SafetensorsWriter writer = copy_of(SafetensorsReader(good()));
+    writer.set_metadata(key, value);
     const std::string path = dir_ + "/" + key + ".safetensors";
     writer.write(path);
-    drop_fuzz_seed("checkpoint", path);
+    drop_fuzz_seed("safetensors", path);
     return path;
   }
 
@@ -143,7 +154,7 @@ TEST_F(CheckpointMetadata, IntegerBeyondIntIsRefusedNotTruncated) {
 // could not hold the buffer: the error must come from the shape check, not from the allocator.
 TEST_F(CheckpointMetadata, HugeModelIsRefusedByItsShapesWithoutAllocating) {
   const std::string checkpoint = with_metadata("hidden", "8192");
-  const std::string expected = "error: " + checkpoint + ": tensor 'lstm.weight_ih_l0' has shape [12, 4], the model expects [32768, 4]";
+  const std::string expected = "error: " + checkpoint + ": tensor 'lstm.weight_ih_l0' has shape [12, 4], expected [32768, 4]";
   const auto eval = testing::run_app("enhanced-eval", "--device cpu --threads 1 --data " + dir_ +
                                      "/none.ebin --checkpoint " + checkpoint, 512);
   EXPECT_NE(eval.exit_code, 0);
@@ -153,6 +164,23 @@ TEST_F(CheckpointMetadata, HugeModelIsRefusedByItsShapesWithoutAllocating) {
                                       " --init-from " + checkpoint + " --out " + dir_ + "/run", 512);
   EXPECT_NE(train.exit_code, 0);
   EXPECT_CONTAINS(train.output, expected);
+}
+
+// The training state's step counter is a one-element U64 tensor; an empty one is an error naming
+// the file and the tensor, not an unnamed std::out_of_range from the vector.
+TEST(RunStateFile, EmptyStepCounterIsOneClearError) {
+  const std::string dir = scratch_dir();
+  const DemoFiles files = testing::write_small_demo(dir + "/demo");
+  const std::string flags = testing::small_train_flags(files) + "--device cpu --out " + dir + "/run ";
+  ASSERT_EQ(testing::run_app("enhanced-train", flags + "--steps 1").exit_code, 0);
+  const std::string state = dir + "/run/optimizer.safetensors";
+  SafetensorsWriter writer = copy_of(SafetensorsReader(state), "optimizer.steps");
+  writer.add("optimizer.steps", static_cast<const uint64_t*>(nullptr), {0});
+  writer.write(state);
+  drop_fuzz_seed("safetensors", state);
+  const auto resume = testing::run_app("enhanced-train", "--resume --quiet --device cpu --steps 2 --out " + dir + "/run");
+  EXPECT_NE(resume.exit_code, 0);
+  EXPECT_CONTAINS(resume.output, "error: " + state + ": tensor 'optimizer.steps' has shape [0], expected [1]");
 }
 
 }  // namespace

@@ -165,7 +165,7 @@ const SafetensorsTensor& SafetensorsReader::check_tensor(const std::string& name
                                                          const std::vector<int64_t>& shape) const {
   const SafetensorsTensor& tensor = find(name, dtype);
   if (tensor.shape != shape)
-    fail(path_, ": tensor '", name, "' has shape ", shape_text(tensor.shape), ", the model expects ", shape_text(shape));
+    fail(path_, ": tensor '", name, "' has shape ", shape_text(tensor.shape), ", expected ", shape_text(shape));
   return tensor;
 }
 

@@ -57,7 +57,8 @@ void read_optimizer_state(OptimizerState& optimizer, const SafetensorsReader& st
   if (state.metadata_value("optimizer") != to_string(optimizer.config.kind))
     fail(state.path(), ": optimizer state is for ", state.metadata_value("optimizer"), ", this run uses ",
          to_string(optimizer.config.kind));
-  optimizer.steps = static_cast<int64_t>(state.uint64s("optimizer.steps").at(0));
+  state.check_tensor("optimizer.steps", "U64", {1});
+  optimizer.steps = static_cast<int64_t>(state.uint64s("optimizer.steps")[0]);
   const std::vector<const char*> names = moment_names(optimizer.config);
   for (size_t i = 0; i < optimizer.moments.size(); ++i) {
     ParameterBuffer<float>& moment = optimizer.moments[i];
