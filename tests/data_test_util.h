@@ -32,9 +32,10 @@ inline std::string error_of(const std::function<void()>& fn) {
   return "<no error>";
 }
 
-// Copies `path` into $ENHANCED_FUZZ_SEEDS/<target>/ under the running test's name, where that
-// variable is set (scripts/test sets it; scripts/fuzz starts each target from these files).
-inline void drop_fuzz_seed(const char* target, const std::string& path) {
+// Copies `path` into $ENHANCED_FUZZ_SEEDS/<target>/ under the running test's name (and `label`,
+// for a test that writes one path several times), where that variable is set (scripts/test sets
+// it; scripts/fuzz starts each target from these files).
+inline void drop_fuzz_seed(const char* target, const std::string& path, const std::string& label = "") {
   const char* root = std::getenv("ENHANCED_FUZZ_SEEDS");
   if (root == nullptr || *root == '\0') return;
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -42,7 +43,7 @@ inline void drop_fuzz_seed(const char* target, const std::string& path) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   std::string name = std::string(info->test_suite_name()) + "." + info->name() + "." +
-                     std::filesystem::path(path).filename().string();
+                     std::filesystem::path(path).filename().string() + label;
   for (char& c : name)
     if (c == '/') c = '_';
   std::filesystem::copy_file(path, dir / name, std::filesystem::copy_options::overwrite_existing, error);

@@ -148,9 +148,11 @@ TEST(Dataset, CheckFitsModelNamesSamplePositionAndField) {
 
 struct Corrupt {
   std::string dir, path, bytes;
+  int written = 0;
   explicit Corrupt(const std::string& d) : dir(d) {
     auto samples = random_samples(4, 3, 8);
     path = make_ebin(dir, samples, 3);
+    drop_fuzz_seed("ebin", path, ".valid");
     bytes = read_text(path);
   }
   template <class T>
@@ -164,6 +166,7 @@ struct Corrupt {
   }
   std::string open_error() {
     write_text(path, bytes);
+    drop_fuzz_seed("ebin", path, "." + std::to_string(++written));
     return error_of([&] { Dataset::open(path); });
   }
 };
