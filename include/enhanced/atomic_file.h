@@ -1,7 +1,8 @@
 // Files that appear whole or not at all: every output (checkpoints, state files, .ebin, CSV) is
 // written under a temporary name beside its path, flushed to disk and renamed over it, so a
-// crash or a full disk leaves the previous file intact. Also a checked buffered writer and a
-// scope guard that removes temporary files unless the operation completes.
+// crash or a full disk leaves the previous file intact. Also a checked buffered writer, a scope
+// guard that removes temporary files unless the operation completes (or a signal ends it), and
+// the removal of those a killed process left (src/io/temp_files.cpp).
 #pragma once
 
 #include <cstdint>
