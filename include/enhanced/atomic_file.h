@@ -62,7 +62,9 @@ std::string temp_name(const std::string& path, const std::string& suffix = "");
 
 // Removes from `dir` (not its subfolders) the regular files named by temp_name whose process is
 // no longer alive: what a process killed with SIGKILL, or by a crash, left behind. A live
-// process's temporaries (another run writing beside this one) are kept. Returns the paths removed.
+// process's temporaries (another run writing beside this one) are kept; "alive" is judged in this
+// PID namespace, so do not share an output directory with a run in another container. Returns
+// the paths removed.
 // Call it where a run or a conversion starts writing into `dir`.
 std::vector<std::string> remove_stale_temp_files(const std::string& dir);
 
