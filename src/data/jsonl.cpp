@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -321,8 +322,10 @@ ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::str
   remove_stale_temp_files(std::filesystem::path(out_path).parent_path().string());
   std::ifstream in(jsonl_path, std::ios::binary);
   if (!in) fail(jsonl_path, ": cannot open: ", std::strerror(errno));
-  std::vector<char> inbuf(1 << 20);
-  in.rdbuf()->pubsetbuf(inbuf.data(), static_cast<std::streamsize>(inbuf.size()));
+  // Not zero-filled: a small input touches one page of it, not the whole megabyte.
+  constexpr size_t kInputBuffer = 1 << 20;
+  const auto inbuf = std::make_unique_for_overwrite<char[]>(kInputBuffer);
+  in.rdbuf()->pubsetbuf(inbuf.get(), static_cast<std::streamsize>(kInputBuffer));
 
   TempFiles temps;
   const std::string tmp_out = temps.add(temp_name(out_path));
