@@ -7,6 +7,8 @@
 #include <string>
 
 #include "enhanced/app.h"
+#include "enhanced/atomic_file.h"
+#include "enhanced/engine.h"
 #include "enhanced/common.h"
 #include "enhanced/dataset.h"
 #include "enhanced/demo.h"
@@ -110,6 +112,7 @@ int parse(CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  enhanced::remove_temp_files_on_signal();  // a conversion ended by SIGTERM or SIGINT leaves no temporaries
   try {
     CLI::App app{"enhanced-data: convert, inspect and generate datasets for the enhanced engine"};
     app.set_version_flag("--version", std::string(enhanced::version_string()));

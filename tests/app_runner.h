@@ -17,9 +17,15 @@ struct AppResult {
   std::string output;  // stdout and stderr together
 };
 
-// shell_prefix: shell commands run first, in the same shell (a ulimit).
-inline AppResult run_app(const std::string& app, const std::string& arguments, const std::string& shell_prefix = "") {
-  const std::string command = shell_prefix + std::string(ENHANCED_APP_DIR) + "/" + app + " " + arguments + " 2>&1";
+// `address_space_mib` > 0 runs the app under that RLIMIT_AS (ulimit -v), so that a test can
+// prove an input is refused before a large allocation rather than by it.
+// AddressSanitizer reserves terabytes of shadow address space, so its builds run without the limit.
+inline AppResult run_app(const std::string& app, const std::string& arguments, int address_space_mib = 0) {
+#if defined(__SANITIZE_ADDRESS__)
+  address_space_mib = 0;
+#endif
+  const std::string limit = address_space_mib > 0 ? "ulimit -v " + std::to_string(address_space_mib * 1024) + " && " : "";
+  const std::string command = limit + std::string(ENHANCED_APP_DIR) + "/" + app + " " + arguments + " 2>&1";
   AppResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (!pipe) return result;

@@ -1,5 +1,6 @@
 // Helpers shared by the data-layer tests: scratch directories, random ragged samples in the
-// compact JSONL form, and running the enhanced-data app.
+// compact JSONL form, running the enhanced-data app, catching an Error's message, and handing
+// the files the tests write to the fuzzers as seeds (docs/fuzzing.md).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,12 +10,44 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "enhanced/common.h"
+
+#define EXPECT_CONTAINS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+
 namespace enhanced::test_util {
+
+// The message of the Error `fn` throws, or "<no error>".
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+// Copies `path` into $ENHANCED_FUZZ_SEEDS/<target>/ under the running test's name (and `label`,
+// for a test that writes one path several times), where that variable is set (scripts/test sets
+// it; scripts/fuzz starts each target from these files).
+inline void drop_fuzz_seed(const char* target, const std::string& path, const std::string& label = "") {
+  const char* root = std::getenv("ENHANCED_FUZZ_SEEDS");
+  if (root == nullptr || *root == '\0') return;
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::filesystem::path dir = std::filesystem::path(root) / target;
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  std::string name = std::string(info->test_suite_name()) + "." + info->name() + "." +
+                     std::filesystem::path(path).filename().string() + label;
+  for (char& c : name)
+    if (c == '/') c = '_';
+  std::filesystem::copy_file(path, dir / name, std::filesystem::copy_options::overwrite_existing, error);
+}
 
 // A fresh, empty directory unique to the running test.
 inline std::string scratch_dir() {

@@ -38,6 +38,7 @@ void expect_convert_error(const std::vector<std::string>& lines, const std::stri
     if (i + 1 < lines.size() || final_newline) text += "\n";
   }
   write_text(dir + "/in.jsonl", text);
+  drop_fuzz_seed("jsonl", dir + "/in.jsonl");
   AppResult r = run_data_app("convert '" + dir + "/in.jsonl' '" + dir + "/out.ebin' --seq-len 4", dir);
   expect_one_line_error(r, needle);
   EXPECT_EQ(list_dir(dir), std::vector<std::string>{"in.jsonl"}) << "output left behind";
@@ -206,6 +207,13 @@ TEST(DataCliJsonl, NonIntegerId) {
                        "in.jsonl: line 1: position 2: field 2 (cur_word) holds string, expected an integer id");
 }
 
+TEST(DataCliJsonl, NumberBeyondADouble) {
+  expect_convert_error({kGood, R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],[1e999]],[[1],[],[2]]]})"},
+                       "in.jsonl: line 2: column 61: position 2: field 2 (cur_word): number does not fit a double");
+  expect_convert_error({R"({"label":-1e400,"tokens":[]})"}, "in.jsonl: line 1: column 15: \"label\": number does not fit a double");
+  expect_convert_error({R"([1, 2e999])"}, "in.jsonl: line 1: column 9: the line: number does not fit a double");
+}
+
 TEST(DataCliJsonl, BlankLine) {
   expect_convert_error({kGood, kGood, "", kGood}, "in.jsonl: line 3: blank line");
   expect_convert_error({kGood, "   ", kGood}, "in.jsonl: line 2: blank line");
@@ -236,6 +244,7 @@ class DataCliEbin : public ::testing::Test {
   // inspect and convert both fail with `needle`; the conversion leaves nothing behind.
   void expect_error(const std::string& needle) {
     write_text(dir_ + "/d.ebin", bytes_);
+    drop_fuzz_seed("ebin", dir_ + "/d.ebin");
     expect_one_line_error(run_data_app("inspect '" + dir_ + "/d.ebin'", dir_), needle);
     expect_one_line_error(run_data_app("convert '" + dir_ + "/d.ebin' '" + dir_ + "/out.jsonl'", dir_), needle);
     EXPECT_EQ(list_dir(dir_), std::vector<std::string>{"d.ebin"});

@@ -17,15 +17,6 @@ namespace {
 
 using namespace enhanced::test_util;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 // Writes `samples` as JSONL and converts them, returning the .ebin path.
 std::string make_ebin(const std::string& dir, const std::vector<RaggedSample>& samples, int T) {
   write_text(dir + "/in.jsonl", samples_jsonl(samples));
@@ -157,9 +148,11 @@ TEST(Dataset, CheckFitsModelNamesSamplePositionAndField) {
 
 struct Corrupt {
   std::string dir, path, bytes;
+  int written = 0;
   explicit Corrupt(const std::string& d) : dir(d) {
     auto samples = random_samples(4, 3, 8);
     path = make_ebin(dir, samples, 3);
+    drop_fuzz_seed("ebin", path, ".valid");
     bytes = read_text(path);
   }
   template <class T>
@@ -173,11 +166,10 @@ struct Corrupt {
   }
   std::string open_error() {
     write_text(path, bytes);
+    drop_fuzz_seed("ebin", path, "." + std::to_string(++written));
     return error_of([&] { Dataset::open(path); });
   }
 };
-
-#define EXPECT_CONTAINS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
 
 TEST(DatasetErrors, WrongMagic) {
   Corrupt c(scratch_dir());

@@ -1,7 +1,8 @@
 // Files that appear whole or not at all: every output (checkpoints, state files, .ebin, CSV) is
 // written under a temporary name beside its path, flushed to disk and renamed over it, so a
-// crash or a full disk leaves the previous file intact. Also a checked buffered writer and a
-// scope guard that removes temporary files unless the operation completes.
+// crash or a full disk leaves the previous file intact. Also a checked buffered writer, a scope
+// guard that removes temporary files unless the operation completes (or a signal ends it), and
+// the removal of those a killed process left (src/io/temp_files.cpp).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,8 @@ class FileWriter {
 };
 
 // Removes the listed files when destroyed (a file already renamed away is not there to remove).
+// While listed, each is also in a fixed, async-signal-safe registry (the first 64 at once), which
+// remove_temp_files_on_signal's handler empties when SIGTERM or SIGINT arrives.
 class TempFiles {
  public:
   TempFiles() = default;
@@ -53,8 +56,21 @@ class TempFiles {
   std::vector<std::string> paths_;
 };
 
-// A temporary name beside `path`: path.tmp.<process id><suffix>.
+// A temporary name beside `path`: path.tmp.<process id><suffix>, the suffix empty or "." and
+// letters, digits or '_'.
 std::string temp_name(const std::string& path, const std::string& suffix = "");
+
+// Removes from `dir` (not its subfolders) the regular files named by temp_name whose process is
+// no longer alive: what a process killed with SIGKILL, or by a crash, left behind. A live
+// process's temporaries (another run writing beside this one) are kept; "alive" is judged in this
+// PID namespace, so do not share an output directory with a run in another container. Returns
+// the paths removed.
+// Call it where a run or a conversion starts writing into `dir`.
+std::vector<std::string> remove_stale_temp_files(const std::string& dir);
+
+// Installs a SIGTERM and SIGINT handler that removes every file TempFiles has registered, then
+// re-raises the signal with its default action (the exit status still names the signal).
+void remove_temp_files_on_signal();
 
 // Makes the closed file `temporary` the file `path`: flushes it to disk, renames it over `path`
 // and flushes the directory. Throws Error naming `path`; `temporary` is removed on failure.

@@ -17,7 +17,8 @@ struct SafetensorsTensor {
 
 class SafetensorsReader {
  public:
-  // Reads and validates the whole file; errors name the file and what is wrong.
+  // Reads and validates the whole file: every tensor's dtype, shape and byte range inside the data
+  // section (exactly product(shape) * itemsize bytes, no two overlapping). Errors name the file and the tensor.
   explicit SafetensorsReader(const std::string& path);
 
   const std::string& path() const { return path_; }
@@ -25,6 +26,8 @@ class SafetensorsReader {
   const std::map<std::string, SafetensorsTensor>& tensors() const { return tensors_; }
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   std::string metadata_value(const std::string& key) const;  // throws when missing
+  // The tensor, after checking that it exists with this dtype and shape; errors name the file and the tensor.
+  const SafetensorsTensor& check_tensor(const std::string& name, const char* dtype, const std::vector<int64_t>& shape) const;
   // Copies a tensor out after checking its dtype and shape.
   std::vector<float> floats(const std::string& name, const std::vector<int64_t>& shape) const;
   std::vector<int32_t> int32s(const std::string& name) const;

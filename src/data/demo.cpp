@@ -206,6 +206,7 @@ DemoFiles write_demo(const std::string& dir, const DemoOptions& o) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail(dir, ": cannot create directory: ", ec.message());
+  remove_stale_temp_files(dir);
   const std::string base = (std::filesystem::path(dir) / "").string();
   DemoFiles f;
   f.train_jsonl = base + "train.jsonl";

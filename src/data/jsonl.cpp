@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -48,6 +49,70 @@ std::string parse_error_text(const json::parse_error& e) {
   auto bracket = what.find("] ");
   return bracket == std::string::npos ? what : what.substr(bracket + 2);
 }
+
+// Finds where in a sample line the JSON parser gave up and what it was reading, as "position t:
+// field f (name)" or "\"key\"": nlohmann reports a number that overflows a double (1e999) with
+// neither. Run only on a line that failed to parse; it builds nothing.
+class ErrorLocator {
+ public:
+  // The parser's byte position and the place in the sample; false when the line parses.
+  static bool locate(const std::string& line, size_t& byte, std::string& place) {
+    ErrorLocator locator;
+    if (json::sax_parse(line, &locator)) return false;
+    byte = locator.byte_;
+    place = locator.place();
+    return true;
+  }
+
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(json::number_integer_t) { return value(); }
+  bool number_unsigned(json::number_unsigned_t) { return value(); }
+  bool number_float(json::number_float_t, const json::string_t&) { return value(); }
+  bool string(json::string_t&) { return value(); }
+  bool binary(json::binary_t&) { return value(); }
+  bool start_object(size_t) { return open(false); }
+  bool end_object() { return close(); }
+  bool start_array(size_t) { return open(true); }
+  bool end_array() { return close(); }
+  bool key(json::string_t& key) {
+    frames_.back().key = key;
+    return true;
+  }
+  bool parse_error(size_t byte, const std::string&, const nlohmann::detail::exception&) {
+    byte_ = byte;
+    return false;
+  }
+
+ private:
+  struct Frame {
+    bool array = false;
+    size_t index = 0;  // arrays: the element being read
+    std::string key;   // objects: the key being read
+  };
+  bool value() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    return true;
+  }
+  bool open(bool array) {
+    frames_.push_back(Frame{array, 0, {}});
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return value();
+  }
+  std::string place() const {
+    if (frames_.empty() || frames_[0].array) return "the line";
+    if (frames_[0].key != "tokens" || frames_.size() < 2) return cat("\"", frames_[0].key, "\"");
+    if (frames_.size() < 3) return cat("position ", frames_[1].index);
+    const int field = static_cast<int>(frames_[2].index);
+    return cat("position ", frames_[1].index, ": field ", field, " (", field_name(field), ")");
+  }
+
+  std::vector<Frame> frames_;
+  size_t byte_ = 0;
+};
 
 // "FILE: N lines, R lines/s" at most once a second, checked every 1024 lines.
 class ConvertProgress {
@@ -105,6 +170,11 @@ class JsonlSampleParser {
       doc = json::parse(line);
     } catch (const json::parse_error& e) {
       fail(file_, ": line ", line_no_, ": column ", e.byte, ": malformed JSON: ", parse_error_text(e));
+    } catch (const json::out_of_range&) {  // a number beyond a double (nlohmann's 406)
+      size_t byte = 0;
+      std::string place = "the line";
+      ErrorLocator::locate(line, byte, place);
+      fail(file_, ": line ", line_no_, ": column ", byte, ": ", place, ": number does not fit a double");
     }
     if (!doc.is_object()) fail(file_, ": line ", line_no_, ": expected a JSON object, got ", type_name(doc));
     const int32_t label_value = label(doc);
@@ -249,10 +319,13 @@ ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::str
                                    bool show_progress) {
   if (seq_len <= 0) fail(jsonl_path, ": sequence length must be positive, got ", seq_len);
   if (same_file(jsonl_path, out_path)) fail(out_path, ": output would overwrite the input");
+  remove_stale_temp_files(std::filesystem::path(out_path).parent_path().string());
   std::ifstream in(jsonl_path, std::ios::binary);
   if (!in) fail(jsonl_path, ": cannot open: ", std::strerror(errno));
-  std::vector<char> inbuf(1 << 20);
-  in.rdbuf()->pubsetbuf(inbuf.data(), static_cast<std::streamsize>(inbuf.size()));
+  // Not zero-filled: a small input touches one page of it, not the whole megabyte.
+  constexpr size_t kInputBuffer = 1 << 20;
+  const auto inbuf = std::make_unique_for_overwrite<char[]>(kInputBuffer);
+  in.rdbuf()->pubsetbuf(inbuf.get(), static_cast<std::streamsize>(kInputBuffer));
 
   TempFiles temps;
   const std::string tmp_out = temps.add(temp_name(out_path));
@@ -300,6 +373,7 @@ void append_list(std::string& s, std::span<const int32_t> ids) {
 
 ConvertStats convert_ebin_to_jsonl(const std::string& ebin_path, const std::string& out_path) {
   if (same_file(ebin_path, out_path)) fail(out_path, ": output would overwrite the input");
+  remove_stale_temp_files(std::filesystem::path(out_path).parent_path().string());
   Dataset ds = Dataset::open(ebin_path);
   TempFiles temps;
   const std::string tmp_out = temps.add(temp_name(out_path, ""));

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include "enhanced/common.h"
@@ -37,18 +38,19 @@ void FileWriter::pad_to(uint64_t alignment) {
 void FileWriter::append_file(const std::string& path) {
   FILE* in = std::fopen(path.c_str(), "rb");
   if (in == nullptr) fail(path, ": cannot open: ", std::strerror(errno));
-  std::vector<char> buffer(1 << 20);
+  constexpr size_t kChunk = 1 << 20;
+  const auto buffer = std::make_unique_for_overwrite<char[]>(kChunk);  // not zero-filled: a small file touches a page
   for (;;) {
-    size_t got = std::fread(buffer.data(), 1, buffer.size(), in);
+    size_t got = std::fread(buffer.get(), 1, kChunk, in);
     if (got > 0) {
       try {
-        write(buffer.data(), got);
+        write(buffer.get(), got);
       } catch (...) {
         std::fclose(in);
         throw;
       }
     }
-    if (got < buffer.size()) {
+    if (got < kChunk) {
       bool bad = std::ferror(in) != 0;
       std::fclose(in);
       if (bad) fail(path, ": read failed");
@@ -64,22 +66,6 @@ void FileWriter::close() {
   bool bad = std::fflush(f) != 0;
   bad = (std::fclose(f) != 0) || bad;
   if (bad) fail(path_, ": write failed: ", std::strerror(errno));
-}
-
-TempFiles::~TempFiles() { remove_all(); }
-
-std::string TempFiles::add(std::string path) {
-  paths_.push_back(std::move(path));
-  return paths_.back();
-}
-
-void TempFiles::remove_all() {
-  for (const auto& p : paths_) std::remove(p.c_str());
-  paths_.clear();
-}
-
-std::string temp_name(const std::string& path, const std::string& suffix) {
-  return cat(path, ".tmp.", static_cast<long>(::getpid()), suffix);
 }
 
 namespace {

@@ -169,13 +169,14 @@ int raw_embedding_dim(const std::string& path, uint64_t floats, const RawTableSh
 
 EmbeddingTable load_embedding_table(const std::string& path, const RawTableShape& raw) {
   const std::vector<char> bytes = read_all(path);
+  if (bytes.empty()) fail(path, ": empty file");  // and no null data() for the parsers below
   EmbeddingTable table;
   if (bytes.size() >= 6 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0) {
     table = parse_npy(path, bytes);
   } else if (!parse_word2vec(path, bytes, table)) {
     const int raw_dim = raw_embedding_dim(path, bytes.size() / 4, raw);
     const size_t row_bytes = 4 * static_cast<size_t>(raw_dim);
-    if (bytes.empty() || bytes.size() % row_bytes != 0)
+    if (bytes.size() % row_bytes != 0)
       fail(path, ": raw float32 file of ", bytes.size(), " bytes is not a whole number of rows of D = ", raw_dim,
            " floats (", row_bytes, " bytes)");
     table = EmbeddingTable{static_cast<int64_t>(bytes.size() / row_bytes), raw_dim, std::vector<float>(bytes.size() / 4)};

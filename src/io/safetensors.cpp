@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -22,16 +24,88 @@ size_t dtype_size(const std::string& dtype) {
   return 0;
 }
 
+// The product of the extents, or false when it does not fit size_t (a header can claim any shape).
+bool checked_element_count(const std::vector<int64_t>& shape, size_t& count) {
+  count = 1;
+  for (int64_t extent : shape)
+    if (extent < 0 || __builtin_mul_overflow(count, static_cast<size_t>(extent), &count)) return false;
+  return true;
+}
+
+// The element count of a shape already validated (the reader's) or built by the caller (the writer's).
 size_t element_count(const std::vector<int64_t>& shape) {
-  size_t count = 1;
-  for (int64_t extent : shape) count *= static_cast<size_t>(extent);
+  size_t count = 0;
+  if (!checked_element_count(shape, count)) fail("safetensors: element count of a shape overflows");
   return count;
+}
+
+// Copies `bytes` bytes; a zero-element tensor may have null pointers on either side, which
+// memcpy does not allow even for zero bytes.
+void copy_bytes(void* to, const void* from, size_t bytes) {
+  if (bytes) std::memcpy(to, from, bytes);
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
   return text + "]";
+}
+
+}  // namespace
+
+namespace {
+
+// One header entry {dtype, shape, data_offsets}, checked on its own: a known dtype, integer
+// extents >= 0, two unsigned offsets in order inside the data section, and exactly
+// product(shape) * itemsize bytes (the product checked for overflow).
+SafetensorsTensor parse_tensor_entry(const std::string& path, const std::string& name, const nlohmann::json& entry,
+                                     size_t data_size) {
+  auto where = [&] { return cat(path, ": tensor '", name, "': "); };
+  if (!entry.is_object()) fail(where(), "entry is not an object");
+  SafetensorsTensor tensor;
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!entry.contains(key)) fail(where(), "malformed entry (no '", key, "')");
+  const nlohmann::json &dtype = entry["dtype"], &shape = entry["shape"], &offsets = entry["data_offsets"];
+  if (!dtype.is_string()) fail(where(), "dtype is not a string");
+  tensor.dtype = dtype.get<std::string>();
+  const size_t width = dtype_size(tensor.dtype);
+  if (width == 0) fail(where(), "unsupported dtype ", tensor.dtype);
+  if (!shape.is_array()) fail(where(), "shape is not a list");
+  for (const nlohmann::json& extent : shape) {
+    if (!extent.is_number_integer() || (extent.is_number_unsigned() && extent.get<uint64_t>() > INT64_MAX))
+      fail(where(), "shape holds ", extent.dump(), ", expected integers");
+    tensor.shape.push_back(extent.get<int64_t>());
+  }
+  for (int64_t extent : tensor.shape)
+    if (extent < 0) fail(where(), "negative extent in shape ", shape_text(tensor.shape));
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+    fail(where(), "data_offsets must hold 2 non-negative integers, got ", offsets.dump());
+  tensor.begin = offsets[0].get<uint64_t>();
+  tensor.end = offsets[1].get<uint64_t>();
+  if (tensor.begin > tensor.end || tensor.end > data_size)
+    fail(where(), "data [", tensor.begin, ", ", tensor.end, ") outside the ", data_size,
+         "-byte data section (truncated file?)");
+  size_t count = 0, bytes = 0;
+  if (!checked_element_count(tensor.shape, count) || __builtin_mul_overflow(count, width, &bytes))
+    fail(where(), "shape ", shape_text(tensor.shape), " of ", tensor.dtype, " has more bytes than fit in memory");
+  if (tensor.end - tensor.begin != bytes)
+    fail(where(), tensor.end - tensor.begin, " bytes do not match shape ", shape_text(tensor.shape), " of ",
+         tensor.dtype, " (", bytes, " bytes)");
+  return tensor;
+}
+
+// No two tensors share a byte: a writer that overlaps them is either broken or hostile.
+void check_no_overlap(const std::string& path, const std::map<std::string, SafetensorsTensor>& tensors) {
+  std::vector<std::pair<const std::string*, const SafetensorsTensor*>> by_offset;
+  for (const auto& [name, tensor] : tensors)
+    if (tensor.end > tensor.begin) by_offset.emplace_back(&name, &tensor);
+  std::sort(by_offset.begin(), by_offset.end(), [](const auto& a, const auto& b) { return a.second->begin < b.second->begin; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const SafetensorsTensor &before = *by_offset[i - 1].second, &after = *by_offset[i].second;
+    if (after.begin < before.end)
+      fail(path, ": tensor '", *by_offset[i].first, "': data [", after.begin, ", ", after.end, ") overlaps tensor '",
+           *by_offset[i - 1].first, "' at [", before.begin, ", ", before.end, ")");
+  }
 }
 
 }  // namespace
@@ -61,37 +135,17 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   }
   if (!json.is_object()) fail(path, ": header is not a JSON object");
   for (auto it = json.begin(); it != json.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      if (!it->is_object()) fail(path, ": __metadata__ is not an object");
-      for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string()) fail(path, ": metadata '", m.key(), "' is not a string");
-        metadata_[m.key()] = m->get<std::string>();
-      }
+    if (it.key() != "__metadata__") {
+      tensors_[it.key()] = parse_tensor_entry(path, it.key(), *it, data_.size());
       continue;
     }
-    SafetensorsTensor tensor;
-    try {
-      tensor.dtype = it->at("dtype").get<std::string>();
-      tensor.shape = it->at("shape").get<std::vector<int64_t>>();
-      const auto offsets = it->at("data_offsets").get<std::vector<uint64_t>>();
-      if (offsets.size() != 2) fail(path, ": tensor '", it.key(), "': data_offsets must hold 2 numbers");
-      tensor.begin = offsets[0];
-      tensor.end = offsets[1];
-    } catch (const nlohmann::json::exception& e) {
-      fail(path, ": tensor '", it.key(), "': malformed entry (", e.what(), ")");
+    if (!it->is_object()) fail(path, ": __metadata__ is not an object");
+    for (auto m = it->begin(); m != it->end(); ++m) {
+      if (!m->is_string()) fail(path, ": metadata '", m.key(), "' is not a string");
+      metadata_[m.key()] = m->get<std::string>();
     }
-    const size_t width = dtype_size(tensor.dtype);
-    if (width == 0) fail(path, ": tensor '", it.key(), "': unsupported dtype ", tensor.dtype);
-    for (int64_t extent : tensor.shape)
-      if (extent < 0) fail(path, ": tensor '", it.key(), "': negative extent in shape ", shape_text(tensor.shape));
-    if (tensor.begin > tensor.end || tensor.end > data_.size())
-      fail(path, ": tensor '", it.key(), "': data [", tensor.begin, ", ", tensor.end, ") outside the ", data_.size(),
-           "-byte data section (truncated file?)");
-    if (tensor.end - tensor.begin != element_count(tensor.shape) * width)
-      fail(path, ": tensor '", it.key(), "': ", tensor.end - tensor.begin, " bytes do not match shape ",
-           shape_text(tensor.shape), " of ", tensor.dtype);
-    tensors_[it.key()] = tensor;
   }
+  check_no_overlap(path, tensors_);
 }
 
 std::string SafetensorsReader::metadata_value(const std::string& key) const {
@@ -107,33 +161,39 @@ const SafetensorsTensor& SafetensorsReader::find(const std::string& name, const 
   return it->second;
 }
 
-std::vector<float> SafetensorsReader::floats(const std::string& name, const std::vector<int64_t>& shape) const {
-  const SafetensorsTensor& tensor = find(name, "F32");
+const SafetensorsTensor& SafetensorsReader::check_tensor(const std::string& name, const char* dtype,
+                                                         const std::vector<int64_t>& shape) const {
+  const SafetensorsTensor& tensor = find(name, dtype);
   if (tensor.shape != shape)
-    fail(path_, ": tensor '", name, "' has shape ", shape_text(tensor.shape), ", the model expects ", shape_text(shape));
+    fail(path_, ": tensor '", name, "' has shape ", shape_text(tensor.shape), ", expected ", shape_text(shape));
+  return tensor;
+}
+
+std::vector<float> SafetensorsReader::floats(const std::string& name, const std::vector<int64_t>& shape) const {
+  const SafetensorsTensor& tensor = check_tensor(name, "F32", shape);
   std::vector<float> values(element_count(shape));
-  std::memcpy(values.data(), data_.data() + tensor.begin, tensor.end - tensor.begin);
+  copy_bytes(values.data(), data_.data() + tensor.begin, tensor.end - tensor.begin);
   return values;
 }
 
 std::vector<int32_t> SafetensorsReader::int32s(const std::string& name) const {
   const SafetensorsTensor& tensor = find(name, "I32");
   std::vector<int32_t> values(element_count(tensor.shape));
-  std::memcpy(values.data(), data_.data() + tensor.begin, tensor.end - tensor.begin);
+  copy_bytes(values.data(), data_.data() + tensor.begin, tensor.end - tensor.begin);
   return values;
 }
 
 std::vector<uint64_t> SafetensorsReader::uint64s(const std::string& name) const {
   const SafetensorsTensor& tensor = find(name, "U64");
   std::vector<uint64_t> values(element_count(tensor.shape));
-  std::memcpy(values.data(), data_.data() + tensor.begin, tensor.end - tensor.begin);
+  copy_bytes(values.data(), data_.data() + tensor.begin, tensor.end - tensor.begin);
   return values;
 }
 
 void SafetensorsWriter::add_raw(const std::string& name, const char* dtype, const void* values, size_t bytes,
                                 const std::vector<int64_t>& shape) {
   Entry entry{name, dtype, shape, std::vector<char>(bytes)};
-  if (bytes) std::memcpy(entry.bytes.data(), values, bytes);
+  copy_bytes(entry.bytes.data(), values, bytes);
   entries_.push_back(std::move(entry));
 }
 

@@ -149,10 +149,8 @@ void read_optimizer_state(OptimizerState& optimizer, const SafetensorsReader& st
   if (state.metadata_value("optimizer") != to_string(optimizer.config.kind))
     fail(state.path(), ": optimizer state is for ", state.metadata_value("optimizer"), ", this run uses ",
          to_string(optimizer.config.kind));
-  const std::vector<uint64_t> steps = state.uint64s("optimizer.steps");
-  if (steps.size() != 1 || steps[0] > static_cast<uint64_t>(INT64_MAX))
-    fail(state.path(), ": tensor 'optimizer.steps' must be one step count, has ", steps.size(), " elements");
-  optimizer.steps = static_cast<int64_t>(steps[0]);
+  state.check_tensor("optimizer.steps", "U64", {1});
+  optimizer.steps = static_cast<int64_t>(state.uint64s("optimizer.steps")[0]);
   const std::vector<const char*> names = moment_names(optimizer.config);
   for (size_t i = 0; i < optimizer.moments.size(); ++i) {
     ParameterBuffer<float>& moment = optimizer.moments[i];

@@ -13,6 +13,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "enhanced/atomic_file.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/embedding_table.h"
 #include "enhanced/common.h"
@@ -583,6 +584,7 @@ int run_training(TrainOptions options) {
   run.check_controls_fit_the_run();
   prepare_run_files(options);
   OutputDirectory out(options.out_dir);
+  remove_stale_temp_files(options.out_dir);  // left by a run killed with SIGKILL
   run.use_device(device, threads);
   const int code = run.run();
   if (code == 0 || fs::exists(fs::path(options.out_dir) / "optimizer.safetensors")) out.keep();

@@ -1,0 +1,28 @@
+// Fuzzes the safetensors reader (header, offsets, dtypes, shapes), every tensor's copy out, and
+// the checkpoint load on top (metadata, the model's shapes, finiteness). Any Error is a refusal,
+// which is fine; a crash, a sanitizer report or an allocation beyond libFuzzer's limit is a bug.
+#include <cstddef>
+#include <cstdint>
+
+#include "enhanced/checkpoint.h"
+#include "enhanced/common.h"
+#include "enhanced/safetensors.h"
+#include "fuzz_file.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace enhanced;
+  try {
+    const SafetensorsReader reader(fuzz::input_file().hold(data, size));
+    for (const auto& [name, tensor] : reader.tensors()) {
+      try {
+        if (tensor.dtype == "F32") reader.floats(name, tensor.shape);
+        else if (tensor.dtype == "I32") reader.int32s(name);
+        else if (tensor.dtype == "U64") reader.uint64s(name);
+      } catch (const Error&) {
+      }
+    }
+    read_model(reader);
+  } catch (const Error&) {
+  }
+  return 0;
+}
