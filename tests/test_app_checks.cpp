@@ -210,7 +210,7 @@ TEST_F(AppChecks, AConfigurationBeyondTheMachinesMemoryIsRefusedBeforeAllocating
 // see), an allocation that fails names what it was for.
 TEST_F(AppChecks, OutOfMemoryNamesWhatWasBeingAllocated) {
   if (available_memory().bytes < (12ull << 30)) GTEST_SKIP() << "the estimate (~10 GiB) would refuse the run first";
-  const auto train = run_app("enhanced-train", data_flags() + "--device cpu --hidden 8000" + out("oom"), 1000);
+  const auto train = run_app("enhanced-train", data_flags() + "--device cpu --hidden 8000" + out("oom"), 1536);  // a CUDA build maps ~850 MiB before main
   EXPECT_EQ(train.exit_code, 1) << train.output;
   ModelConfig c;  // the run's model: the small demo's V and L, D = 32 by default
   c.vocab_size = 128;

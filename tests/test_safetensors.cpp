@@ -150,18 +150,20 @@ TEST_F(CheckpointMetadata, IntegerBeyondIntIsRefusedNotTruncated) {
 }
 
 // A checkpoint claiming H = 8192 (a 2 GiB parameter buffer) over H = 3's tensors, given to
-// enhanced-eval and to enhanced-train --init-from in a process whose address space (512 MiB)
+// enhanced-eval and to enhanced-train --init-from in a process whose address space (1.5 GiB)
 // could not hold the buffer: the error must come from the shape check, not from the allocator.
+// (Not less: a CUDA build maps about 850 MiB of cuBLAS and cuDNN before main, and below that the
+// loader fails or, at 800 MiB, spins.)
 TEST_F(CheckpointMetadata, HugeModelIsRefusedByItsShapesWithoutAllocating) {
   const std::string checkpoint = with_metadata("hidden", "8192");
   const std::string expected = "error: " + checkpoint + ": tensor 'lstm.weight_ih_l0' has shape [12, 4], expected [32768, 4]";
   const auto eval = testing::run_app("enhanced-eval", "--device cpu --threads 1 --data " + dir_ +
-                                     "/none.ebin --checkpoint " + checkpoint, 512);
+                                     "/none.ebin --checkpoint " + checkpoint, 1536);
   EXPECT_NE(eval.exit_code, 0);
   EXPECT_CONTAINS(eval.output, expected);
   const DemoFiles files = testing::write_small_demo(dir_ + "/demo");
   const auto train = testing::run_app("enhanced-train", "--device cpu --threads 1 --quiet --data " + files.train_ebin +
-                                      " --init-from " + checkpoint + " --out " + dir_ + "/run", 512);
+                                      " --init-from " + checkpoint + " --out " + dir_ + "/run", 1536);
   EXPECT_NE(train.exit_code, 0);
   EXPECT_CONTAINS(train.output, expected);
 }
