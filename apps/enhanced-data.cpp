@@ -80,7 +80,7 @@ CLI::App* add_demo(CLI::App& app, std::string& dir, enhanced::DemoOptions& o) {
   demo->add_option("--labels", o.num_labels, "Number of labels (segments)")->capture_default_str()->check(at_least(1));
   demo->add_option("--vocab", o.vocab_size, "Vocabulary size V")->capture_default_str()->check(at_least(1));
   demo->add_option("--dim", o.embedding_dim, "Embedding dimension D of emb.bin")->capture_default_str()->check(at_least(1));
-  demo->add_option("--seed", o.seed, "Random seed")->capture_default_str();
+  demo->add_option("--seed", o.seed, "Random seed")->capture_default_str()->check(enhanced::seed_rule());
   return demo;
 }
 

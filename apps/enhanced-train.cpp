@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
                "Decay the embedding table too (with --lazy-embedding-updates: only the batch's rows)");
   app.add_option("--class-weights", o.class_weights,
                  "Weigh the training loss by class: 'balanced' (n / (L * count) over --data) or a file of L numbers");
-  app.add_option("--seed", o.seed, "Seed for initialisation and shuffling")->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed for initialisation and shuffling")->capture_default_str()->check(seed_rule());
   bool no_shuffle = false;
   app.add_flag("--no-shuffle", no_shuffle, "Visit samples in file order");
   app.add_flag("--drop-last", o.drop_last, "Drop the last partial batch of each epoch");

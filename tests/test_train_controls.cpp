@@ -14,6 +14,7 @@
 
 #include "app_runner.h"
 #include "enhanced/checkpoint.h"
+#include "enhanced/demo.h"
 #include "enhanced/safetensors.h"
 
 namespace enhanced {
@@ -325,6 +326,62 @@ TEST_F(TrainControls, ControlsThatNeedEachOtherAreCheckedBeforeAnyWork) {
     EXPECT_NE(line_with(result.output, "error: ").find(message), std::string::npos) << arguments << ": " << result.output;
   }
   EXPECT_FALSE(fs::exists(dir("never")));
+}
+
+// Class weights are resolved when a run starts and recorded: a resume trains with them, whatever
+// became of the file since.
+TEST_F(TrainControls, ClassWeightsAreRecordedSoAResumeKeepsThemWhateverBecameOfTheFile) {
+  const fs::path weights = dir("weights.txt");
+  std::ofstream(weights) << "1 2 3 4\n";
+  const std::string run = flags() + "--optimizer sgd --lr 0.1 --class-weights " + weights.string() + " ";
+  ASSERT_EQ(run_app("enhanced-train", run + "--steps 8" + out("weighted-whole")).exit_code, 0);
+  ASSERT_EQ(run_app("enhanced-train", run + "--steps 3" + out("weighted-cut")).exit_code, 0);
+  fs::remove(weights);
+  const auto resumed = run_app("enhanced-train", "--resume --quiet --steps 8" + out("weighted-cut"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(read_bytes(dir("weighted-whole") / "last.safetensors") == read_bytes(dir("weighted-cut") / "last.safetensors"));
+}
+
+TEST_F(TrainControls, ARunWhoseLastStepsComeAfterItsLastValidationSaysSo) {
+  const auto short_run = run_app("enhanced-train", flags() + "--steps 3" + out("short"));
+  ASSERT_EQ(short_run.exit_code, 0) << short_run.output;
+  EXPECT_NE(short_run.output.find("note: this run of 3 steps never validates"), std::string::npos) << short_run.output;
+  const auto longer = run_app("enhanced-train", flags() + "--steps 7" + out("longer"));
+  EXPECT_NE(longer.output.find("note: the last 2 of this run's 7 steps come after its last validation, at step 5"),
+            std::string::npos) << longer.output;
+  const auto every = run_app("enhanced-train", flags() + "--steps 7 --valid-every 7" + out("every"));
+  EXPECT_EQ(every.output.find("note: "), std::string::npos) << every.output;
+}
+
+TEST_F(TrainControls, ASeedOutsideSixtyFourBitsIsRefusedNotWrapped) {
+  for (const std::string seed : {"-1", "18446744073709551616", "1.5"}) {
+    const auto result = run_app("enhanced-train", flags() + "--steps 1 --seed " + seed + out("seed"));
+    EXPECT_NE(result.exit_code, 0) << seed;
+    EXPECT_EQ(line_with(result.output, "error: "),
+              "error: --seed must be a whole number from 0 to 18446744073709551615, got '" + seed + "'") << result.output;
+  }
+  EXPECT_EQ(run_app("enhanced-train", flags() + "--steps 1 --seed 18446744073709551615" + out("seed")).exit_code, 0);
+}
+
+// The data's T must be the model's, resumed or initialised from a checkpoint.
+TEST_F(TrainControls, DataWhoseSequenceLengthIsNotTheModelsIsRefusedOnResumeAndInitFrom) {
+  DemoOptions other;
+  other.train_samples = other.valid_samples = other.test_samples = 16;
+  other.seq_len = 12;
+  other.vocab_size = 128;
+  const DemoFiles short_files = write_demo(dir("t12").string(), other);
+  ASSERT_EQ(run_app("enhanced-train", flags() + "--steps 2" + out("t16")).exit_code, 0);
+  const auto resumed = run_app("enhanced-train", "--resume --quiet --steps 4 --data " + short_files.train_ebin +
+                                                     " --valid " + short_files.valid_ebin + out("t16"));
+  EXPECT_NE(resumed.exit_code, 0);
+  EXPECT_NE(line_with(resumed.output, "error: ").find("T = 12"), std::string::npos) << resumed.output;
+  EXPECT_NE(line_with(resumed.output, "error: ").find("T = 16"), std::string::npos) << resumed.output;
+  const auto init = run_app("enhanced-train", "--quiet --device cpu --steps 1 --batch-size 4 --data " +
+                                                  short_files.train_ebin + " --init-from " +
+                                                  (dir("t16") / "last.safetensors").string() + out("t12-run"));
+  EXPECT_NE(init.exit_code, 0);
+  EXPECT_NE(line_with(init.output, "error: ").find("T = 12"), std::string::npos) << init.output;
+  EXPECT_NE(line_with(init.output, "error: ").find("T = 16"), std::string::npos) << init.output;
 }
 
 // A run that fails before writing anything leaves no empty --out tree behind.

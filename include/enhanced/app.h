@@ -76,6 +76,20 @@ CLI::Validator in_range_below(T low, T high) {
   return detail::number_rule<T>({static_cast<double>(low), static_cast<double>(high), false, true});
 }
 
+// A 64-bit seed: digits only, at most 2^64 - 1 (CLI11's conversion wraps "-1" silently).
+inline CLI::Validator seed_rule() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        std::strtoull(text.c_str(), &end, 10);
+        if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || errno == ERANGE)
+          return cat("must be a whole number from 0 to ", std::numeric_limits<uint64_t>::max(), ", got '", text, "'");
+        return "";
+      },
+      "SEED");
+}
+
 // A command-line mistake as one line "error: ..." and exit 1, like any other bad input; --help
 // and --version exit as CLI11 decides. CLI11 writes a rule's failure as "--flag: must ...": the
 // colon is taken out so that it reads as the rule's sentence.

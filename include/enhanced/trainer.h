@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "enhanced/device.h"
 #include "enhanced/optimizer_config.h"
@@ -32,6 +33,9 @@ struct TrainOptions {
   // --class-weights: "" (unweighted), "balanced" (from the training labels) or a file of L
   // numbers (src/train/class_weights.h). Weighs the training loss only; validation is unweighted.
   std::string class_weights;
+  // The weights themselves, resolved once when the run starts and recorded in the run state, so
+  // that a resume trains with them whatever has become of the file or the data since.
+  std::vector<float> class_weight_values;
   uint64_t seed = 0;
   bool shuffle = true;
   bool drop_last = false;

@@ -89,6 +89,17 @@ const std::vector<OptionField>& option_fields() {
       plain<bool>("weight_decay_embedding", "--weight-decay-embedding", fixed,
                   ENHANCED_FIELD(bool, optimizer.weight_decay_embedding), true),
       plain<std::string>("class_weights", "--class-weights", fixed, ENHANCED_FIELD(std::string, class_weights), true),
+      {"class_weight_values", "", fixed,
+       [](const TrainOptions& o) {
+         json values = json::array();
+         for (const float w : o.class_weight_values) values.push_back(exact_text(w));
+         return values;
+       },
+       [](TrainOptions& o, const json& j) {
+         o.class_weight_values.clear();
+         for (const json& w : j) o.class_weight_values.push_back(static_cast<float>(std::strtod(w.get<std::string>().c_str(), nullptr)));
+       },
+       true},
       plain<uint64_t>("seed", "--seed", fixed, ENHANCED_FIELD(uint64_t, seed)),
       plain<bool>("shuffle", "--no-shuffle", fixed, ENHANCED_FIELD(bool, shuffle)),
       plain<bool>("drop_last", "--drop-last", fixed, ENHANCED_FIELD(bool, drop_last)),

@@ -192,9 +192,12 @@ class TrainingRun {
   // loss and accuracy read back at each logging point, checkpoint and epoch end (collect).
   // Called after resume(): the device starts from the restored optimizer state.
   void use_device(Device device, int threads) {
+    // A new run resolves its class weights here; a resumed one has them from its state.
+    if (!o_.resume || (o_.class_weight_values.empty() && !o_.class_weights.empty()))
+      o_.class_weight_values = class_weights_for(o_.class_weights, train_, params_.config.num_labels);
     engine_ = make_engine(device, params_, &optimizer_,
                           EngineOptions{o_.batch_size, threads, o_.cuda,
-                                        class_weights_for(o_.class_weights, train_, params_.config.num_labels)});
+                                        o_.class_weight_values});
     o_.cuda.rnn_algorithm = engine_->rnn_algorithm();  // recorded, so a resume keeps the arithmetic
     std::fprintf(stderr, "engine: %s\n", engine_->summary().c_str());
   }
@@ -247,6 +250,7 @@ class TrainingRun {
     BatchLoader loader(train_, loader_options());
     first_step_ = position_.step;
     print_model();
+    note_steps_after_the_last_validation();
     progress_.restart();  // rates and times count the training loop only
     // A run saved after its epoch's last step but before the epoch's end finishes that first.
     if (position_.batch_in_epoch == batches_) end_epoch();
@@ -267,6 +271,18 @@ class TrainingRun {
 
  private:
   LoaderOptions loader_options() const { return LoaderOptions{o_.batch_size, o_.shuffle, o_.seed, o_.drop_last, true}; }
+
+  // A run that ends between validations says so: its last steps are in last.safetensors only.
+  void note_steps_after_the_last_validation() const {
+    if (!valid_) return;
+    int64_t last = total_steps_ / batches_ * batches_;
+    if (o_.valid_every > 0) last = std::max(last, total_steps_ / o_.valid_every * o_.valid_every);
+    if (last == total_steps_) return;
+    std::fprintf(stderr, "note: %s; best.safetensors never sees the steps after it (--valid-every N validates every N "
+                 "steps)\n", last == 0 ? cat("this run of ", total_steps_, " steps never validates").c_str()
+                                       : cat("the last ", total_steps_ - last, " of this run's ", total_steps_,
+                                             " steps come after its last validation, at step ", last).c_str());
+  }
 
   // metrics.jsonl as the state file left it: lines written after that state (by a run that was
   // then killed) are cut, so the resumed run's lines replace them and the file equals the
