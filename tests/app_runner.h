@@ -6,6 +6,8 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "enhanced/demo.h"
@@ -16,6 +18,12 @@ struct AppResult {
   int exit_code = -1;
   std::string output;  // stdout and stderr together
 };
+
+// A file's bytes ("" when it cannot be read), to compare two runs' outputs.
+inline std::string read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 // `address_space_mib` > 0 runs the app under that RLIMIT_AS (ulimit -v), so that a test can
 // prove an input is refused before a large allocation rather than by it.

@@ -259,11 +259,6 @@ class CudaTrainCli : public ::testing::Test {
   DemoFiles files_;
 };
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 TEST_F(CudaTrainCli, TrainsLikeTheCpuAndResumesBitForBit) {
   SKIP_WITHOUT_GPU();
   const fs::path gpu = root_ / "gpu", cpu = root_ / "cpu", cut = root_ / "cut";
@@ -281,7 +276,7 @@ TEST_F(CudaTrainCli, TrainsLikeTheCpuAndResumesBitForBit) {
   const auto trained = run_app("enhanced-train", flags() + "--epochs 3 --device cuda --rnn-algorithm " + algorithm +
                                                      " --out " + gpu.string());
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
-  EXPECT_TRUE(read_file(gpu / "last.safetensors") == read_file(cut / "last.safetensors"));
+  EXPECT_TRUE(testing::read_bytes(gpu / "last.safetensors") == testing::read_bytes(cut / "last.safetensors"));
   EXPECT_TRUE(testing::same_state_apart_from_metrics(gpu / "optimizer.safetensors", cut / "optimizer.safetensors"));
   // And close to the CPU's run: rounding differences only.
   ASSERT_EQ(run_app("enhanced-train", flags() + "--epochs 3 --device cpu --out " + cpu.string()).exit_code, 0);
@@ -351,7 +346,7 @@ TEST_F(CudaTrainCli, SchedulesReachTheDeviceAndResumeExactly) {
   const auto resumed = run_app("enhanced-train", "--resume --quiet --device cuda --out " + (root_ / "killed").string());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   for (const char* file : {"last.safetensors", "optimizer.safetensors"})
-    EXPECT_TRUE(read_file(root_ / "whole" / file) == read_file(root_ / "killed" / file)) << file;
+    EXPECT_TRUE(testing::read_bytes(root_ / "whole" / file) == testing::read_bytes(root_ / "killed" / file)) << file;
 }
 
 #else  // no CUDA backend: the same test names, each skipped with the reason.

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include <unistd.h>
 
@@ -20,14 +19,8 @@ namespace enhanced {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_bytes;
 using testing::run_app;
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 class TrainCli : public ::testing::Test {
  protected:

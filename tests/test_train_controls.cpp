@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "app_runner.h"
 #include "enhanced/checkpoint.h"
@@ -22,14 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::read_bytes;
 using testing::run_app;
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 // metrics.jsonl without its times (which differ between any two runs).
 std::vector<json> metrics_without_times(const fs::path& dir) {
