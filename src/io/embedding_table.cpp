@@ -10,21 +10,17 @@
 #include <fstream>
 
 #include "enhanced/common.h"
+#include "io/input_file.h"
 
 namespace enhanced {
 namespace {
 
 std::vector<char> read_all(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::exists(path, error) && !std::filesystem::is_regular_file(path, error))
-    fail(path, ": not a regular file");
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) fail(path, ": cannot open (", std::strerror(errno), ")");
-  const auto size = static_cast<size_t>(in.tellg());
-  std::vector<char> bytes = allocating(cat("reading ", path, " (", size, " bytes)"), [&] { return std::vector<char>(size); });
-  in.seekg(0);
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!in) fail(path, ": read error");
+  InputFile file = open_input_file(path);
+  std::vector<char> bytes =
+      allocating(cat("reading ", path, " (", file.size, " bytes)"), [&] { return std::vector<char>(file.size); });
+  file.stream.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!file.stream) fail(path, ": read error");
   return bytes;
 }
 

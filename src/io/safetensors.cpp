@@ -14,6 +14,7 @@
 
 #include "enhanced/atomic_file.h"
 #include "enhanced/common.h"
+#include "io/input_file.h"
 
 namespace enhanced {
 namespace {
@@ -111,13 +112,9 @@ void check_no_overlap(const std::string& path, const std::map<std::string, Safet
 }  // namespace
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  std::error_code error;
-  if (std::filesystem::exists(path, error) && !std::filesystem::is_regular_file(path, error))
-    fail(path, ": not a regular file");
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) fail(path, ": cannot open (", std::strerror(errno), ")");
-  const auto size = static_cast<size_t>(in.tellg());
-  in.seekg(0);
+  InputFile file = open_input_file(path);
+  std::ifstream& in = file.stream;
+  const size_t size = file.size;
   if (size < 8) fail(path, ": not a safetensors file (", size, " bytes, too short for a header)");
   uint64_t header_size = 0;
   in.read(reinterpret_cast<char*>(&header_size), 8);
