@@ -1,0 +1,110 @@
+"""Engine checkpoints: safetensors files with the PyTorch names of docs/model.md and the model's
+hyper-parameters in `__metadata__` (src/io/checkpoint.cpp writes and reads the same)."""
+from dataclasses import dataclass
+
+import numpy as np
+
+from .safetensors import read_safetensors, write_safetensors
+
+BLENDS = ("mean", "scalar-mean")
+POOLS = ("feature", "time")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The SPEC's model: V, D, H, T, L, the blend and the pooling (docs/model.md)."""
+    vocab_size: int
+    num_labels: int
+    embedding_dim: int = 32
+    hidden: int = 128
+    seq_len: int = 400
+    blend: str = "mean"
+    pool: str = "feature"
+
+    def __post_init__(self):
+        for field in ("vocab_size", "num_labels", "embedding_dim", "hidden", "seq_len"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"ModelConfig.{field} must be a positive integer, got {value!r}")
+        if self.blend not in BLENDS:
+            raise ValueError(f"ModelConfig.blend must be one of {BLENDS}, got {self.blend!r}")
+        if self.pool not in POOLS:
+            raise ValueError(f"ModelConfig.pool must be one of {POOLS}, got {self.pool!r}")
+
+    @property
+    def pooled_features(self):
+        """Inputs of the dense layer: T with feature pooling, 2H with time pooling."""
+        return self.seq_len if self.pool == "feature" else 2 * self.hidden
+
+    def metadata(self):
+        return {"format": "enhanced-checkpoint", "format_version": "1",
+                "vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
+                "hidden": self.hidden, "seq_len": self.seq_len, "num_labels": self.num_labels,
+                "blend": self.blend, "pool": self.pool}
+
+
+def parameter_shapes(config):
+    """Name -> shape of every parameter, in the engine's order (src/core/model.cpp)."""
+    V, D, H = config.vocab_size, config.embedding_dim, config.hidden
+    shapes = {"embedding.weight": (V, D)}
+    for name, shape in (("weight_ih", (4 * H, D)), ("weight_hh", (4 * H, H)),
+                        ("bias_ih", (4 * H,)), ("bias_hh", (4 * H,))):
+        shapes[f"lstm.{name}_l0"] = shape
+        shapes[f"lstm.{name}_l0_reverse"] = shape
+    shapes["dense.weight"] = (config.num_labels, config.pooled_features)
+    shapes["dense.bias"] = (config.num_labels,)
+    return shapes
+
+
+def _config_from_metadata(path, metadata):
+    def integer(key):
+        try:
+            return int(metadata[key])
+        except KeyError:
+            raise ValueError(f"{path}: checkpoint metadata has no '{key}'") from None
+        except ValueError:
+            raise ValueError(f"{path}: checkpoint metadata '{key}' is not an integer: {metadata[key]!r}") from None
+    try:
+        return ModelConfig(vocab_size=integer("vocab_size"), num_labels=integer("num_labels"),
+                           embedding_dim=integer("embedding_dim"), hidden=integer("hidden"),
+                           seq_len=integer("seq_len"), blend=metadata.get("blend", "mean"),
+                           pool=metadata.get("pool", "feature"))
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def check_tensors(config, tensors, where="checkpoint"):
+    """Every parameter present with its shape, finite float32; nothing else. Returns float32 copies
+    in the engine's order."""
+    shapes = parameter_shapes(config)
+    missing = [name for name in shapes if name not in tensors]
+    unknown = [name for name in tensors if name not in shapes]
+    if missing or unknown:
+        raise ValueError(f"{where}: missing tensors {missing}, unknown tensors {unknown}")
+    checked = {}
+    for name, shape in shapes.items():
+        array = np.asarray(tensors[name])
+        if tuple(array.shape) != shape:
+            raise ValueError(f"{where}: tensor '{name}' has shape {list(array.shape)}, the model needs {list(shape)}")
+        array = np.ascontiguousarray(array, dtype=np.float32)
+        bad = np.flatnonzero(~np.isfinite(array))
+        if bad.size:
+            raise ValueError(f"{where}: tensor '{name}' element {bad[0]} is {array.flat[bad[0]]}")
+        checked[name] = array
+    return checked
+
+
+def load_checkpoint(path):
+    """An engine checkpoint -> (ModelConfig, dict name -> float32 array in the engine's order)."""
+    tensors, metadata = read_safetensors(path)
+    if metadata.get("format") != "enhanced-checkpoint":
+        raise ValueError(f"{path}: not an engine checkpoint (metadata 'format' is {metadata.get('format')!r}; "
+                         "a plain state_dict file is read by the engine's --init-from with --blend/--pool)")
+    config = _config_from_metadata(path, metadata)
+    return config, check_tensors(config, tensors, where=str(path))
+
+
+def save_checkpoint(path, config, tensors):
+    """Writes an engine checkpoint (what `enhanced-train --init-from`, `enhanced-eval` and
+    `enhanced-predict` read), atomically."""
+    write_safetensors(path, check_tensors(config, tensors, where=str(path)), config.metadata())

@@ -1,0 +1,72 @@
+"""enhanced.load_checkpoint / save_checkpoint against the engine's own checkpoints."""
+import json
+
+import numpy as np
+import pytest
+
+import enhanced
+from conftest import run_app
+
+
+def test_engine_checkpoint_loads_with_its_config(trained_checkpoint):
+    config, tensors = enhanced.load_checkpoint(trained_checkpoint)
+    assert (config.hidden, config.embedding_dim, config.seq_len, config.num_labels) == (4, 8, 100, 4)
+    assert list(tensors) == list(enhanced.parameter_shapes(config))
+    for name, shape in enhanced.parameter_shapes(config).items():
+        assert tensors[name].shape == shape and tensors[name].dtype == np.float32
+    # The engine's initialisation: the forget-gate quarter of bias_hh starts at 1 (docs/model.md),
+    # and 3 steps of Adam at lr 1e-3 leave it near 1, while bias_ih's starts at 0.
+    H = config.hidden
+    assert np.allclose(tensors["lstm.bias_hh_l0"][H:2 * H], 1.0, atol=0.01)
+    assert np.allclose(tensors["lstm.bias_ih_l0"][H:2 * H], 0.0, atol=0.01)
+
+
+def test_saved_checkpoint_is_what_the_engine_evaluates(trained_checkpoint, demo_data, tmp_path):
+    config, tensors = enhanced.load_checkpoint(trained_checkpoint)
+    copy = tmp_path / "copy.safetensors"
+    enhanced.save_checkpoint(copy, config, tensors)
+    original = json.loads(run_app("enhanced-eval", "--data", demo_data / "test.ebin", "--checkpoint",
+                                  trained_checkpoint, "--json", "--device", "cpu").stdout)
+    again = json.loads(run_app("enhanced-eval", "--data", demo_data / "test.ebin", "--checkpoint",
+                               copy, "--json", "--device", "cpu").stdout)
+    assert again["loss"] == original["loss"] and again["accuracy"] == original["accuracy"]
+
+
+def test_changed_weights_change_the_engine_result(trained_checkpoint, demo_data, tmp_path):
+    config, tensors = enhanced.load_checkpoint(trained_checkpoint)
+    tensors["dense.bias"] = tensors["dense.bias"] + np.arange(config.num_labels, dtype=np.float32)
+    changed = tmp_path / "changed.safetensors"
+    enhanced.save_checkpoint(changed, config, tensors)
+    original = json.loads(run_app("enhanced-eval", "--data", demo_data / "test.ebin", "--checkpoint",
+                                  trained_checkpoint, "--json", "--device", "cpu").stdout)
+    again = json.loads(run_app("enhanced-eval", "--data", demo_data / "test.ebin", "--checkpoint",
+                               changed, "--json", "--device", "cpu").stdout)
+    assert again["loss"] != original["loss"]
+
+
+def test_bad_tensors_are_refused_and_leave_no_file(trained_checkpoint, tmp_path):
+    config, tensors = enhanced.load_checkpoint(trained_checkpoint)
+    target = tmp_path / "bad.safetensors"
+    cases = {
+        "missing": ({k: v for k, v in tensors.items() if k != "dense.bias"}, "missing tensors \\['dense.bias'\\]"),
+        "shape": ({**tensors, "dense.bias": np.zeros(config.num_labels + 1, np.float32)}, "dense.bias.*shape"),
+        "nan": ({**tensors, "dense.bias": np.full(config.num_labels, np.nan, np.float32)}, "element 0 is nan"),
+        "unknown": ({**tensors, "extra": np.zeros(1, np.float32)}, "unknown tensors \\['extra'\\]"),
+    }
+    for name, (bad, message) in cases.items():
+        with pytest.raises(ValueError, match=message):
+            enhanced.save_checkpoint(target, config, bad)
+        assert not target.exists(), name
+    assert not list(tmp_path.iterdir())
+
+
+def test_not_a_checkpoint(tmp_path):
+    path = tmp_path / "plain.safetensors"
+    enhanced.write_safetensors(path, {"x": np.zeros(2, np.float32)})
+    with pytest.raises(ValueError, match="not an engine checkpoint"):
+        enhanced.load_checkpoint(path)
+    path.write_bytes(b"\x05\x00")
+    with pytest.raises(ValueError, match="not a safetensors file"):
+        enhanced.load_checkpoint(path)
+    with pytest.raises(ValueError, match="hidden must be a positive integer"):
+        enhanced.ModelConfig(vocab_size=10, num_labels=2, hidden=0)
