@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     const int thread_count = configure_cpu_threads(threads);
     const Device chosen = resolve_device(device, !quiet);
     TempFiles temps;
-    const Dataset dataset = Dataset::open(ebin_of(data, temps));
+    const Dataset dataset = Dataset::open(ebin_of(data, temps), data);
     check_has_samples(dataset, "--data");
     ParameterBuffer<float> params = load_model_for_data(checkpoint, model_flags, dataset, false);
     if (top_k > params.config.num_labels)

@@ -33,6 +33,7 @@ ModelConfig bare_checkpoint_config(const SafetensorsReader& file, const BareMode
 // Loads and checks names, shapes and that every value is finite. A file without the engine's
 // metadata is read as bare, with `bare`'s choices.
 ParameterBuffer<float> load_checkpoint(const std::string& path, const BareModelChoice& bare = {});
+ParameterBuffer<float> read_checkpoint(const SafetensorsReader& file, const BareModelChoice& bare = {});
 
 // The model's tensors (names prefixed) and hyper-parameters, into or out of any safetensors file:
 // the training state file carries the weights too, so it alone resumes a run.

@@ -48,7 +48,9 @@ void lay_out_sections(DatasetHeader& h);
 // in range) and every id and label (non-negative), so readers can trust it afterwards.
 class Dataset {
  public:
-  static Dataset open(const std::string& path);
+  // `name`: what errors and path() call the set when it is not `path` (a temporary converted
+  // from the user's JSON Lines file is named after that file).
+  static Dataset open(const std::string& path, const std::string& name = "");
   Dataset() = default;
   Dataset(Dataset&& other) noexcept;
   Dataset& operator=(Dataset&& other) noexcept;

@@ -76,10 +76,11 @@ void lay_out_sections(DatasetHeader& h) {
   h.file_size = at;
 }
 
-Dataset Dataset::open(const std::string& path) {
+Dataset Dataset::open(const std::string& path, const std::string& name) {
   Dataset ds;
   ds.path_ = path;
   ds.map_file();  // from here on `ds` owns the mapping; its destructor unmaps on any throw
+  if (!name.empty()) ds.path_ = name;
   ds.header_ = static_cast<const DatasetHeader*>(ds.mapping_);
   ds.check_header();
   ds.carve_sections();

@@ -201,7 +201,10 @@ ModelConfig bare_checkpoint_config(const SafetensorsReader& file, const BareMode
 }
 
 ParameterBuffer<float> load_checkpoint(const std::string& path, const BareModelChoice& bare) {
-  const SafetensorsReader file(path);
+  return read_checkpoint(SafetensorsReader(path), bare);
+}
+
+ParameterBuffer<float> read_checkpoint(const SafetensorsReader& file, const BareModelChoice& bare) {
   if (has_model_metadata(file)) return read_model(file);
   const ModelConfig config = bare_checkpoint_config(file, bare);
   try {

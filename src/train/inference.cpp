@@ -16,7 +16,9 @@ ParameterBuffer<float> load_model_for_data(const std::string& checkpoint, const 
   if (!flags.blend.empty()) bare.blend = parse_blend_mode(flags.blend);
   if (!flags.pool.empty()) bare.pool = parse_pool_mode(flags.pool);
   bare.seq_len = data.seq_len();
-  ParameterBuffer<float> params = load_checkpoint(checkpoint, bare);
+  const SafetensorsReader file(checkpoint);
+  const bool has_metadata = has_model_metadata(file);
+  ParameterBuffer<float> params = read_checkpoint(file, bare);
   const ModelConfig& c = params.config;
   const auto conflict = [&](const char* flag, const std::string& given, const char* saved) {
     if (!given.empty() && given != saved) fail(flag, " ", given, " conflicts with ", checkpoint, ", whose model has ", saved);
@@ -24,7 +26,8 @@ ParameterBuffer<float> load_model_for_data(const std::string& checkpoint, const 
   conflict("--blend", flags.blend, to_string(c.blend));
   conflict("--pool", flags.pool, to_string(c.pool));
   if (data.seq_len() != c.seq_len)
-    fail(data.path(), ": T = ", data.seq_len(), " but ", checkpoint, " was trained with T = ", c.seq_len);
+    fail(data.path(), ": T = ", data.seq_len(), " but ", checkpoint, " was trained with T = ", c.seq_len,
+         has_metadata ? "" : " (without metadata, T is dense.weight's columns under feature pooling: --pool time?)");
   data.check_fits_model(c.vocab_size, labels_used ? c.num_labels : std::numeric_limits<int>::max());
   return params;
 }

@@ -56,8 +56,13 @@ void append_top_k(std::string& out, PredictionFormat format, int64_t sample, con
     out += '\n';
     return;
   }
-  out += "{\"sample\": " + std::to_string(sample) + ", \"labels\": [";
-  for (int i = 0; i < k; ++i) out += (i ? ", " : "") + std::to_string(labels[i]);
+  out += "{\"sample\": ";
+  out += std::to_string(sample);
+  out += ", \"labels\": [";
+  for (int i = 0; i < k; ++i) {
+    if (i) out += ", ";
+    out += std::to_string(labels[i]);
+  }
   out += "], \"probabilities\": [";
   for (int i = 0; i < k; ++i) {
     std::snprintf(number, sizeof number, "%s%.9g", i ? ", " : "", static_cast<double>(probs[labels[i]]));
