@@ -21,6 +21,7 @@
 #include "enhanced/jsonl.h"
 #include "enhanced/loader.h"
 #include "enhanced/memory.h"
+#include "enhanced/predict.h"
 #include "enhanced/random.h"
 
 namespace {
@@ -111,13 +112,30 @@ double train_gflop(const Shapes& s, const ModelConfig& c) {
 
 double forward_gflop(const Shapes& s, const ModelConfig& c) { return train_gflop(s, c) / 3; }
 
-double loader_samples_per_second(const Shapes& s, int repeats) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("enhanced-bench." + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const int samples = 4 * s.batch;
-  {
-    std::ofstream out(dir / "bench.jsonl");
+// A set of 4 batches of the shapes, written as JSON Lines and converted, in a temporary
+// directory removed with it: what the loader and the prediction path are timed on.
+class BenchSet {
+ public:
+  explicit BenchSet(const Shapes& s)
+      : dir_(std::filesystem::temp_directory_path() / ("enhanced-bench." + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(dir_);
+    write_jsonl(s, 4 * s.batch);
+    convert_jsonl_to_ebin((dir_ / "bench.jsonl").string(), (dir_ / "bench.ebin").string(), s.seq_len);
+    dataset_ = Dataset::open((dir_ / "bench.ebin").string());
+  }
+  ~BenchSet() {
+    dataset_ = Dataset();
+    std::error_code error;
+    std::filesystem::remove_all(dir_, error);
+  }
+  BenchSet(const BenchSet&) = delete;
+  BenchSet& operator=(const BenchSet&) = delete;
+  const Dataset& dataset() const { return dataset_; }
+  std::string path(const char* name) const { return (dir_ / name).string(); }
+
+ private:
+  void write_jsonl(const Shapes& s, int samples) const {
+    std::ofstream out(dir_ / "bench.jsonl");
     Random random(7);
     for (int i = 0; i < samples; ++i) {
       out << "{\"label\":" << random.below(s.labels) << ",\"tokens\":[";
@@ -130,24 +148,31 @@ double loader_samples_per_second(const Shapes& s, int repeats) {
       out << "]}\n";
     }
   }
-  convert_jsonl_to_ebin((dir / "bench.jsonl").string(), (dir / "bench.ebin").string(), s.seq_len);
-  double rate = 0;
-  {
-    const Dataset dataset = Dataset::open((dir / "bench.ebin").string());
-    LoaderOptions options;
-    options.batch_size = s.batch;
-    options.prefetch = false;  // one core: the consumer thread does all the work
-    BatchLoader loader(dataset, options);
-    int64_t epoch = 0;
-    const Timing t = time_it("loader", 1, repeats, [&] {
-      loader.start_epoch(epoch++);
-      while (loader.next()) {
-      }
-    });
-    rate = samples / t.median();
-  }
-  fs::remove_all(dir);
-  return rate;
+
+  std::filesystem::path dir_;
+  Dataset dataset_;
+};
+
+double loader_samples_per_second(const Shapes& s, const BenchSet& set, int repeats) {
+  LoaderOptions options;
+  options.batch_size = s.batch;
+  options.prefetch = false;  // one core: the consumer thread does all the work
+  BatchLoader loader(set.dataset(), options);
+  int64_t epoch = 0;
+  const Timing t = time_it("loader", 1, repeats, [&] {
+    loader.start_epoch(epoch++);
+    while (loader.next()) {
+    }
+  });
+  return static_cast<double>(set.dataset().num_samples()) / t.median();
+}
+
+// Seconds per sample of enhanced-predict's path on the set: the prefetching loader feeding the
+// engine's forward pass, softmax, top-1 and the CSV file written and renamed into place.
+double predict_seconds_per_sample(Engine& engine, const Shapes& s, const BenchSet& set, int repeats) {
+  const PredictOutputs outputs{set.path("predictions.csv"), "", ""};
+  const Timing t = time_it("predict", 1, repeats, [&] { predict(engine, set.dataset(), s.batch, 1, outputs, false); });
+  return t.median() / static_cast<double>(set.dataset().num_samples());
 }
 
 // What the command line asked for.
@@ -184,7 +209,7 @@ void add_options(CLI::App& app, BenchOptions& o) {
   app.add_option("--threads", o.threads, "CPU threads (default: every core)")->check(at_least(0));
   app.add_option("--warmup", o.warmup, "Untimed runs first")->capture_default_str()->check(at_least(0));
   app.add_option("--repeats", o.repeats, "Timed runs")->capture_default_str()->check(at_least(1));
-  app.add_flag("--no-loader", o.skip_loader, "Skip the loader throughput measurement");
+  app.add_flag("--no-loader", o.skip_loader, "Skip the loader and prediction measurements");
   app.add_flag("--json", o.json, "Print one JSON object");
   app.add_flag("--skip-unavailable", o.skip_unavailable,
                "Exit 77 (CTest's skip) with the reason when the device cannot be used, instead of failing");
@@ -265,6 +290,10 @@ struct Measured {
   std::string summary;   // the engine's one line
   bool cpu = true;       // the CPU's sgemm rate is the yardstick for the CPU engine only
   int threads = 1;
+  double loader_rate = 0;         // samples/s, one core (0: not measured)
+  double predict_sample_s = 0;    // enhanced-predict's path, seconds a sample (0: not measured)
+  double inference_sample_s() const { return timings[1].median() / static_cast<double>(batch); }
+  int batch = 1;
 };
 
 void print_json(const Measured& m, const BenchOptions& o, const ModelConfig& c, double gemm_rate, double loader_rate,
@@ -279,7 +308,9 @@ void print_json(const Measured& m, const BenchOptions& o, const ModelConfig& c, 
                      {"initial_loss", m.initial_loss}, {"train_gflop", train_flop}, {"forward_gflop", forward_flop},
                      {"train_gflops_achieved", train_flop / m.timings[0].median()},
                      {"forward_gflops_achieved", forward_flop / m.timings[1].median()}, {"gemm_gflops", gemm_rate},
-                     {"loader_samples_per_s", loader_rate}, {"peak_rss_mib", peak_rss_mib}};
+                     {"loader_samples_per_s", loader_rate}, {"peak_rss_mib", peak_rss_mib},
+                     {"predict_ms_per_sample", 1e3 * m.predict_sample_s},
+                     {"inference_step_ms_per_sample", 1e3 * m.inference_sample_s()}};
   if (!m.cpu) out["cuda"] = m.summary;
   for (const Timing& t : m.timings)
     out["times"][t.name] = {{"min_s", t.min()}, {"median_s", t.median()}, {"max_s", t.max()},
@@ -307,16 +338,21 @@ void print_table(const Measured& m, const BenchOptions& o, const ModelConfig& c,
   if (m.cpu)
     std::printf("machine sgemm rate (same BLAS, %d threads): %.1f GFLOP/s -> train step at %.0f%% of it\n", m.threads,
                 gemm_rate, 100 * train_rate / gemm_rate);
-  if (!o.skip_loader)
+  if (!o.skip_loader) {
     std::printf("loader (one core): %.0f samples/s = %.1fx what the train step consumes\n", loader_rate,
                 loader_rate / (s.batch / m.timings[0].median()));
+    std::printf("prediction (enhanced-predict's path, loader feeding, %lld samples): %.3f ms/sample; inference step "
+                "%.3f ms/sample (prediction at %.2fx its time)\n",
+                static_cast<long long>(4 * s.batch), 1e3 * m.predict_sample_s, 1e3 * m.inference_sample_s(),
+                m.predict_sample_s / m.inference_sample_s());
+  }
   std::printf("peak RSS: %.0f MiB\n", peak_rss_mib);
 }
 
 // Prints the table (or JSON) for the timings taken on either device.
 int report(const Measured& m, const BenchOptions& o, const ModelConfig& c) {
   const double gemm_rate = m.cpu ? cpu_gemm_gflops(m.threads, o.warmup, o.repeats * 3) : 0.0;
-  const double loader_rate = o.skip_loader ? 0.0 : loader_samples_per_second(o.shapes, o.repeats);
+  const double loader_rate = m.loader_rate;
   configure_cpu_threads(m.threads);  // the GEMM-rate measurement gave BLAS the threads
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -353,6 +389,12 @@ int run_bench(BenchOptions& o) {
       make_engine(chosen, params, &optimizer, EngineOptions{o.shapes.batch, m.threads, o.cuda});
   m.initial_loss = engine->forward(batch, nullptr);
   m.timings = time_engine(*engine, batch, o);
+  m.batch = o.shapes.batch;
+  if (!o.skip_loader) {
+    const BenchSet set(o.shapes);
+    m.predict_sample_s = predict_seconds_per_sample(*engine, o.shapes, set, o.repeats);
+    m.loader_rate = loader_samples_per_second(o.shapes, set, o.repeats);
+  }
   m.summary = engine->summary();
   if (const std::string note = engine->closing_note(); !note.empty()) m.summary += "; " + note;
   return report(m, o, c);

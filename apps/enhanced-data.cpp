@@ -13,6 +13,7 @@
 #include "enhanced/dataset.h"
 #include "enhanced/demo.h"
 #include "enhanced/jsonl.h"
+#include "enhanced/split.h"
 
 namespace {
 
@@ -30,18 +31,19 @@ void inspect(const std::string& path) {
   std::printf("format version:     %u\n", h.version);
   std::printf("samples:            %lld\n", static_cast<long long>(ds.num_samples()));
   std::printf("positions (T):      %d\n", ds.seq_len());
-  std::printf("labels:             %d\n", ds.num_labels());
+  if (ds.has_labels()) std::printf("labels:             %d\n", ds.num_labels());
+  else std::printf("labels:             none (unlabeled: for enhanced-predict)\n");
   std::printf("largest id:         %d\n", ds.max_token_id());
   std::printf("identifier ids:     %llu\n", static_cast<unsigned long long>(h.num_identifier_ids));
   std::printf("auxiliary ids:      %llu\n", static_cast<unsigned long long>(h.num_auxiliary_ids));
   std::vector<int64_t> label_count(static_cast<size_t>(std::max(ds.num_labels(), 0)));
   std::map<size_t, int64_t> length_count;
   for (int64_t s = 0; s < ds.num_samples(); ++s) {
-    ++label_count[static_cast<size_t>(ds.label(s))];
+    if (ds.has_labels()) ++label_count[static_cast<size_t>(ds.label(s))];
     for (int t = 0; t < ds.seq_len(); ++t) ++length_count[ds.identifier(s, t).size()];
   }
   const double n = static_cast<double>(std::max<int64_t>(ds.num_samples(), 1));
-  std::printf("label histogram:\n");
+  if (ds.has_labels()) std::printf("label histogram:\n");
   for (size_t l = 0; l < label_count.size(); ++l)
     std::printf("  %6zu: %10lld  (%5.1f%%)\n", l, static_cast<long long>(label_count[l]),
                 100.0 * static_cast<double>(label_count[l]) / n);
@@ -54,7 +56,7 @@ void inspect(const std::string& path) {
 
 struct ConvertCommand {
   std::string in, out;
-  int seq_len = 400;
+  int seq_len = 0;  // 0: from the first sample
   bool to_jsonl = false, progress = false;
 };
 
@@ -62,12 +64,38 @@ CLI::App* add_convert(CLI::App& app, ConvertCommand& c) {
   auto* convert = app.add_subcommand("convert", "Convert JSONL -> .ebin or .ebin -> JSONL (by extension)");
   convert->add_option("IN", c.in, "Input file (.jsonl or .ebin)")->required();
   convert->add_option("OUT", c.out, "Output file")->required();
-  convert->add_option("--seq-len,-T", c.seq_len, "Positions per sample (T) of the JSONL input")
-      ->capture_default_str()
+  convert->add_option("--seq-len,-T", c.seq_len,
+                      "Positions per sample (T) of the JSONL input (default: those of the first sample; every "
+                      "sample must have T)")
       ->check(at_least(1));
   convert->add_flag("--to-jsonl", c.to_jsonl, "Write JSONL from a .ebin input whatever the extensions");
   convert->add_flag("--progress", c.progress, "Show progress (lines/s) on stderr");
   return convert;
+}
+
+struct SplitCommand {
+  std::string in, out_prefix;
+  enhanced::SplitOptions options;
+};
+
+CLI::App* add_split(CLI::App& app, SplitCommand& c) {
+  auto* split = app.add_subcommand(
+      "split", "Split a .ebin or .jsonl set into parts (seeded; stratified by label where it has labels)");
+  split->add_option("IN", c.in, "Input file (.jsonl or .ebin); the parts have its format")->required();
+  split->add_option("OUT_PREFIX", c.out_prefix, "Parts are OUT_PREFIX-NAME.ebin (or .jsonl)")->required();
+  split->add_option("--fractions", c.options.fractions, "Fraction of each part, summing to 1 (e.g. 0.8,0.1,0.1)")
+      ->required()
+      ->delimiter(',')
+      ->check(enhanced::greater_than(0.0));
+  split->add_option("--names", c.options.names, "Part names (default: train,valid,test / train,test / partK)")
+      ->delimiter(',');
+  split->add_option("--seed", c.options.seed, "Seed of the shuffle")->capture_default_str()->check(enhanced::seed_rule());
+  return split;
+}
+
+void run_split(const SplitCommand& c) {
+  for (const enhanced::SplitPart& part : enhanced::split_dataset(c.in, c.out_prefix, c.options))
+    std::fprintf(stderr, "%s: %lld samples\n", part.path.c_str(), static_cast<long long>(part.samples));
 }
 
 CLI::App* add_demo(CLI::App& app, std::string& dir, enhanced::DemoOptions& o) {
@@ -95,8 +123,9 @@ void run_convert(const ConvertCommand& c) {
     enhanced::fail(c.in, ": cannot tell the direction from the extensions (.jsonl -> .ebin, .ebin -> .jsonl); "
                          "use --to-jsonl for .ebin -> JSONL");
   }
-  std::fprintf(stderr, "%s: %lld samples of %d positions, %llu bytes\n", c.out.c_str(), static_cast<long long>(st.samples),
-               st.seq_len, static_cast<unsigned long long>(st.bytes_written));
+  std::fprintf(stderr, "%s: %lld %ssamples of %d positions, %llu bytes\n", c.out.c_str(),
+               static_cast<long long>(st.samples), st.labeled ? "" : "unlabeled ", st.seq_len,
+               static_cast<unsigned long long>(st.bytes_written));
 }
 
 // Help and version exit as CLI11 decides; any other parse error is one "error:" line.
@@ -119,6 +148,8 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     ConvertCommand convert_command;
     CLI::App* convert = add_convert(app, convert_command);
+    SplitCommand split_command;
+    CLI::App* split = add_split(app, split_command);
     std::string inspect_path;
     auto* insp = app.add_subcommand("inspect", "Print a summary of a .ebin file");
     insp->add_option("FILE", inspect_path, ".ebin file")->required();
@@ -129,6 +160,8 @@ int main(int argc, char** argv) {
 
     if (*convert) {
       run_convert(convert_command);
+    } else if (*split) {
+      run_split(split_command);
     } else if (*insp) {
       inspect(inspect_path);
     } else if (*demo) {

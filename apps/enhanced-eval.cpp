@@ -9,7 +9,7 @@
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
 #include "enhanced/evaluate.h"
-#include "enhanced/memory.h"
+#include "enhanced/inference.h"
 
 namespace {
 
@@ -70,12 +70,16 @@ int main(int argc, char** argv) {
   int batch_size = 64, threads = 0;
   bool json = false;
   app.add_option("--data", data, "Held-out set (.ebin)")->required();
-  app.add_option("--checkpoint", checkpoint, "Checkpoint (.safetensors from enhanced-train)")->required();
+  app.add_option("--checkpoint", checkpoint,
+                 "Checkpoint (.safetensors from enhanced-train, or a bare state_dict: see --blend, --pool)")
+      ->required();
   app.add_option("--predictions", predictions, "Write sample,label,predicted,probability rows to this CSV");
   app.add_flag("--json", json, "Print one JSON object instead of tables");
   app.add_option("--batch-size", batch_size, "Samples per batch")->capture_default_str()->check(at_least(1));
   app.add_option("--threads", threads, "CPU threads (default: every core)")->check(at_least(0));
   app.add_option("--device", device, "auto, cpu or cuda")->capture_default_str();
+  ModelFlags model_flags;
+  add_model_flags(app, model_flags);
   CudaOptions cuda_options;
   CudaFlags cuda_flags;
   add_cuda_options(app, cuda_options, cuda_flags);
@@ -83,20 +87,13 @@ int main(int argc, char** argv) {
     finish_cuda_options(cuda_options, cuda_flags);
     const int thread_count = configure_cpu_threads(threads);
     const Device chosen = resolve_device(device, !json);
-    ParameterBuffer<float> params = load_checkpoint(checkpoint);
     const Dataset dataset = Dataset::open(data);
     check_has_samples(dataset, "--data");
-    if (dataset.seq_len() != params.config.seq_len)
-      fail(data, ": T = ", dataset.seq_len(), " but ", checkpoint, " was trained with T = ", params.config.seq_len);
-    dataset.check_fits_model(params.config.vocab_size, params.config.num_labels);
-    // A batch larger than the set is clamped, unlike in training: evaluation's figures do not
-    // depend on how the set is cut into batches, and the engine need hold no more than the set.
-    const int batch = static_cast<int>(std::min<int64_t>(batch_size, dataset.num_samples()));
-    check_model_fits_memory(params.config, nullptr, batch, chosen, params.size() * sizeof(float));
-    const std::unique_ptr<Engine> engine =
-        make_engine(chosen, params, nullptr, EngineOptions{batch, thread_count, cuda_options});
-    if (!json) std::fprintf(stderr, "engine: %s\n", engine->summary().c_str());
-    const EvalResult result = evaluate(*engine, dataset, batch, !predictions.empty());
+    check_has_labels(dataset, "--data", "enhanced-predict gives an unlabeled set's predictions");
+    ParameterBuffer<float> params = load_model_for_data(checkpoint, model_flags, dataset, true);
+    const InferenceEngine inference = make_inference_engine(chosen, params, dataset, batch_size, thread_count, cuda_options);
+    if (!json) std::fprintf(stderr, "engine: %s\n", inference.engine->summary().c_str());
+    const EvalResult result = evaluate(*inference.engine, dataset, inference.batch, !predictions.empty());
     if (!predictions.empty()) write_predictions(predictions, result);
     if (json) std::printf("%s\n", report_json(result).dump(2).c_str());
     else print_report(result, data, checkpoint);

@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const Dataset dataset = Dataset::open(fuzz::input_file().hold(data, size));
     int64_t sum = 0;
     for (int64_t s = 0; s < dataset.num_samples(); ++s) {
-      sum += dataset.label(s) + static_cast<int64_t>(dataset.identifier_count(s));
+      sum += (dataset.has_labels() ? dataset.label(s) : 0) + static_cast<int64_t>(dataset.identifier_count(s));
       for (int t = 0; t < dataset.seq_len(); ++t) {
         for (int32_t id : dataset.identifier(s, t)) sum += id;
         for (int32_t id : dataset.auxiliary(s, t)) sum += id;

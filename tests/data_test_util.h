@@ -108,11 +108,9 @@ inline std::string list_json(const std::vector<int32_t>& ids) {
   return s;
 }
 
-// The compact form the converter writes back.
-inline std::string sample_json(const RaggedSample& s) {
-  std::string line = "{\"label\":";
-  line.append(std::to_string(s.label));
-  line.append(",\"tokens\":[");
+// The compact form the converter writes back (without "label": an unlabeled sample).
+inline std::string sample_json(const RaggedSample& s, bool labeled = true) {
+  std::string line = labeled ? "{\"label\":" + std::to_string(s.label) + ",\"tokens\":[" : "{\"tokens\":[";
   for (size_t t = 0; t < s.cur.size(); ++t) {
     if (t) line.push_back(',');
     line.push_back('[');
@@ -127,9 +125,9 @@ inline std::string sample_json(const RaggedSample& s) {
   return line;
 }
 
-inline std::string samples_jsonl(const std::vector<RaggedSample>& samples) {
+inline std::string samples_jsonl(const std::vector<RaggedSample>& samples, bool labeled = true) {
   std::string text;
-  for (const auto& s : samples) text += sample_json(s) + "\n";
+  for (const auto& s : samples) text += sample_json(s, labeled) + "\n";
   return text;
 }
 
@@ -150,6 +148,15 @@ inline AppResult run_data_app(const std::string& args, const std::string& dir) {
   std::filesystem::remove(out);
   std::filesystem::remove(err);
   return r;
+}
+
+// A failed run: exit status 1 and exactly one line "error: ..." holding `needle`.
+inline void expect_one_line_error(const AppResult& r, const std::string& needle) {
+  EXPECT_EQ(r.status, 1) << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
 }
 
 // Names of the files in `dir`.

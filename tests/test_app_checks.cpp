@@ -93,7 +93,7 @@ TEST_F(AppChecks, DeviceAutoWithoutAGpuSaysWhyInEveryApp) {
 TEST_F(AppChecks, JsonLinesWhereAnEbinIsExpectedNamesTheConversion) {
   const std::string jsonl = files_.train_jsonl;
   const std::string expected =
-      "error: " + jsonl + ": looks like JSON Lines, not .ebin: run enhanced-data convert " + jsonl + " OUT.ebin --seq-len T first";
+      "error: " + jsonl + ": looks like JSON Lines, not .ebin: run enhanced-data convert " + jsonl + " OUT.ebin first";
   const auto train = run_app("enhanced-train", "--data " + jsonl + " --quiet --device cpu" + out("jsonl"));
   EXPECT_EQ(train.exit_code, 1);
   EXPECT_EQ(line_starting(train.output, "error: "), expected) << train.output;

@@ -20,14 +20,6 @@ using namespace enhanced::test_util;
 // T = 4 positions.
 const std::string kGood = R"({"label":1,"tokens":[[[1,2],[],[3]],[[],[4],[5]],[[6],[],[7]],[[8,9,10],[],[11]]]})";
 
-void expect_one_line_error(const AppResult& r, const std::string& needle) {
-  EXPECT_EQ(r.status, 1) << r.err;
-  ASSERT_FALSE(r.err.empty());
-  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
-  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
-}
-
 // Converts `lines` (joined with '\n' plus a final '\n') and expects the error `needle`, with no
 // output or temporary file left beside the input.
 void expect_convert_error(const std::vector<std::string>& lines, const std::string& needle, bool final_newline = true) {
@@ -96,12 +88,33 @@ TEST(DataCli, ConvertBothWaysAndInspect) {
   EXPECT_EQ(read_text(dir + "/e.ebin"), read_text(dir + "/a.ebin"));
 }
 
-TEST(DataCli, ConvertDefaultSeqLenIs400) {
+TEST(DataCli, ConvertTakesSeqLenFromTheFirstSample) {
   const std::string dir = scratch_dir();
-  write_text(dir + "/a.jsonl", samples_jsonl(random_samples(2, 400, 1)));
+  write_text(dir + "/a.jsonl", samples_jsonl(random_samples(2, 7, 1)));
   AppResult r = run_data_app("convert '" + dir + "/a.jsonl' '" + dir + "/a.ebin'", dir);
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(Dataset::open(dir + "/a.ebin").seq_len(), 400);
+  EXPECT_EQ(Dataset::open(dir + "/a.ebin").seq_len(), 7);
+  EXPECT_CONTAINS(r.err, "a.ebin: 2 samples of 7 positions");
+  write_text(dir + "/b.jsonl", samples_jsonl(random_samples(1, 7, 1)) + samples_jsonl(random_samples(1, 9, 2)));
+  expect_one_line_error(run_data_app("convert '" + dir + "/b.jsonl' '" + dir + "/b.ebin'", dir),
+                        "b.jsonl: line 2: expected 7 positions (T of line 1), got 9");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/b.ebin"));
+}
+
+TEST(DataCli, UnlabeledConvertInspectAndBack) {
+  const std::string dir = scratch_dir();
+  const std::string text = samples_jsonl(random_samples(6, 3, 4), false);
+  write_text(dir + "/u.jsonl", text);
+  AppResult r = run_data_app("convert '" + dir + "/u.jsonl' '" + dir + "/u.ebin'", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_CONTAINS(r.err, "u.ebin: 6 unlabeled samples of 3 positions");
+  r = run_data_app("inspect '" + dir + "/u.ebin'", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_CONTAINS(r.out, "labels:             none (unlabeled");
+  EXPECT_EQ(r.out.find("label histogram"), std::string::npos) << r.out;
+  r = run_data_app("convert '" + dir + "/u.ebin' '" + dir + "/back.jsonl'", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(read_text(dir + "/back.jsonl"), text);
 }
 
 TEST(DataCli, MissingInput) {
@@ -161,7 +174,7 @@ TEST(DataCliJsonl, TokensNotAList) {
 
 TEST(DataCliJsonl, WrongNumberOfPositions) {
   expect_convert_error({kGood, R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],[2]]]})"},
-                       "in.jsonl: line 2: expected 4 positions, got 3");
+                       "in.jsonl: line 2: expected 4 positions (--seq-len), got 3");
 }
 
 TEST(DataCliJsonl, PositionWithoutThreeLists) {

@@ -235,6 +235,102 @@ TEST(DatasetErrors, NegativeIdAndBadLabel) {
   EXPECT_CONTAINS(d.open_error(), "data.ebin: sample 3: label");
 }
 
+// ---- unlabeled sets ------------------------------------------------------------------------
+
+TEST(UnlabeledDataset, RoundTripsAndHasNoLabelsSection) {
+  const std::string dir = scratch_dir();
+  const int T = 5;
+  const auto samples = random_samples(9, T, 21);
+  const std::string text = samples_jsonl(samples, false);
+  write_text(dir + "/in.jsonl", text);
+  const ConvertStats st = convert_jsonl_to_ebin(dir + "/in.jsonl", dir + "/u.ebin", 0);
+  EXPECT_FALSE(st.labeled);
+  EXPECT_EQ(st.seq_len, T);
+  const Dataset ds = Dataset::open(dir + "/u.ebin");
+  EXPECT_FALSE(ds.has_labels());
+  EXPECT_EQ(ds.num_labels(), 0);
+  const DatasetHeader& h = ds.header();
+  EXPECT_EQ(h.flags, kDatasetUnlabeled);
+  EXPECT_EQ(h.labels_offset, 0u);
+  EXPECT_EQ(h.cur_word_offset, 128u);  // the first section sits right behind the header
+  // The labeled file of the same samples is the unlabeled one plus a labels section (N int32,
+  // padded to 8) in front: every later section moves by exactly that much.
+  write_text(dir + "/l.jsonl", samples_jsonl(samples));
+  convert_jsonl_to_ebin(dir + "/l.jsonl", dir + "/l.ebin", T);
+  const Dataset labeled = Dataset::open(dir + "/l.ebin");
+  EXPECT_TRUE(labeled.has_labels());
+  EXPECT_EQ(labeled.header().flags, 0u);
+  const uint64_t shift = (9 * 4 + 7) / 8 * 8;
+  EXPECT_EQ(labeled.header().cur_word_offset, h.cur_word_offset + shift);
+  EXPECT_EQ(labeled.header().auxiliary_ids_offset, h.auxiliary_ids_offset + shift);
+  EXPECT_EQ(labeled.file_size(), ds.file_size() + shift);
+  const std::string u = read_text(dir + "/u.ebin"), l = read_text(dir + "/l.ebin");
+  EXPECT_EQ(u.substr(128), l.substr(128 + shift));
+  for (int64_t s = 0; s < 9; ++s)
+    for (int t = 0; t < T; ++t) EXPECT_EQ(ds.cur_word(s, t), samples[static_cast<size_t>(s)].cur[t]);
+  convert_ebin_to_jsonl(dir + "/u.ebin", dir + "/back.jsonl");
+  EXPECT_EQ(read_text(dir + "/back.jsonl"), text);
+  // Batches carry label 0; the model's ids are checked, labels are not.
+  Batch batch;
+  const int64_t rows[] = {3, 7};
+  fill_batch(batch, ds, rows, 2);
+  EXPECT_EQ(batch.labels, (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(error_of([&] { ds.check_fits_model(ds.max_model_token_id() + 1, 1); }), "<no error>");
+  drop_fuzz_seed("ebin", dir + "/u.ebin");
+}
+
+TEST(UnlabeledDataset, MixedFileIsAnErrorNamingTheLine) {
+  const std::string dir = scratch_dir();
+  auto samples = random_samples(4, 2, 5);
+  write_text(dir + "/a.jsonl", sample_json(samples[0]) + "\n" + sample_json(samples[1]) + "\n" +
+                                   sample_json(samples[2], false) + "\n");
+  EXPECT_CONTAINS(error_of([&] { convert_jsonl_to_ebin(dir + "/a.jsonl", dir + "/a.ebin", 0); }),
+                  "a.jsonl: line 3: missing \"label\", but line 1 has one (a file is all labeled or all unlabeled)");
+  write_text(dir + "/b.jsonl", sample_json(samples[0], false) + "\n" + sample_json(samples[1]) + "\n");
+  EXPECT_CONTAINS(error_of([&] { convert_jsonl_to_ebin(dir + "/b.jsonl", dir + "/b.ebin", 0); }),
+                  "b.jsonl: line 2: has a \"label\", but line 1 has none");
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"a.jsonl", "b.jsonl"}));
+}
+
+TEST(UnlabeledDataset, SeqLenFromTheFirstSampleIsCheckedOnEveryLine) {
+  const std::string dir = scratch_dir();
+  const auto four = random_samples(2, 4, 1), three = random_samples(1, 3, 2);
+  write_text(dir + "/in.jsonl", sample_json(four[0]) + "\n" + sample_json(four[1]) + "\n" + sample_json(three[0]) + "\n");
+  EXPECT_CONTAINS(error_of([&] { convert_jsonl_to_ebin(dir + "/in.jsonl", dir + "/o.ebin", 0); }),
+                  "in.jsonl: line 3: expected 4 positions (T of line 1), got 3");
+  EXPECT_CONTAINS(error_of([&] { convert_jsonl_to_ebin(dir + "/in.jsonl", dir + "/o.ebin", 3); }),
+                  "in.jsonl: line 1: expected 3 positions (--seq-len), got 4");
+  write_text(dir + "/empty-tokens.jsonl", "{\"label\": 0, \"tokens\": []}\n");
+  EXPECT_CONTAINS(error_of([&] { convert_jsonl_to_ebin(dir + "/empty-tokens.jsonl", dir + "/o.ebin", 0); }),
+                  "empty-tokens.jsonl: line 1: no positions (T would be 0)");
+  // Inferred and given T make the same file.
+  write_text(dir + "/ok.jsonl", samples_jsonl(four));
+  convert_jsonl_to_ebin(dir + "/ok.jsonl", dir + "/a.ebin", 0);
+  convert_jsonl_to_ebin(dir + "/ok.jsonl", dir + "/b.ebin", 4);
+  EXPECT_EQ(read_text(dir + "/a.ebin"), read_text(dir + "/b.ebin"));
+}
+
+TEST(UnlabeledDataset, HeaderFlagErrors) {
+  const std::string dir = scratch_dir();
+  write_text(dir + "/in.jsonl", samples_jsonl(random_samples(3, 2, 4), false));
+  convert_jsonl_to_ebin(dir + "/in.jsonl", dir + "/u.ebin", 0);
+  const std::string good = read_text(dir + "/u.ebin");
+  auto open_with = [&](size_t offset, uint32_t value) {
+    std::string bytes = good;
+    std::memcpy(bytes.data() + offset, &value, sizeof value);
+    write_text(dir + "/bad.ebin", bytes);
+    drop_fuzz_seed("ebin", dir + "/bad.ebin", "." + std::to_string(offset) + "." + std::to_string(value));
+    return error_of([&] { Dataset::open(dir + "/bad.ebin"); });
+  };
+  EXPECT_CONTAINS(open_with(offsetof(DatasetHeader, flags), 3), "bad.ebin: unknown header flags 0x2");
+  EXPECT_CONTAINS(open_with(offsetof(DatasetHeader, flags), 0x80000001u), "unknown header flags 0x80000000");
+  EXPECT_CONTAINS(open_with(offsetof(DatasetHeader, num_labels), 2), "bad.ebin: unlabeled, but num_labels is 2 (must be 0)");
+  EXPECT_CONTAINS(open_with(offsetof(DatasetHeader, labels_offset), 128),
+                  "bad.ebin: unlabeled, but labels_offset is 128 (must be 0)");
+  // Clearing the flag makes it a labeled file whose labels section (offset 0) overlaps the header.
+  EXPECT_CONTAINS(open_with(offsetof(DatasetHeader, flags), 0), "bad.ebin: section labels at offset 0 overlaps the header");
+}
+
 TEST(DatasetErrors, MissingFile) {
   const std::string dir = scratch_dir();
   EXPECT_CONTAINS(error_of([&] { Dataset::open(dir + "/nope.ebin"); }), "nope.ebin: cannot open");

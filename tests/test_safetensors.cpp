@@ -157,11 +157,11 @@ TEST_F(CheckpointMetadata, IntegerBeyondIntIsRefusedNotTruncated) {
 TEST_F(CheckpointMetadata, HugeModelIsRefusedByItsShapesWithoutAllocating) {
   const std::string checkpoint = with_metadata("hidden", "8192");
   const std::string expected = "error: " + checkpoint + ": tensor 'lstm.weight_ih_l0' has shape [12, 4], expected [32768, 4]";
-  const auto eval = testing::run_app("enhanced-eval", "--device cpu --threads 1 --data " + dir_ +
-                                     "/none.ebin --checkpoint " + checkpoint, 1536);
+  const DemoFiles files = testing::write_small_demo(dir_ + "/demo");
+  const auto eval = testing::run_app("enhanced-eval", "--device cpu --threads 1 --data " + files.test_ebin +
+                                     " --checkpoint " + checkpoint, 1536);
   EXPECT_NE(eval.exit_code, 0);
   EXPECT_CONTAINS(eval.output, expected);
-  const DemoFiles files = testing::write_small_demo(dir_ + "/demo");
   const auto train = testing::run_app("enhanced-train", "--device cpu --threads 1 --quiet --data " + files.train_ebin +
                                       " --init-from " + checkpoint + " --out " + dir_ + "/run", 1536);
   EXPECT_NE(train.exit_code, 0);

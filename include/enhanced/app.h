@@ -15,6 +15,7 @@
 #include "enhanced/common.h"
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
+#include "enhanced/inference.h"
 
 namespace enhanced {
 
@@ -137,6 +138,15 @@ inline void add_cuda_options(CLI::App& app, CudaOptions& options, CudaFlags& fla
                  "CUDA: cuDNN LSTM algorithm: auto (time each, keep the fastest that agrees), standard, persistent, "
                  "persistent-small-h")
       ->capture_default_str();
+}
+
+// --blend and --pool of the apps that run a checkpoint (enhanced-eval, enhanced-predict): for a
+// checkpoint without the engine's metadata; with it, a given flag must agree with the saved model.
+inline void add_model_flags(CLI::App& app, ModelFlags& flags) {
+  app.add_option("--blend", flags.blend, "Bare checkpoint: mean (default) or scalar-mean; else must match its model")
+      ->check(CLI::IsMember({"mean", "scalar-mean"}));
+  app.add_option("--pool", flags.pool, "Bare checkpoint: feature (default) or time; else must match its model")
+      ->check(CLI::IsMember({"feature", "time"}));
 }
 
 inline void finish_cuda_options(CudaOptions& options, const CudaFlags& flags) {

@@ -76,6 +76,10 @@ void remove_temp_files_on_signal();
 // and flushes the directory. Throws Error naming `path`; `temporary` is removed on failure.
 void commit_file(const std::string& temporary, const std::string& path);
 
+// The same file under two names (relative and absolute paths, links), not only the same string:
+// an output that would overwrite its input is refused with it.
+bool same_file(const std::string& a, const std::string& b);
+
 // Writes the pieces to a temporary file (0644), flushes it to disk and renames it over `path`.
 // Errors name the file.
 void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,13 +37,26 @@ struct EvalResult {
 
 class Engine;
 
+// What run_inference hands on for each batch: the batch, its mean loss (meaningless on an
+// unlabeled set), logits (B, L) and softmax probabilities (B, L), both on the host.
+using InferenceBatchFn = std::function<void(const Batch& batch, double mean_loss, const float* logits,
+                                            const float* probabilities)>;
+
 // Runs the engine's model over the dataset in file order (batches of up to batch_size, at most
-// the engine's max batch).
+// the engine's max batch, filled by the prefetching loader): the one forward pass of
+// enhanced-eval and enhanced-predict.
+void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch);
+
+// run_inference, scored against the set's labels.
 EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions);
 
 // Refuses a set with no samples, naming the file and the flag that gave it: its loss and
 // accuracy would be 0 / 0, and a validation set that scores nothing could never pick a best
 // checkpoint. Checked when the set is opened (enhanced-eval's --data, enhanced-train's --valid).
 void check_has_samples(const Dataset& dataset, const std::string& flag);
+
+// Refuses an unlabeled set where labels are needed (training, validation, evaluation), in one
+// line naming the file and the flag; `instead` says what to run instead ("" for nothing).
+void check_has_labels(const Dataset& dataset, const std::string& flag, const std::string& instead = "");
 
 }  // namespace enhanced

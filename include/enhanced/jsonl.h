@@ -1,5 +1,6 @@
 // JSON Lines interchange <-> .ebin. One sample a line:
 //   {"label": 3, "tokens": [[[7, 12], [], [45]], ...]}   (T positions of exactly 3 lists)
+//   {"tokens": [...]}                                     (unlabeled: every line of the file)
 #pragma once
 
 #include <cstdint>
@@ -11,10 +12,12 @@ struct ConvertStats {
   int64_t samples = 0;
   int seq_len = 0;
   uint64_t bytes_written = 0;
+  bool labeled = true;
 };
 
 // Streams a JSONL file into a .ebin without holding the input in memory. Every sample must have
-// `seq_len` positions. Writes to a temporary file beside `out_path` and renames it at the end,
+// `seq_len` positions (0: as many as the first sample). Lines without "label" make an unlabeled
+// .ebin; a file is all labeled or all unlabeled. Writes to a temporary file beside `out_path` and renames it at the end,
 // so a failed conversion leaves no output. Throws Error naming file, line and position.
 ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::string& out_path,
                                    int seq_len, bool show_progress = false);

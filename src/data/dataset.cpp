@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ios>
 #include <algorithm>
 #include <limits>
 #include <utility>
@@ -50,10 +51,36 @@ bool looks_like_json_lines(int fd) {
 
 }  // namespace
 
-Dataset Dataset::open(const std::string& path) {
+void lay_out_sections(DatasetHeader& h) {
+  const uint64_t np = h.num_samples * h.seq_len;
+  const bool labeled = (h.flags & kDatasetUnlabeled) == 0;
+  struct Section {
+    uint64_t* offset;
+    uint64_t bytes;
+  };
+  const Section in_file_order[] = {{&h.labels_offset, labeled ? h.num_samples * 4 : 0},
+                                   {&h.cur_word_offset, np * 4},
+                                   {&h.identifier_offsets_offset, (np + 1) * 8},
+                                   {&h.identifier_ids_offset, h.num_identifier_ids * 4},
+                                   {&h.auxiliary_offsets_offset, (np + 1) * 8},
+                                   {&h.auxiliary_ids_offset, h.num_auxiliary_ids * 4}};
+  uint64_t at = sizeof(DatasetHeader);
+  for (const Section& section : in_file_order) {
+    if (section.offset == &h.labels_offset && !labeled) {
+      h.labels_offset = 0;
+      continue;
+    }
+    *section.offset = at;
+    at = (at + section.bytes + 7) / 8 * 8;
+  }
+  h.file_size = at;
+}
+
+Dataset Dataset::open(const std::string& path, const std::string& name) {
   Dataset ds;
   ds.path_ = path;
   ds.map_file();  // from here on `ds` owns the mapping; its destructor unmaps on any throw
+  if (!name.empty()) ds.path_ = name;
   ds.header_ = static_cast<const DatasetHeader*>(ds.mapping_);
   ds.check_header();
   ds.carve_sections();
@@ -76,7 +103,7 @@ void Dataset::map_file() {
   const uint64_t real_size = static_cast<uint64_t>(st.st_size);
   if (looks_like_json_lines(fd)) {
     ::close(fd);
-    fail(path, ": looks like JSON Lines, not .ebin: run enhanced-data convert ", path, " OUT.ebin --seq-len T first");
+    fail(path, ": looks like JSON Lines, not .ebin: run enhanced-data convert ", path, " OUT.ebin first");
   }
   if (real_size == 0) {
     ::close(fd);
@@ -111,7 +138,15 @@ void Dataset::check_header() const {
   if (n > real_size / 4 || (n != 0 && T > real_size / 4 / n))
     fail(path, ": header claims ", n, " samples of ", T, " positions, more than the file can hold");
   const uint64_t np = n * T;
-  check_section(path, "labels", h->labels_offset, n, 4, real_size);
+  if ((h->flags & ~kDatasetUnlabeled) != 0)
+    fail(path, ": unknown header flags 0x", std::hex, h->flags & ~kDatasetUnlabeled, std::dec,
+         " (this build knows only bit 0, unlabeled)");
+  if ((h->flags & kDatasetUnlabeled) != 0) {
+    if (h->labels_offset != 0) fail(path, ": unlabeled, but labels_offset is ", h->labels_offset, " (must be 0)");
+    if (h->num_labels != 0) fail(path, ": unlabeled, but num_labels is ", h->num_labels, " (must be 0)");
+  } else {
+    check_section(path, "labels", h->labels_offset, n, 4, real_size);
+  }
   check_section(path, "cur_word", h->cur_word_offset, np, 4, real_size);
   check_section(path, "identifier_offsets", h->identifier_offsets_offset, np + 1, 8, real_size);
   check_section(path, "identifier_ids", h->identifier_ids_offset, h->num_identifier_ids, 4, real_size);
@@ -122,7 +157,7 @@ void Dataset::check_header() const {
 void Dataset::carve_sections() {
   const auto* base = static_cast<const unsigned char*>(mapping_);
   const DatasetHeader* h = header_;
-  labels_ = reinterpret_cast<const int32_t*>(base + h->labels_offset);
+  labels_ = has_labels() ? reinterpret_cast<const int32_t*>(base + h->labels_offset) : nullptr;
   cur_word_ = reinterpret_cast<const int32_t*>(base + h->cur_word_offset);
   identifier_offsets_ = reinterpret_cast<const uint64_t*>(base + h->identifier_offsets_offset);
   identifier_ids_ = reinterpret_cast<const int32_t*>(base + h->identifier_ids_offset);
@@ -177,6 +212,7 @@ void Dataset::check_ids() {
 
 // Labels in [0, num_labels), the largest one num_labels - 1.
 void Dataset::check_labels() const {
+  if (!has_labels()) return;
   const uint32_t num_labels = header_->num_labels;
   if (num_labels > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()))
     fail(path_, ": header says ", num_labels, " labels, more than an int32 count");
@@ -251,7 +287,7 @@ void Dataset::check_fits_model(int64_t vocab_size, int num_labels) const {
       }
     }
   }
-  for (int64_t s = 0; s < n; ++s)
+  for (int64_t s = 0; has_labels() && s < n; ++s)
     if (label(s) >= num_labels)
       fail(path_, ": sample ", s, ": label ", label(s), " does not fit the model's ", num_labels,
            " labels");

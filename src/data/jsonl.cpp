@@ -143,6 +143,8 @@ struct SectionWriters {
   uint64_t num_id = 0, num_aux = 0;
   int32_t max_id = -1, max_label = -1;
   int64_t samples = 0;
+  int seq_len = 0;       // T: given, or that of the first sample
+  int64_t labeled = -1;  // whether the samples have labels (-1 until the first one is read)
 
   SectionWriters(TempFiles& temps, const std::string& out_path)
       : labels(temps.add(temp_name(out_path, ".labels"))), cur_word(temps.add(temp_name(out_path, ".cur_word"))),
@@ -152,15 +154,24 @@ struct SectionWriters {
     id_offsets.put<uint64_t>(0);
     aux_offsets.put<uint64_t>(0);
   }
-  std::vector<FileWriter*> in_file_order() { return {&labels, &cur_word, &id_offsets, &id_ids, &aux_offsets, &aux_ids}; }
+  // The sections the file holds, in file order (no labels section when unlabeled).
+  std::vector<FileWriter*> in_file_order() {
+    std::vector<FileWriter*> all = {&labels, &cur_word, &id_offsets, &id_ids, &aux_offsets, &aux_ids};
+    if (labeled == 0) all.erase(all.begin());
+    return all;
+  }
 };
 
 // One JSONL line at a time into the sections; every error names the file, the line, the
-// position and the field.
+// position and the field. T is the given one, or (given 0) that of the first sample; the first
+// sample also decides whether the file is labeled, and every other line must agree with it.
 class JsonlSampleParser {
  public:
   JsonlSampleParser(const std::string& file, int seq_len, SectionWriters& out)
-      : file_(file), seq_len_(seq_len), out_(out), cur_words_(static_cast<size_t>(seq_len)) {}
+      : file_(file), seq_len_given_(seq_len > 0), out_(out) {
+    out_.seq_len = seq_len;
+    if (seq_len > 0) cur_words_.resize(static_cast<size_t>(seq_len));
+  }
 
   void add(const std::string& line, int64_t line_no) {
     line_no_ = line_no;
@@ -177,20 +188,26 @@ class JsonlSampleParser {
       fail(file_, ": line ", line_no_, ": column ", byte, ": ", place, ": number does not fit a double");
     }
     if (!doc.is_object()) fail(file_, ": line ", line_no_, ": expected a JSON object, got ", type_name(doc));
-    const int32_t label_value = label(doc);
+    const bool has_label = doc.contains("label");
+    if (out_.labeled < 0) out_.labeled = has_label ? 1 : 0;
+    if (has_label != (out_.labeled == 1))
+      fail(file_, ": line ", line_no_, has_label ? ": has a \"label\", but line 1 has none"
+                                                 : ": missing \"label\", but line 1 has one",
+           " (a file is all labeled or all unlabeled)");
+    const int32_t label_value = has_label ? label(doc) : 0;
     const json& tokens = positions(doc);
-    for (int t = 0; t < seq_len_; ++t) add_position(tokens[static_cast<size_t>(t)], t);
+    for (int t = 0; t < out_.seq_len; ++t) add_position(tokens[static_cast<size_t>(t)], t);
     out_.cur_word.write(cur_words_.data(), cur_words_.size() * sizeof(int32_t));
-    out_.labels.put(label_value);
-    out_.max_label = std::max(out_.max_label, label_value);
+    if (has_label) {
+      out_.labels.put(label_value);
+      out_.max_label = std::max(out_.max_label, label_value);
+    }
     ++out_.samples;
   }
 
  private:
   int32_t label(const json& doc) const {
-    auto label_it = doc.find("label");
-    if (label_it == doc.end()) fail(file_, ": line ", line_no_, ": missing \"label\"");
-    const json& label = *label_it;
+    const json& label = doc["label"];
     if (!label.is_number_integer())
       fail(file_, ": line ", line_no_, ": \"label\" holds ", type_name(label), ", expected an integer");
     // The number of labels (largest + 1) must fit int32 too, hence the strict bound.
@@ -202,14 +219,22 @@ class JsonlSampleParser {
     return static_cast<int32_t>(label.get<int64_t>());
   }
 
-  const json& positions(const json& doc) const {
+  const json& positions(const json& doc) {
     auto tokens_it = doc.find("tokens");
     if (tokens_it == doc.end()) fail(file_, ": line ", line_no_, ": missing \"tokens\"");
     const json& tokens = *tokens_it;
     if (!tokens.is_array())
       fail(file_, ": line ", line_no_, ": \"tokens\" holds ", type_name(tokens), ", expected a list of positions");
-    if (tokens.size() != static_cast<size_t>(seq_len_))
-      fail(file_, ": line ", line_no_, ": expected ", seq_len_, " positions, got ", tokens.size());
+    if (out_.seq_len == 0) {  // T from the first sample
+      if (tokens.empty()) fail(file_, ": line ", line_no_, ": no positions (T would be 0)");
+      if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+        fail(file_, ": line ", line_no_, ": ", tokens.size(), " positions, more than an int32 T");
+      out_.seq_len = static_cast<int>(tokens.size());
+      cur_words_.resize(tokens.size());
+    }
+    if (tokens.size() != static_cast<size_t>(out_.seq_len))
+      fail(file_, ": line ", line_no_, ": expected ", out_.seq_len, " positions (",
+           seq_len_given_ ? "--seq-len" : "T of line 1", "), got ", tokens.size());
     return tokens;
   }
 
@@ -266,32 +291,25 @@ class JsonlSampleParser {
   }
 
   const std::string& file_;
-  int seq_len_;
+  bool seq_len_given_;
   SectionWriters& out_;
   std::vector<int32_t> cur_words_;
   int64_t line_no_ = 0;
 };
 
-// The header for the written sections, laid out one after another, each 8-byte aligned.
-DatasetHeader ebin_header(SectionWriters& sections, int seq_len) {
+// The header for the written sections (lay_out_sections places them).
+DatasetHeader ebin_header(const SectionWriters& sections) {
   DatasetHeader h{};
   std::memcpy(h.magic, kDatasetMagic, sizeof(kDatasetMagic));
   h.version = kDatasetVersion;
-  h.seq_len = static_cast<uint32_t>(seq_len);
+  h.seq_len = static_cast<uint32_t>(sections.seq_len);
   h.num_samples = static_cast<uint64_t>(sections.samples);
+  h.flags = sections.labeled == 1 ? 0 : kDatasetUnlabeled;
   h.num_labels = static_cast<uint32_t>(sections.max_label + 1);
   h.max_token_id = sections.max_id;
   h.num_identifier_ids = sections.num_id;
   h.num_auxiliary_ids = sections.num_aux;
-  uint64_t* in_file_order[] = {&h.labels_offset, &h.cur_word_offset, &h.identifier_offsets_offset,
-                               &h.identifier_ids_offset, &h.auxiliary_offsets_offset, &h.auxiliary_ids_offset};
-  uint64_t at = sizeof(DatasetHeader);
-  const std::vector<FileWriter*> writers = sections.in_file_order();
-  for (size_t i = 0; i < writers.size(); ++i) {
-    *in_file_order[i] = at;
-    at = (at + writers[i]->size() + 7) / 8 * 8;
-  }
-  h.file_size = at;
+  lay_out_sections(h);
   return h;
 }
 
@@ -307,17 +325,11 @@ void assemble_ebin(const std::string& path, const DatasetHeader& h, SectionWrite
   out.close();
 }
 
-// The same file under two names (relative and absolute paths, links), not only the same string.
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code error;
-  return a == b || std::filesystem::equivalent(a, b, error);
-}
-
 }  // namespace
 
 ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::string& out_path, int seq_len,
                                    bool show_progress) {
-  if (seq_len <= 0) fail(jsonl_path, ": sequence length must be positive, got ", seq_len);
+  if (seq_len < 0) fail(jsonl_path, ": sequence length must be positive (or 0: from the first sample), got ", seq_len);
   if (same_file(jsonl_path, out_path)) fail(out_path, ": output would overwrite the input");
   remove_stale_temp_files(std::filesystem::path(out_path).parent_path().string());
   std::ifstream in(jsonl_path, std::ios::binary);
@@ -345,11 +357,11 @@ ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::str
   progress.done(line_no);
   for (FileWriter* section : sections.in_file_order()) section->close();
 
-  const DatasetHeader h = ebin_header(sections, seq_len);
+  const DatasetHeader h = ebin_header(sections);
   assemble_ebin(tmp_out, h, sections);
   commit_file(tmp_out, out_path);
   temps.remove_all();  // the section files; tmp_out no longer exists under its temporary name
-  return ConvertStats{sections.samples, seq_len, h.file_size};
+  return ConvertStats{sections.samples, sections.seq_len, h.file_size, sections.labeled == 1};
 }
 
 namespace {
@@ -382,9 +394,13 @@ ConvertStats convert_ebin_to_jsonl(const std::string& ebin_path, const std::stri
   const int T = ds.seq_len();
   for (int64_t s = 0; s < ds.num_samples(); ++s) {
     line.clear();
-    line += "{\"label\":";
-    append_int(line, ds.label(s));
-    line += ",\"tokens\":[";
+    if (ds.has_labels()) {
+      line += "{\"label\":";
+      append_int(line, ds.label(s));
+      line += ",\"tokens\":[";
+    } else {
+      line += "{\"tokens\":[";
+    }
     for (int t = 0; t < T; ++t) {
       if (t > 0) line.push_back(',');
       line.push_back('[');
@@ -407,6 +423,7 @@ ConvertStats convert_ebin_to_jsonl(const std::string& ebin_path, const std::stri
   stats.samples = ds.num_samples();
   stats.seq_len = T;
   stats.bytes_written = bytes;
+  stats.labeled = ds.has_labels();
   return stats;
 }
 

@@ -55,7 +55,8 @@ void fill_batch(Batch& batch, const Dataset& dataset, const int64_t* sample_indi
     if (s < 0 || s >= dataset.num_samples())
       fail(dataset.path(), ": sample index ", s, " out of range (", dataset.num_samples(), " samples)");
     batch.sample_indices.push_back(s);
-    batch.labels.push_back(dataset.label(s));
+    // An unlabeled set's rows carry label 0: only their logits are used (enhanced-predict).
+    batch.labels.push_back(dataset.has_labels() ? dataset.label(s) : 0);
     for (int t = 0; t < T; ++t) {
       auto ids = dataset.identifier(s, t);
       total += static_cast<int64_t>(ids.size());

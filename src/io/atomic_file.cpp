@@ -131,4 +131,9 @@ void write_file_atomically(const std::string& path, const std::vector<std::pair<
   rename_into_place(temporary, path);
 }
 
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code error;
+  return a == b || std::filesystem::equivalent(a, b, error);
+}
+
 }  // namespace enhanced

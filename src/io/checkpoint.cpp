@@ -107,8 +107,11 @@ ModelConfig checkpoint_config(const SafetensorsReader& file) {
   return c;
 }
 
-ParameterBuffer<float> read_model(const SafetensorsReader& file, const std::string& prefix) {
-  const ModelConfig config = checkpoint_config(file);
+namespace {
+
+// The tensors of `config`'s model from `file`, checked (names, shapes, finite values).
+ParameterBuffer<float> read_model_tensors(const SafetensorsReader& file, const ModelConfig& config,
+                                          const std::string& prefix) {
   // Every tensor the config implies is checked before the buffer is allocated: metadata claiming
   // a huge model in a small file is refused by its first mismatching tensor, not by the allocator.
   for (const TensorSlot& slot : parameter_layout(config)) file.check_tensor(prefix + slot.name, "F32", slot.shape);
@@ -122,7 +125,94 @@ ParameterBuffer<float> read_model(const SafetensorsReader& file, const std::stri
   return params;
 }
 
-ParameterBuffer<float> load_checkpoint(const std::string& path) { return read_model(SafetensorsReader(path)); }
+// A tensor's shape where the bare model is read from it: present, F32 and of rank 2.
+const std::vector<int64_t>& matrix_shape(const SafetensorsReader& file, const std::string& name, const char* meaning) {
+  const auto it = file.tensors().find(name);
+  if (it == file.tensors().end()) fail(file.path(), ": missing tensor '", name, "'");
+  if (it->second.dtype != "F32") fail(file.path(), ": tensor '", name, "' is ", it->second.dtype, ", expected F32");
+  if (it->second.shape.size() != 2)
+    fail(file.path(), ": tensor '", name, "' has ", it->second.shape.size(), " dimensions, expected 2 ", meaning);
+  return it->second.shape;
+}
+
+std::string shape_summary(const ModelConfig& c) {
+  return cat("V = ", c.vocab_size, ", D = ", c.embedding_dim, ", H = ", c.hidden, ", T = ", c.seq_len, ", L = ",
+             c.num_labels, ", ", to_string(c.pool), " pooling");
+}
+
+}  // namespace
+
+ParameterBuffer<float> read_model(const SafetensorsReader& file, const std::string& prefix) {
+  return read_model_tensors(file, checkpoint_config(file), prefix);
+}
+
+bool has_model_metadata(const SafetensorsReader& file) {
+  if (file.metadata().count("format") && file.metadata().at("format") == "enhanced-checkpoint") return true;
+  for (const MetadataField& field : kModelMetadata)
+    if (file.metadata().count(field.key)) return true;
+  return false;
+}
+
+ModelConfig bare_checkpoint_config(const SafetensorsReader& file, const BareModelChoice& choice) {
+  ModelConfig c;
+  c.num_labels = 1;  // the names of the tensors do not depend on the sizes
+  std::string missing, unknown;
+  const std::vector<TensorSlot> names = parameter_layout(c);
+  for (const TensorSlot& slot : names)
+    if (!file.has(slot.name)) missing += cat(missing.empty() ? "" : ", ", "'", slot.name, "'");
+  for (const auto& [name, tensor] : file.tensors())
+    if (std::none_of(names.begin(), names.end(), [&](const TensorSlot& slot) { return slot.name == name; }))
+      unknown += cat(unknown.empty() ? "" : ", ", "'", name, "'");
+  if (!missing.empty() || !unknown.empty())
+    fail(file.path(), ": no engine metadata, and the tensors are not the model's:", missing.empty() ? "" : " missing ",
+         missing, !missing.empty() && !unknown.empty() ? ";" : "", unknown.empty() ? "" : " unknown ", unknown);
+  const std::vector<int64_t>& embedding = matrix_shape(file, "embedding.weight", "(V, D)");
+  const std::vector<int64_t>& recurrent = matrix_shape(file, "lstm.weight_hh_l0", "(4H, H)");
+  const std::vector<int64_t>& dense = matrix_shape(file, "dense.weight", "(L, F)");
+  if (recurrent[0] != 4 * recurrent[1])
+    fail(file.path(), ": tensor 'lstm.weight_hh_l0' is (", recurrent[0], ", ", recurrent[1], "): (4H, H) needs ",
+         recurrent[0], " rows = 4 x ", recurrent[1], " = ", 4 * recurrent[1]);
+  const auto in_int = [&](int64_t value, const char* what) {
+    if (value <= 0 || value > std::numeric_limits<int>::max())
+      fail(file.path(), ": ", what, " is ", value, ", outside 1..", std::numeric_limits<int>::max());
+    return static_cast<int>(value);
+  };
+  c.vocab_size = embedding[0];
+  c.embedding_dim = in_int(embedding[1], "D (embedding.weight's columns)");
+  c.hidden = in_int(recurrent[1], "H (lstm.weight_hh_l0's columns)");
+  c.num_labels = in_int(dense[0], "L (dense.weight's rows)");
+  c.blend = choice.blend;
+  c.pool = choice.pool;
+  if (c.pool == PoolMode::feature) {
+    c.seq_len = in_int(dense[1], "T (dense.weight's columns, feature pooling)");
+  } else {
+    if (dense[1] != 2 * c.hidden)
+      fail(file.path(), ": tensor 'dense.weight' has ", dense[1], " columns; time pooling needs 2H = ", 2 * c.hidden,
+           " (H = ", c.hidden, " from lstm.weight_hh_l0)");
+    if (choice.seq_len <= 0) fail(file.path(), ": time pooling: T is in no tensor, and no data gives it");
+    c.seq_len = choice.seq_len;
+  }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail(file.path(), ": ", e.what());
+  }
+  return c;
+}
+
+ParameterBuffer<float> load_checkpoint(const std::string& path, const BareModelChoice& bare) {
+  return read_checkpoint(SafetensorsReader(path), bare);
+}
+
+ParameterBuffer<float> read_checkpoint(const SafetensorsReader& file, const BareModelChoice& bare) {
+  if (has_model_metadata(file)) return read_model(file);
+  const ModelConfig config = bare_checkpoint_config(file, bare);
+  try {
+    return read_model_tensors(file, config, "");
+  } catch (const Error& e) {
+    fail(e.what(), " (the model its shapes give: ", shape_summary(config), ")");
+  }
+}
 
 int64_t metadata_integer(const SafetensorsReader& file, const std::string& key) { return parse_integer(file, key); }
 

@@ -51,30 +51,44 @@ void check_has_samples(const Dataset& dataset, const std::string& flag) {
   if (dataset.num_samples() == 0) fail(dataset.path(), ": no samples (", flag, " needs at least one)");
 }
 
-EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions) {
+void check_has_labels(const Dataset& dataset, const std::string& flag, const std::string& instead) {
+  if (!dataset.has_labels())
+    fail(dataset.path(), ": unlabeled data (no labels), but ", flag, " needs labels", instead.empty() ? "" : "; ",
+         instead);
+}
+
+void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch) {
   const int L = engine.config().num_labels;
-  EvalResult result;
-  result.num_labels = L;
-  result.confusion.assign(static_cast<size_t>(L) * L, 0);
   LoaderOptions options;
   options.batch_size = batch_size;
   options.shuffle = false;
   BatchLoader loader(dataset, options);
   loader.start_epoch(0);
   std::vector<float> logits(static_cast<size_t>(batch_size) * L), probabilities(logits.size());
-  double loss_sum = 0;
   while (const Batch* batch = loader.next()) {
-    loss_sum += engine.forward(*batch, logits.data()) * batch->size;
+    const double loss = engine.forward(*batch, logits.data());
     softmax_probabilities(probabilities.data(), logits.data(), batch->size, L);
-    for (int b = 0; b < batch->size; ++b) {
-      const float* row = probabilities.data() + static_cast<size_t>(b) * L;
-      const int predicted = static_cast<int>(std::max_element(row, row + L) - row);
-      ++result.confusion[static_cast<size_t>(batch->labels[b]) * L + predicted];
-      if (keep_predictions)
-        result.predictions.push_back({batch->sample_indices[b], batch->labels[b], predicted, row[predicted]});
-    }
-    result.samples += batch->size;
+    on_batch(*batch, loss, logits.data(), probabilities.data());
   }
+}
+
+EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions) {
+  const int L = engine.config().num_labels;
+  EvalResult result;
+  result.num_labels = L;
+  result.confusion.assign(static_cast<size_t>(L) * L, 0);
+  double loss_sum = 0;
+  run_inference(engine, dataset, batch_size, [&](const Batch& batch, double loss, const float*, const float* probabilities) {
+    loss_sum += loss * batch.size;
+    for (int b = 0; b < batch.size; ++b) {
+      const float* row = probabilities + static_cast<size_t>(b) * L;
+      const int predicted = static_cast<int>(std::max_element(row, row + L) - row);
+      ++result.confusion[static_cast<size_t>(batch.labels[b]) * L + predicted];
+      if (keep_predictions)
+        result.predictions.push_back({batch.sample_indices[b], batch.labels[b], predicted, row[predicted]});
+    }
+    result.samples += batch.size;
+  });
   result.loss = result.samples ? loss_sum / static_cast<double>(result.samples) : 0.0;
   return result;
 }

@@ -116,7 +116,9 @@ ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, 
   if (!o.init_from.empty()) {
     if (!o.pretrained_path.empty())
       fail("--pretrained and --init-from both give the embedding table: ", o.init_from, " already holds one");
-    ParameterBuffer<float> params = load_checkpoint(o.init_from);
+    // A bare checkpoint (no engine metadata) takes --blend, --pool and the data's T.
+    const BareModelChoice bare{parse_blend_mode(o.blend), parse_pool_mode(o.pool), train.seq_len()};
+    ParameterBuffer<float> params = load_checkpoint(o.init_from, bare);
     check_model_flags(o, params.config, o.init_from);
     if (params.config.seq_len != train.seq_len())
       fail(o.init_from, ": checkpoint has T = ", params.config.seq_len, ", ", train.path(), " has T = ", train.seq_len());
@@ -571,9 +573,11 @@ int run_training(TrainOptions options) {
   const Device device = resolve_device(options.device);
 
   const Dataset train = Dataset::open(options.data_path);
+  check_has_labels(train, "--data (training)");
   Dataset valid;
   if (!options.valid_path.empty()) {
     valid = Dataset::open(options.valid_path);
+    check_has_labels(valid, "--valid (validation)");
     if (valid.seq_len() != train.seq_len())
       fail(options.valid_path, ": T = ", valid.seq_len(), " but ", options.data_path, " has T = ", train.seq_len());
   }

@@ -1,0 +1,44 @@
+#include "enhanced/inference.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "enhanced/checkpoint.h"
+#include "enhanced/common.h"
+#include "enhanced/memory.h"
+#include "enhanced/safetensors.h"
+
+namespace enhanced {
+
+ParameterBuffer<float> load_model_for_data(const std::string& checkpoint, const ModelFlags& flags, const Dataset& data,
+                                           bool labels_used) {
+  BareModelChoice bare;
+  if (!flags.blend.empty()) bare.blend = parse_blend_mode(flags.blend);
+  if (!flags.pool.empty()) bare.pool = parse_pool_mode(flags.pool);
+  bare.seq_len = data.seq_len();
+  const SafetensorsReader file(checkpoint);
+  const bool has_metadata = has_model_metadata(file);
+  ParameterBuffer<float> params = read_checkpoint(file, bare);
+  const ModelConfig& c = params.config;
+  const auto conflict = [&](const char* flag, const std::string& given, const char* saved) {
+    if (!given.empty() && given != saved) fail(flag, " ", given, " conflicts with ", checkpoint, ", whose model has ", saved);
+  };
+  conflict("--blend", flags.blend, to_string(c.blend));
+  conflict("--pool", flags.pool, to_string(c.pool));
+  if (data.seq_len() != c.seq_len)
+    fail(data.path(), ": T = ", data.seq_len(), " but ", checkpoint, " was trained with T = ", c.seq_len,
+         has_metadata ? "" : " (without metadata, T is dense.weight's columns under feature pooling: --pool time?)");
+  data.check_fits_model(c.vocab_size, labels_used ? c.num_labels : std::numeric_limits<int>::max());
+  return params;
+}
+
+InferenceEngine make_inference_engine(Device device, ParameterBuffer<float>& params, const Dataset& data,
+                                      int batch_size, int threads, const CudaOptions& cuda) {
+  InferenceEngine out;
+  out.batch = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(batch_size, data.num_samples())));
+  check_model_fits_memory(params.config, nullptr, out.batch, device, params.size() * sizeof(float));
+  out.engine = make_engine(device, params, nullptr, EngineOptions{out.batch, threads, cuda});
+  return out;
+}
+
+}  // namespace enhanced

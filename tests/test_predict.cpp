@@ -1,0 +1,254 @@
+// enhanced-predict: its top-k files against enhanced-eval's predictions and its own .npy
+// outputs, every input form (.ebin, JSON Lines, labeled or not), NumPy reading the .npy files,
+// and every bad input; the unlabeled set refused by training and evaluation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app_runner.h"
+#include "data_test_util.h"
+#include "enhanced/dataset.h"
+#include "enhanced/embedding_table.h"
+#include "enhanced/jsonl.h"
+#include "enhanced/npy.h"
+
+namespace enhanced {
+namespace {
+
+namespace fs = std::filesystem;
+using test_util::read_text;
+using test_util::write_text;
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> fields_of(const std::string& line) {
+  std::vector<std::string> fields;
+  std::istringstream in(line);
+  for (std::string field; std::getline(in, field, ',');) fields.push_back(field);
+  return fields;
+}
+
+// The float32 values of an .npy file this project wrote, after checking its header.
+std::vector<float> npy_values(const std::string& path, int64_t rows, int cols) {
+  const std::string bytes = read_text(path);
+  const std::string header = npy_float32_header({rows, cols});
+  EXPECT_EQ(bytes.substr(0, header.size()), header) << path;
+  std::vector<float> values(static_cast<size_t>(rows) * static_cast<size_t>(cols));
+  EXPECT_EQ(bytes.size(), header.size() + values.size() * sizeof(float)) << path;
+  if (bytes.size() == header.size() + values.size() * sizeof(float))
+    std::memcpy(values.data(), bytes.data() + header.size(), values.size() * sizeof(float));
+  return values;
+}
+
+// A Python with NumPy (the Debian one that scripts/setup installs it for), or "".
+std::string python_with_numpy() {
+  for (const char* python : {"python3", "/usr/bin/python3"})
+    if (std::system((std::string(python) + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0) return python;
+  return "";
+}
+
+class Predict : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::path(ENHANCED_TEST_TMP) / ("predict." + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    files_ = testing::write_small_demo(root_ / "data");
+    const std::string flags = testing::small_train_flags(files_) + "--device cpu --steps 10 --out ";
+    ASSERT_EQ(testing::run_app("enhanced-train", flags + (root_ / "run").string()).exit_code, 0);
+    // The test set without its labels, as JSON Lines and .ebin.
+    convert_ebin_to_jsonl(files_.test_ebin, (root_ / "labeled.jsonl").string());
+    std::string text = read_text((root_ / "labeled.jsonl").string()), stripped;
+    for (const std::string& line : lines_of(text)) {
+      stripped += '{';
+      stripped += line.substr(line.find("\"tokens\""));
+      stripped += '\n';
+    }
+    write_text(unlabeled_jsonl(), stripped);
+    convert_jsonl_to_ebin(unlabeled_jsonl(), unlabeled_ebin(), 0);
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  static std::string checkpoint() { return (root_ / "run" / "last.safetensors").string(); }
+  static std::string unlabeled_jsonl() { return (root_ / "unlabeled.jsonl").string(); }
+  static std::string unlabeled_ebin() { return (root_ / "unlabeled.ebin").string(); }
+  static std::string path(const std::string& name) { return (root_ / name).string(); }
+  static testing::AppResult predict(const std::string& args) {
+    return testing::run_app("enhanced-predict", "--device cpu --threads 2 --quiet --checkpoint " + checkpoint() + " " + args);
+  }
+
+  static fs::path root_;
+  static DemoFiles files_;
+};
+
+fs::path Predict::root_;
+DemoFiles Predict::files_;
+
+TEST_F(Predict, TopOneIsEnhancedEvalsPredictionAndNpyFilesHoldTheDistribution) {
+  const auto eval = testing::run_app("enhanced-eval", "--device cpu --threads 2 --json --data " + files_.test_ebin +
+                                                          " --checkpoint " + checkpoint() + " --predictions " + path("eval.csv"));
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  const auto run = predict("--data " + files_.test_ebin + " --top-k 4 --out " + path("p.csv") + " --logits " +
+                           path("z.npy") + " --probabilities " + path("p.npy"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.output, "");  // --quiet
+  const std::vector<std::string> rows = lines_of(read_text(path("p.csv"))), eval_rows = lines_of(read_text(path("eval.csv")));
+  ASSERT_EQ(rows.size(), 25u);
+  ASSERT_EQ(eval_rows.size(), 25u);
+  EXPECT_EQ(rows[0], "sample,label_1,probability_1,label_2,probability_2,label_3,probability_3,label_4,probability_4");
+  const std::vector<float> z = npy_values(path("z.npy"), 24, 4), p = npy_values(path("p.npy"), 24, 4);
+  for (size_t s = 0; s < 24; ++s) {
+    const std::vector<std::string> f = fields_of(rows[s + 1]), e = fields_of(eval_rows[s + 1]);
+    ASSERT_EQ(f.size(), 9u);
+    EXPECT_EQ(f[0], std::to_string(s));
+    EXPECT_EQ(f[1], e[2]) << "top label differs from enhanced-eval's, sample " << s;
+    EXPECT_NEAR(std::stod(f[2]), std::stod(e[3]), 1e-6);
+    // The four labels are a permutation, most probable first, each with its .npy probability.
+    std::vector<int> labels;
+    for (int k = 0; k < 4; ++k) {
+      labels.push_back(std::stoi(f[1 + 2 * k]));
+      EXPECT_EQ(std::stof(f[2 + 2 * k]), p[s * 4 + static_cast<size_t>(labels.back())]);
+      if (k) {
+        EXPECT_GE(std::stod(f[2 * k]), std::stod(f[2 + 2 * k]));
+      }
+    }
+    std::sort(labels.begin(), labels.end());
+    EXPECT_EQ(labels, (std::vector<int>{0, 1, 2, 3}));
+    // The probabilities are the softmax of the logits.
+    const float* row = z.data() + s * 4;
+    const double top = *std::max_element(row, row + 4);
+    double sum = 0;
+    for (int l = 0; l < 4; ++l) sum += std::exp(row[l] - top);
+    for (int l = 0; l < 4; ++l) EXPECT_NEAR(p[s * 4 + static_cast<size_t>(l)], std::exp(row[l] - top) / sum, 1e-6);
+  }
+}
+
+TEST_F(Predict, EveryInputFormGivesTheSameBytesAndJsonLinesTheSameContent) {
+  const auto base = predict("--data " + files_.test_ebin + " --top-k 2 --logits " + path("base.npy"));
+  ASSERT_EQ(base.exit_code, 0) << base.output;  // CSV on stdout
+  EXPECT_EQ(lines_of(base.output).size(), 25u);
+  for (const std::string& data : {files_.test_jsonl, unlabeled_jsonl(), unlabeled_ebin()}) {
+    const auto other = predict("--data " + data + " --top-k 2 --logits " + path("other.npy"));
+    ASSERT_EQ(other.exit_code, 0) << other.output;
+    EXPECT_EQ(other.output, base.output) << data;
+    EXPECT_EQ(read_text(path("other.npy")), read_text(path("base.npy"))) << data;
+  }
+  const auto batched = predict("--data " + unlabeled_ebin() + " --top-k 2 --batch-size 5");
+  EXPECT_EQ(batched.output, base.output) << "the batch size changed the predictions";
+  ASSERT_EQ(predict("--data " + unlabeled_ebin() + " --top-k 2 --out " + path("p.jsonl")).exit_code, 0);
+  const std::vector<std::string> json_lines = lines_of(read_text(path("p.jsonl"))), csv = lines_of(base.output);
+  ASSERT_EQ(json_lines.size(), 24u);
+  for (size_t s = 0; s < 24; ++s) {
+    const nlohmann::json j = nlohmann::json::parse(json_lines[s]);
+    const std::vector<std::string> f = fields_of(csv[s + 1]);
+    EXPECT_EQ(j["sample"], s);
+    EXPECT_EQ(j["labels"], nlohmann::json::array({std::stoi(f[1]), std::stoi(f[3])}));
+    EXPECT_EQ(j["probabilities"][0].get<float>(), std::stof(f[2]));
+    EXPECT_EQ(j["probabilities"][1].get<float>(), std::stof(f[4]));
+  }
+  // No temporary is left in the system's temporary directory by the JSON Lines input.
+  for (const auto& entry : fs::directory_iterator(fs::temp_directory_path()))
+    EXPECT_EQ(entry.path().filename().string().find("enhanced-predict.unlabeled.jsonl"), std::string::npos);
+}
+
+TEST_F(Predict, NumPyReadsTheNpyFiles) {
+  ASSERT_EQ(predict("--data " + files_.test_ebin + " --logits " + path("np.npy") + " --out " + path("np.csv")).exit_code, 0);
+  const std::vector<float> z = npy_values(path("np.npy"), 24, 4);
+  // The engine's own .npy reader (embedding tables) agrees...
+  const EmbeddingTable table = load_embedding_table(path("np.npy"), {});
+  EXPECT_EQ(table.rows, 24);
+  EXPECT_EQ(table.dim, 4);
+  EXPECT_EQ(table.values, z);
+  // ...and so does NumPy, element for element.
+  const std::string python = python_with_numpy();
+  if (python.empty()) GTEST_SKIP() << "no Python with NumPy";
+  std::ostringstream expected;
+  expected.precision(9);
+  for (float v : z) expected << v << "\n";
+  write_text(path("np.expected"), expected.str());
+  const std::string script = "import numpy as np; a = np.load('" + path("np.npy") + "'); e = np.loadtxt('" +
+                             path("np.expected") + "', dtype=np.float32).reshape(24, 4); "
+                             "assert a.dtype == np.dtype('<f4') and a.shape == (24, 4) and a.flags.c_contiguous, a; "
+                             "assert (a == e).all(), abs(a - e).max(); print('numpy ok')";
+  const std::string command = python + " -c \"" + script + "\" 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buffer[512] = {};
+  const size_t got = std::fread(buffer, 1, sizeof buffer - 1, pipe);
+  EXPECT_EQ(::pclose(pipe), 0) << std::string(buffer, got);
+  EXPECT_EQ(std::string(buffer, got), "numpy ok\n");
+}
+
+TEST(NpyHeader, IsNumPysVersionOneHeader) {
+  const std::string h = npy_float32_header({24, 4});
+  EXPECT_EQ(h.size() % 64, 0u);
+  EXPECT_EQ(h.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+  EXPECT_EQ(static_cast<size_t>(static_cast<unsigned char>(h[8]) | static_cast<unsigned char>(h[9]) << 8), h.size() - 10);
+  EXPECT_EQ(h.substr(10, 60), "{'descr': '<f4', 'fortran_order': False, 'shape': (24, 4), }");
+  EXPECT_EQ(h.back(), '\n');
+  EXPECT_EQ(h.find_first_not_of(' ', 70), h.size() - 1);
+  const std::string one_dim = "{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }";
+  EXPECT_EQ(npy_float32_header({5}).substr(10, one_dim.size() + 1), one_dim + " ");
+}
+
+TEST_F(Predict, BadInputsAreOneLineAndLeaveNoFile) {
+  const auto expect_error = [&](const std::string& args, const std::string& needle) {
+    const auto run = predict(args + " --out " + path("bad.csv") + " --logits " + path("bad.npy"));
+    EXPECT_EQ(run.exit_code, 1) << args;
+    EXPECT_EQ(run.output.rfind("error: ", 0), 0u) << run.output;
+    EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+    EXPECT_NE(run.output.find(needle), std::string::npos) << "expected '" << needle << "' in " << run.output;
+    EXPECT_FALSE(fs::exists(path("bad.csv")) || fs::exists(path("bad.npy"))) << args;
+  };
+  expect_error("--data " + files_.test_ebin + " --top-k 5", "--top-k 5 is more than " + checkpoint() + "'s 4 labels");
+  expect_error("--data " + path("nope.ebin"), "nope.ebin: cannot open");
+  expect_error("--data " + files_.test_ebin + " --pool time", "--pool time conflicts with " + checkpoint() +
+                                                                   ", whose model has feature");
+  expect_error("--data " + files_.test_ebin + " --blend scalar-mean", "--blend scalar-mean conflicts with ");
+  expect_error("--data " + files_.test_ebin + " --blend max", "--blend: max not in {mean,scalar-mean}");
+  write_text(path("short.jsonl"), lines_of(read_text(unlabeled_jsonl()))[0].substr(0, 40) + "\n");
+  expect_error("--data " + path("short.jsonl"), "short.jsonl: line 1: ");
+  std::string wrong_t = test_util::samples_jsonl(test_util::random_samples(2, 5, 1, 100), false);
+  write_text(path("t5.jsonl"), wrong_t);
+  expect_error("--data " + path("t5.jsonl"), path("t5.jsonl") + ": T = 5 but " + checkpoint() + " was trained with T = 16");
+  const auto unknown = predict("--data " + files_.test_ebin + " --out " + path("bad.txt"));
+  EXPECT_NE(unknown.output.find("error: " + path("bad.txt") + ": unknown prediction format"), std::string::npos)
+      << unknown.output;
+  EXPECT_FALSE(fs::exists(path("bad.txt")));
+  const auto top0 = predict("--data " + files_.test_ebin + " --top-k 0");
+  EXPECT_NE(top0.output.find("error: --top-k must be at least 1, got 0"), std::string::npos) << top0.output;
+}
+
+TEST_F(Predict, TrainingAndEvaluationRefuseAnUnlabeledSetNamingIt) {
+  const auto eval = testing::run_app("enhanced-eval", "--device cpu --data " + unlabeled_ebin() + " --checkpoint " + checkpoint());
+  EXPECT_EQ(eval.exit_code, 1);
+  EXPECT_NE(eval.output.find("error: " + unlabeled_ebin() + ": unlabeled data (no labels), but --data needs labels; "
+                             "enhanced-predict gives an unlabeled set's predictions"),
+            std::string::npos)
+      << eval.output;
+  const std::string train = "--device cpu --quiet --hidden 4 --steps 1 --batch-size 8 --out " + path("unlabeled-run");
+  const auto data = testing::run_app("enhanced-train", train + " --data " + unlabeled_ebin());
+  EXPECT_EQ(data.exit_code, 1);
+  EXPECT_NE(data.output.find("error: " + unlabeled_ebin() + ": unlabeled data (no labels), but --data (training) needs labels"),
+            std::string::npos)
+      << data.output;
+  const auto valid = testing::run_app("enhanced-train", train + " --data " + files_.train_ebin + " --valid " + unlabeled_ebin());
+  EXPECT_EQ(valid.exit_code, 1);
+  EXPECT_NE(valid.output.find("error: " + unlabeled_ebin() + ": unlabeled data (no labels), but --valid (validation) needs labels"),
+            std::string::npos)
+      << valid.output;
+  EXPECT_FALSE(fs::exists(path("unlabeled-run")));
+}
+
+}  // namespace
+}  // namespace enhanced
