@@ -199,7 +199,9 @@ def _csr_from_ragged(rt):
     if rt.shape.rank != 4 or rt.ragged_rank != 3:
         raise ValueError(f"expected a RaggedTensor of shape (N, T, 3, None) with a ragged last axis, got shape "
                          f"{rt.shape} with ragged_rank {rt.ragged_rank}")
-    sample_lengths, position_lengths, list_lengths = (np.asarray(x.numpy(), np.int64) for x in rt.nested_row_lengths())
+    # the splits as they are (row_lengths() would compute them in TensorFlow, slower)
+    sample_lengths, position_lengths, list_lengths = (np.diff(x.numpy().astype(np.int64, copy=False))
+                                                      for x in rt.nested_row_splits)
     return _csr_from_shapes(sample_lengths, position_lengths, list_lengths, rt.flat_values.numpy())
 
 
