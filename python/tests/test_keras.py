@@ -14,9 +14,8 @@ import keras  # noqa: E402
 import enhanced  # noqa: E402
 from enhanced.keras import (EnhancedModel, checkpoint_from_keras, load_into_keras,  # noqa: E402
                             model_from_checkpoint, ragged_to_csr)
-from conftest import run_app  # noqa: E402
-from keras_cases import (BLEND_POOL, assert_engine_agrees, engine_dataset, engine_train, keras_eval,  # noqa: E402
-                         predict_app, ragged, random_config, random_samples, relative_difference)
+from keras_cases import (BLEND_POOL, assert_engine_agrees, engine_dataset, engine_logits, engine_train,  # noqa: E402
+                         keras_eval, predict_app, ragged, random_config, random_samples, relative_difference)
 
 
 def engine_case(tmp_path, seed, blend, pool, steps=8):
@@ -42,14 +41,12 @@ def test_keras_model_from_engine_checkpoint_gives_engine_results(tmp_path, blend
 
 @pytest.mark.parametrize("blend,pool", BLEND_POOL)
 def test_keras_logits_are_enhanced_predict_logits(tmp_path, blend, pool):
-    predict = predict_app()
+    predict_app()
     config, samples, labels, ebin, checkpoint = engine_case(tmp_path, 200 + BLEND_POOL.index((blend, pool)), blend, pool)
-    out = tmp_path / "logits.npy"
-    run_app(predict, "--checkpoint", checkpoint, "--data", ebin, "--logits", out, "--device", "cpu")
-    engine_logits = np.load(out)
+    from_engine = engine_logits(ebin, checkpoint, tmp_path)
     logits = model_from_checkpoint(checkpoint)(ragged(samples)).numpy()
-    assert engine_logits.shape == logits.shape and engine_logits.dtype == np.float32
-    difference = relative_difference(logits, engine_logits)
+    assert from_engine.shape == logits.shape == (len(samples), config.num_labels)
+    difference = relative_difference(logits, from_engine)
     print(f"{blend}/{pool}: enhanced-predict vs Keras logits, max relative difference {difference:.2e}")
     assert difference <= 1e-5
 
