@@ -1,0 +1,88 @@
+"""enhanced.onnx: the ONNX model (run by ONNX Runtime) and the SavedModel (tf.saved_model.load)
+give the Keras model's logits, for both blends and both pools, at two batch sizes."""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np  # noqa: E402
+import onnxruntime  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+
+import enhanced  # noqa: E402
+from enhanced.keras import model_from_checkpoint, ragged_to_csr  # noqa: E402
+from enhanced.onnx import INPUT_NAMES, export_onnx, export_saved_model  # noqa: E402
+from keras_cases import BLEND_POOL, ragged, random_config, random_samples, relative_difference  # noqa: E402
+
+
+def random_checkpoint(path, config, rng):
+    """Weights of a larger scale than an initialisation, so that every part moves the logits."""
+    tensors = {name: rng.normal(0, 0.5, shape).astype(np.float32)
+               for name, shape in enhanced.parameter_shapes(config).items()}
+    enhanced.save_checkpoint(path, config, tensors)
+    return path
+
+
+def batches(rng, config):
+    """Two batches of different sizes; the second has no identifier ids after its first position."""
+    first, _ = random_samples(rng, config, 5)
+    second, _ = random_samples(rng, config, 2)
+    for sample in second:
+        for position in sample:
+            position[0] = []
+    second[0][0][0] = [int(rng.integers(0, config.vocab_size))]
+    return first, second
+
+
+@pytest.mark.parametrize("blend,pool", BLEND_POOL)
+def test_onnx_and_saved_model_give_keras_logits(tmp_path, blend, pool):
+    rng = np.random.default_rng(400 + BLEND_POOL.index((blend, pool)))
+    config = random_config(rng, blend, pool)
+    checkpoint = random_checkpoint(tmp_path / "model.safetensors", config, rng)
+    model = model_from_checkpoint(checkpoint)
+    session = onnxruntime.InferenceSession(str(export_onnx(checkpoint, tmp_path / "model.onnx")),
+                                           providers=["CPUExecutionProvider"])
+    saved = tf.saved_model.load(export_saved_model(model, str(tmp_path / "saved")))
+    serve = saved.signatures["serving_default"]
+    worst = 0.0
+    for samples in batches(rng, config):
+        inputs = ragged(samples)
+        logits = model(inputs).numpy()
+        csr = [t.numpy() for t in ragged_to_csr(inputs, config.seq_len)]
+        from_onnx = session.run(["logits"], dict(zip(INPUT_NAMES, csr)))[0]
+        from_signature = serve(**dict(zip(INPUT_NAMES, map(tf.constant, csr))))["logits"].numpy()
+        from_ragged = saved.ragged(inputs).numpy()
+        from_ragged64 = saved.ragged(tf.cast(inputs, tf.int64)).numpy()
+        for name, other in (("onnx", from_onnx), ("signature", from_signature), ("ragged", from_ragged),
+                            ("ragged int64", from_ragged64)):
+            assert other.shape == logits.shape and other.dtype == np.float32, name
+            difference = relative_difference(other, logits)
+            assert difference <= 1e-5, (name, difference)
+            worst = max(worst, difference)
+    print(f"{blend}/{pool} {config}: ONNX Runtime and SavedModel vs Keras, max relative difference {worst:.2e}")
+
+
+def test_export_refuses_bad_input(tmp_path):
+    config = enhanced.ModelConfig(vocab_size=7, num_labels=2, embedding_dim=2, hidden=2, seq_len=3)
+    rng = np.random.default_rng(9)
+    checkpoint = random_checkpoint(tmp_path / "model.safetensors", config, rng)
+    _, tensors = enhanced.load_checkpoint(checkpoint)
+    tensors["dense.weight"] = tensors["dense.weight"][:, :2]
+    target = tmp_path / "bad.onnx"
+    with pytest.raises(ValueError, match=r"'dense.weight' has shape \[2, 2\], the model needs \[2, 3\]"):
+        export_onnx((config, tensors), target)
+    assert not target.exists()
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "file").write_text("x")
+    with pytest.raises(ValueError, match="exists and is not an empty directory"):
+        export_saved_model(checkpoint, str(occupied))
+    # The SavedModel checks its input as the Keras model does, as a graph assertion.
+    saved = tf.saved_model.load(export_saved_model(checkpoint, str(tmp_path / "saved")))
+    samples, _ = random_samples(rng, config, 2)
+    samples[1][2][2].append(0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"field 2 \(cur_word\) must hold exactly one id"):
+        saved.ragged(ragged(samples))
+    assert sorted(os.listdir(tmp_path)) == ["model.safetensors", "occupied", "saved"]  # no temporaries left
