@@ -47,10 +47,10 @@ def tokenize(text):
     tokens = []
     for match in TOKEN_RE.finditer(text):
         tok = match.group()
-        first = tok[0]
-        if first.isalpha() or first == "_":
+        first = tok[0]  # a non-ASCII letter or digit is matched alone, by \S: punctuation here
+        if first.isascii() and (first.isalpha() or first == "_"):
             kind = "keyword" if tok in KEYWORDS else "name"
-        elif first.isdigit():
+        elif first.isascii() and first.isdigit():
             kind = "number"
         else:
             kind = "punct"
@@ -185,19 +185,26 @@ def find_app(app_dir, name):
     return path
 
 
-def write_split(path, csr, labels, writer, app_dir):
-    """Writes one .ebin: with writer "ebin" through the package's enhanced.write_ebin, with "jsonl"
-    the documented route, JSON Lines then `enhanced-data convert` (both write to a temporary and
-    rename); "auto" is write_ebin where the package has it. Returns the route taken."""
+def resolve_writer(writer, app_dir):
+    """"ebin" (enhanced.write_ebin) or "jsonl" (JSON Lines + enhanced-data convert); "auto" is
+    write_ebin where this checkout's package has it. Fails early when the route is not there."""
     import enhanced
     if writer == "auto":
         writer = "ebin" if hasattr(enhanced, "write_ebin") else "jsonl"
+    if writer == "ebin" and not hasattr(enhanced, "write_ebin"):
+        sys.exit("error: --writer ebin, but this checkout's package (python/) has no enhanced.write_ebin")
+    if writer == "jsonl":
+        find_app(app_dir, "enhanced-data")
+    return writer
+
+
+def write_split(path, csr, labels, writer, app_dir):
+    """Writes one .ebin through enhanced.write_ebin, or the documented route: JSON Lines, then
+    `enhanced-data convert` (both write to a temporary and rename). Returns the route taken."""
     if writer == "ebin":
-        if not hasattr(enhanced, "write_ebin"):
-            sys.exit(f"error: {path}: --writer ebin, but this checkout's package (python/) has no enhanced.write_ebin")
+        import enhanced
         enhanced.write_ebin(path, csr, labels)
         return "write_ebin"
-    convert = find_app(app_dir, "enhanced-data")
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", dir=os.path.dirname(os.path.abspath(path)),
                                      delete=False) as f:
         jsonl = f.name
@@ -205,7 +212,9 @@ def write_split(path, csr, labels, writer, app_dir):
         with open(jsonl, "w") as f:
             f.writelines(jsonl_lines(csr, labels))
         seq_len = str(csr["cur_word"].shape[1])
-        subprocess.run([convert, "convert", jsonl, path, "--seq-len", seq_len], check=True, stdout=subprocess.DEVNULL)
+        convert = [find_app(app_dir, "enhanced-data"), "convert", jsonl, path, "--seq-len", seq_len]
+        if subprocess.run(convert, stdout=subprocess.DEVNULL).returncode != 0:
+            sys.exit(f"error: {path}: enhanced-data convert failed (its message is above)")
     finally:
         os.unlink(jsonl)
     return "jsonl+convert"
@@ -240,8 +249,11 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.seq_len < 1 or args.min_files < 3 or args.max_files < args.min_files or args.max_windows_per_file < 1:
         p.error("need --seq-len >= 1, --min-files >= 3, --max-files >= --min-files, --max-windows-per-file >= 1")
+    if not os.path.isdir(args.source):
+        p.error(f"--source {args.source}: not a directory")
     args.train_stride = args.train_stride or max(1, args.seq_len // 2)
     sys.path.insert(0, os.path.join(repo, "python"))  # `import enhanced` from this checkout
+    args.writer = resolve_writer(args.writer, args.app_dir)
     return args
 
 
