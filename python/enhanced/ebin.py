@@ -68,7 +68,7 @@ def _checked_ids(values, describe):
     if values.dtype.kind == "f":
         bad = np.flatnonzero(~np.isfinite(values) | (values != np.trunc(values)))
         k = int(bad[0]) if bad.size else 0
-        raise ValueError(f"{describe(k)} holds {values[k]!r}, a {values.dtype} number, expected an integer id")
+        raise ValueError(f"{describe(k)} holds {float(values[k])}, a {values.dtype} number, expected an integer id")
     if values.dtype.kind not in "iu":
         raise ValueError(f"{describe(0)} holds {values.dtype} values, expected integer ids")
     if values.dtype.kind == "i" and values.min() < 0:
@@ -89,7 +89,7 @@ def _checked_labels(labels, num_samples):
     if labels.dtype.kind == "f":
         bad = np.flatnonzero(~np.isfinite(labels) | (labels != np.trunc(labels)))
         s = int(bad[0]) if bad.size else 0
-        raise ValueError(f"sample {s}: label {labels[s]!r} is a {labels.dtype} number, expected an integer")
+        raise ValueError(f"sample {s}: label {float(labels[s])} is a {labels.dtype} number, expected an integer")
     if labels.dtype.kind not in "iu":
         raise ValueError(f"labels hold {labels.dtype} values, expected integers")
     if labels.size and labels.dtype.kind == "i" and labels.min() < 0:
