@@ -35,10 +35,14 @@ struct EvalResult {
 };
 
 class Engine;
+class Communicator;
 
 // Runs the engine's model over the dataset in file order (batches of up to batch_size, at most
-// the engine's max batch).
-EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions);
+// the engine's max batch). communicator (nullable) of several ranks: each computes its part of
+// every batch (shard_of) and the sums are reduced, so every rank gets the whole set's result
+// (without predictions: keep_predictions must be false).
+EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions,
+                    Communicator* communicator = nullptr);
 
 // Refuses a set with no samples, naming the file and the flag that gave it: its loss and
 // accuracy would be 0 / 0, and a validation set that scores nothing could never pick a best

@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "enhanced/common.h"
-#include "enhanced/loader.h"
+#include "enhanced/communicator.h"
+#include "enhanced/data_parallel.h"
 #include "enhanced/engine.h"
+#include "enhanced/loader.h"
 
 namespace enhanced {
 
@@ -51,7 +53,25 @@ void check_has_samples(const Dataset& dataset, const std::string& flag) {
   if (dataset.num_samples() == 0) fail(dataset.path(), ": no samples (", flag, " needs at least one)");
 }
 
-EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions) {
+namespace {
+
+// The sums of every rank's result (loss sum in `loss`), the same on every rank.
+void reduce_over_ranks(EvalResult& result, Communicator& communicator) {
+  std::vector<double> sums(result.confusion.begin(), result.confusion.end());  // counts are exact in double
+  sums.push_back(result.loss);
+  sums.push_back(static_cast<double>(result.samples));
+  communicator.sum(sums.data(), sums.size());
+  for (size_t i = 0; i < result.confusion.size(); ++i) result.confusion[i] = static_cast<int64_t>(sums[i]);
+  result.loss = sums[result.confusion.size()];
+  result.samples = static_cast<int64_t>(sums.back());
+}
+
+}  // namespace
+
+EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions,
+                    Communicator* communicator) {
+  const bool sharded = communicator && communicator->size() > 1;
+  if (sharded && keep_predictions) fail("internal: a sharded evaluation keeps no predictions");
   const int L = engine.config().num_labels;
   EvalResult result;
   result.num_labels = L;
@@ -63,7 +83,15 @@ EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool
   loader.start_epoch(0);
   std::vector<float> logits(static_cast<size_t>(batch_size) * L), probabilities(logits.size());
   double loss_sum = 0;
-  while (const Batch* batch = loader.next()) {
+  Batch shard_batch;
+  while (const Batch* whole = loader.next()) {
+    const Batch* batch = whole;
+    if (sharded) {
+      const Shard shard = shard_of(whole->size, communicator->rank(), communicator->size());
+      if (shard.count == 0) continue;
+      slice_batch(shard_batch, *whole, shard.first, shard.count);
+      batch = &shard_batch;
+    }
     loss_sum += engine.forward(*batch, logits.data()) * batch->size;
     softmax_probabilities(probabilities.data(), logits.data(), batch->size, L);
     for (int b = 0; b < batch->size; ++b) {
@@ -75,7 +103,9 @@ EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool
     }
     result.samples += batch->size;
   }
-  result.loss = result.samples ? loss_sum / static_cast<double>(result.samples) : 0.0;
+  result.loss = loss_sum;
+  if (sharded) reduce_over_ranks(result, *communicator);
+  result.loss = result.samples ? result.loss / static_cast<double>(result.samples) : 0.0;
   return result;
 }
 
