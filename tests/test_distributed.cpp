@@ -155,6 +155,21 @@ TEST(Distributed, RerunsAreBitIdenticalAndResumeTakesAnyN) {
   EXPECT_LE(d.worst, tolerance(20, d.largest));
 }
 
+// Batches of 2 over 3 ranks: the third computes nothing and still takes part in every exchange
+// (and in the sharded validation); the weights are those of one process.
+TEST(Distributed, ARankWithoutSamplesInItsPartStillTrains) {
+  SKIP_WITHOUT_MPI();
+  const RunSetup s = setup("empty-part");
+  std::string flags = s.flags + "--optimizer adam --lr 0.01 --steps 20 --valid-every 10 ";
+  flags.replace(flags.find("--batch-size 11"), 15, "--batch-size 2");
+  const AppResult one = train(1, flags + "--out " + (s.dir / "one").string());
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const AppResult three = train(3, flags + "--out " + (s.dir / "three").string());
+  ASSERT_EQ(three.exit_code, 0) << three.output;
+  const Difference d = max_difference(s.dir / "one" / "last.safetensors", s.dir / "three" / "last.safetensors");
+  EXPECT_LE(d.worst, tolerance(20, d.largest));
+}
+
 // A rank whose data file differs from rank 0's: one line naming that rank, its host and the
 // file, and the whole job ends with a non-zero exit, having written no checkpoint.
 TEST(Distributed, ADifferentFileOnOneRankIsOneError) {

@@ -10,10 +10,15 @@ app_dir=$1 mpiexec=$2 work=$3
 [[ $(id -u) == 0 ]] || { echo "SKIPPED: needs root (ip netns add)"; exit 77; }
 command -v ip >/dev/null || { echo "SKIPPED: no ip command (iproute2)"; exit 77; }
 ns1=enh1-$$ ns2=enh2-$$
-cleanup() { ip netns del "$ns1" 2>/dev/null || true; ip netns del "$ns2" 2>/dev/null || true; }
+# Deleting a namespace deletes the veth end inside it, and with it the pair.
+cleanup() {
+  ip link del "v1-$$" 2>/dev/null || true
+  ip netns del "$ns1" 2>/dev/null || true
+  ip netns del "$ns2" 2>/dev/null || true
+}
 trap cleanup EXIT
 ip netns add "$ns1" && ip netns add "$ns2" || { echo "SKIPPED: cannot create network namespaces here"; exit 77; }
-ip link add "v1-$$" type veth peer name "v2-$$"
+ip link add "v1-$$" type veth peer name "v2-$$" || { echo "SKIPPED: cannot create a veth pair here"; exit 77; }
 ip link set "v1-$$" netns "$ns1"
 ip link set "v2-$$" netns "$ns2"
 ip -n "$ns1" addr add 10.213.0.1/24 dev "v1-$$"

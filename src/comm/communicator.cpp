@@ -55,6 +55,7 @@ void Communicator::fail_as(int reporter, const std::string& message) {
   // The reporter's error aborts the job; a rank still here after a minute ends it itself.
   ::sleep(60);
   abort(1);
+  std::_Exit(1);  // abort does not return; the compiler cannot see that through the virtual call
 }
 
 namespace {
