@@ -1,8 +1,26 @@
 // enhanced-train: trains the model on a .ebin dataset (see README "Training").
 #include "enhanced/app.h"
+#include "enhanced/communicator.h"
 #include "enhanced/trainer.h"
 
 namespace {
+
+// Trains as one of the ranks mpirun or srun started (or alone). With several ranks, an error on
+// any is one line naming it and its host, and ends the whole job with a non-zero exit.
+int train_on_ranks(const enhanced::TrainOptions& o) {
+  using namespace enhanced;
+  const std::unique_ptr<Communicator> communicator = make_communicator();
+  if (communicator->size() == 1) return run_training(o, *communicator);
+  try {
+    return run_training(o, *communicator);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: %s: out of memory\n", communicator->name().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s: %s\n", communicator->name().c_str(), e.what());
+  }
+  communicator->abort(1);
+  return 1;  // not reached: abort ends the job
+}
 
 // The learning-rate schedule and what the validations decide (README "Training controls").
 void add_schedule_options(CLI::App& app, enhanced::TrainOptions& o) {
@@ -86,6 +104,10 @@ int main(int argc, char** argv) {
   app.add_option("--valid-every", o.valid_every, "Also validate every N steps (0: at epoch ends only)")
       ->capture_default_str()
       ->check(at_least(int64_t{0}));
+  app.add_option("--check-every", o.check_every,
+                 "Data-parallel runs: steps between the ranks' comparisons of their weights (and at each checkpoint)")
+      ->capture_default_str()
+      ->check(at_least(int64_t{1}));
   app.add_flag("--overwrite", o.overwrite, "Replace the run already in --out (its checkpoints and metrics are removed)");
   add_schedule_options(app, o);
   bool quiet = false;
@@ -98,6 +120,6 @@ int main(int argc, char** argv) {
     o.progress = !quiet;
     o.optimizer.kind = parse_optimizer_kind(optimizer);
     if (!o.resume && o.data_path.empty()) fail("--data is required (unless --resume)");
-    return run_training(o);
+    return train_on_ranks(o);
   });
 }

@@ -25,15 +25,9 @@ inline std::string read_bytes(const std::filesystem::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// `address_space_mib` > 0 runs the app under that RLIMIT_AS (ulimit -v), so that a test can
-// prove an input is refused before a large allocation rather than by it.
-// AddressSanitizer reserves terabytes of shadow address space, so its builds run without the limit.
-inline AppResult run_app(const std::string& app, const std::string& arguments, int address_space_mib = 0) {
-#if defined(__SANITIZE_ADDRESS__)
-  address_space_mib = 0;
-#endif
-  const std::string limit = address_space_mib > 0 ? "ulimit -v " + std::to_string(address_space_mib * 1024) + " && " : "";
-  const std::string command = limit + std::string(ENHANCED_APP_DIR) + "/" + app + " " + arguments + " 2>&1";
+// Runs a shell command line, stdout and stderr together.
+inline AppResult run_command(const std::string& command_line) {
+  const std::string command = command_line + " 2>&1";
   AppResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (!pipe) return result;
@@ -43,6 +37,18 @@ inline AppResult run_app(const std::string& app, const std::string& arguments, i
   const int status = ::pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// Runs an app of the build tree. `address_space_mib` > 0 runs the app under that RLIMIT_AS
+// (ulimit -v), so that a test can prove an input is refused before a large allocation rather
+// than by it. AddressSanitizer reserves terabytes of shadow address space, so its builds run
+// without the limit.
+inline AppResult run_app(const std::string& app, const std::string& arguments, int address_space_mib = 0) {
+#if defined(__SANITIZE_ADDRESS__)
+  address_space_mib = 0;
+#endif
+  const std::string limit = address_space_mib > 0 ? "ulimit -v " + std::to_string(address_space_mib * 1024) + " && " : "";
+  return run_command(limit + std::string(ENHANCED_APP_DIR) + "/" + app + " " + arguments);
 }
 
 // enhanced-train's report of a halt, from "error: non-finite " up to its first ';' (what, step,

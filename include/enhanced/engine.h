@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "enhanced/batch.h"
+#include "enhanced/communicator.h"
 #include "enhanced/device.h"
 #include "enhanced/model.h"
 #include "enhanced/optimizer_config.h"
@@ -34,6 +35,11 @@ struct EngineOptions {
   // torch's CrossEntropyLoss(weight=) semantics. They weigh training steps and compute_gradients;
   // forward (evaluation) stays unweighted, as Keras' class_weight leaves the validation loss.
   std::vector<float> class_weights;
+  // The ranks of a data-parallel run (docs/distributed.md), not owned; null or of size 1: this
+  // process alone. With more ranks, a training step takes the whole batch, computes this rank's
+  // part of it (shard_of) and leaves every rank with the whole batch's loss, gradient and update.
+  // forward and compute_gradients stay local (evaluate divides the batches itself).
+  Communicator* communicator = nullptr;
 };
 
 // Throws Error unless `weights` is empty or holds num_labels non-negative finite numbers.

@@ -36,6 +36,7 @@ struct EvalResult {
 };
 
 class Engine;
+class Communicator;
 
 // What run_inference hands on for each batch: the batch, its mean loss (meaningless on an
 // unlabeled set), logits (B, L) and softmax probabilities (B, L), both on the host.
@@ -44,11 +45,16 @@ using InferenceBatchFn = std::function<void(const Batch& batch, double mean_loss
 
 // Runs the engine's model over the dataset in file order (batches of up to batch_size, at most
 // the engine's max batch, filled by the prefetching loader): the one forward pass of
-// enhanced-eval and enhanced-predict.
-void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch);
+// enhanced-eval, enhanced-predict and validation. communicator (nullable) of several ranks: each
+// rank runs its part of every batch (shard_of) and sees only that part.
+void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch,
+                   Communicator* communicator = nullptr);
 
-// run_inference, scored against the set's labels.
-EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions);
+// run_inference, scored against the set's labels. With a communicator of several ranks the sums
+// are reduced, so every rank gets the whole set's result (without predictions: keep_predictions
+// must be false).
+EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions,
+                    Communicator* communicator = nullptr);
 
 // Refuses a set with no samples, naming the file and the flag that gave it: its loss and
 // accuracy would be 0 / 0, and a validation set that scores nothing could never pick a best

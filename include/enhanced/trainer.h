@@ -47,6 +47,9 @@ struct TrainOptions {
   int64_t valid_every = 0;      // steps between validations, as well as at each epoch end (0: epoch ends only)
   bool progress = true;
   bool overwrite = false;       // replace a run already in out_dir (its files are removed first)
+  // Data-parallel runs (docs/distributed.md): steps between the ranks' comparisons of their
+  // parameters (also compared at every checkpoint).
+  int64_t check_every = 100;
 
   // Learning-rate schedule (src/train/schedule.h): the rate of every step is a function of the
   // step and, for plateau, of the recorded validations.
@@ -67,7 +70,12 @@ struct TrainOptions {
   std::set<std::string> given_flags;
 };
 
+class Communicator;
+
 // Runs the whole training; throws Error on bad input. Returns the process exit code.
+// communicator: the ranks of a data-parallel run (every rank calls this with the same options);
+// without one, this process alone.
 int run_training(TrainOptions options);
+int run_training(TrainOptions options, Communicator& communicator);
 
 }  // namespace enhanced

@@ -10,7 +10,9 @@
 #include <limits>
 #include <thread>
 
+#include "engine/data_parallel.h"
 #include "enhanced/common.h"
+#include "enhanced/data_parallel.h"
 #include "layers/cpu/blas.h"
 #include "layers/dense.h"
 #include "layers/embedding_blend.h"
@@ -18,6 +20,7 @@
 #include "layers/maxpool.h"
 #include "layers/optimizer.h"
 #include "layers/softmax_xent.h"
+#include "steps/softmax_xent_steps.h"
 
 namespace enhanced {
 
@@ -99,14 +102,14 @@ void lstm_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Par
 // d loss / d logits with_gradient).
 template <class Real>
 double head_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, bool with_gradient,
-                    const float* class_weights) {
+                    const float* class_weights, const LossDenominator* whole = nullptr) {
   const ModelConfig& c = params.config;
   const int B = batch.size;
   maxpool_forward(a.pooled, a.argmax, a.y, B, c.seq_len, 2 * c.hidden, c.pool);
   dense_forward(a.logits, a.pooled, params.dense_weight, params.dense_bias, B, c.pooled_features(), c.num_labels);
   double mean_loss = 0;
   softmax_cross_entropy(with_gradient ? a.dlogits : static_cast<Real*>(nullptr), a.sample_losses, &mean_loss, a.logits,
-                        batch.labels.data(), class_weights, B, c.num_labels);
+                        batch.labels.data(), class_weights, B, c.num_labels, whole);
   return mean_loss;
 }
 
@@ -122,13 +125,13 @@ void head_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Par
 
 template <class Real>
 double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, int threads,
-                     bool with_gradient, const float* class_weights) {
+                     bool with_gradient, const float* class_weights, const LossDenominator* whole) {
   const ModelConfig& c = params.config;
   if (batch.seq_len != c.seq_len) fail("batch has T = ", batch.seq_len, ", the model expects T = ", c.seq_len);
   if (batch.size > a.capacity) fail("internal: batch of ", batch.size, " exceeds activations sized for ", a.capacity);
   blend_forward(a, params, batch);
   lstm_forward(a, params, batch.size, threads);
-  return head_forward(a, params, batch, with_gradient, class_weights);
+  return head_forward(a, params, batch, with_gradient, class_weights, whole);
 }
 
 template <class Real>
@@ -142,9 +145,9 @@ void model_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Pa
 template struct Activations<float>;
 template struct Activations<double>;
 template double model_forward<float>(Activations<float>&, const ParameterBuffer<float>&, const Batch&, int, bool,
-                                     const float*);
+                                     const float*, const LossDenominator*);
 template double model_forward<double>(Activations<double>&, const ParameterBuffer<double>&, const Batch&, int, bool,
-                                      const float*);
+                                      const float*, const LossDenominator*);
 template void model_backward<float>(ParameterBuffer<float>&, Activations<float>&, const ParameterBuffer<float>&,
                                     const Batch&, int);
 template void model_backward<double>(ParameterBuffer<double>&, Activations<double>&, const ParameterBuffer<double>&,
@@ -160,15 +163,21 @@ class CpuEngine final : public Engine {
   CpuEngine(ParameterBuffer<float>& params, OptimizerState* optimizer, const EngineOptions& options)
       : params_(params), optimizer_(optimizer), threads_(options.threads),
         max_batch_(options.max_batch), rnn_algorithm_(options.cuda.rnn_algorithm),
-        class_weights_(options.class_weights) {
+        class_weights_(options.class_weights),
+        communicator_(options.communicator && options.communicator->size() > 1 ? options.communicator : nullptr) {
     // An inference engine (enhanced-eval) holds no gradients unless compute_gradients asks
     // (the tests): estimate_memory counts them for training only.
     if (optimizer_) grads_ = ParameterBuffer<float>(params.config);
-    activations_.reserve(params.config, options.max_batch);
+    // A rank of a data-parallel run computes its part of each batch only (shard 0 is the largest).
+    activations_.reserve(params.config, communicator_ ? std::max(1, shard_of(max_batch_, 0, communicator_->size()).count)
+                                                      : options.max_batch);
   }
 
   const ModelConfig& config() const override { return params_.config; }
-  std::string summary() const override { return cat("cpu, ", threads_, " threads"); }
+  std::string summary() const override {
+    if (communicator_) return cat("cpu, ", threads_, " threads a rank, ", communicator_->size(), " ranks");
+    return cat("cpu, ", threads_, " threads");
+  }
   // No cuDNN here: the run records the algorithm it was asked for, unchanged.
   RnnAlgorithm rnn_algorithm() const override { return rnn_algorithm_; }
 
@@ -176,7 +185,14 @@ class CpuEngine final : public Engine {
     if (!optimizer_) fail("internal: this engine was made for inference only");
     if (totals_.halted != Halt::none) return;
     check_step_learning_rate(learning_rate, optimizer_->steps + 1);
-    const double loss = gradients(batch);
+    int64_t correct = 0;
+    double loss = 0;
+    if (communicator_) {
+      loss = shard_gradients(batch, correct);
+    } else {
+      loss = gradients(batch);
+      correct = count_correct(batch.labels.data(), batch.size);
+    }
     if (!std::isfinite(loss)) {
       totals_.halted = Halt::loss;
       totals_.halted_step = optimizer_->steps + 1;
@@ -185,11 +201,7 @@ class CpuEngine final : public Engine {
     }
     optimizer_step(params_, *optimizer_, grads_, rows_, learning_rate);  // a non-finite gradient throws
     clear_gradients();
-    const int L = params_.config.num_labels;
-    for (int b = 0; b < batch.size; ++b) {
-      const float* row = activations_.logits + static_cast<size_t>(b) * L;
-      totals_.correct += (std::max_element(row, row + L) - row) == batch.labels[b];
-    }
+    totals_.correct += correct;
     totals_.loss_sum += loss * batch.size;
     totals_.samples += batch.size;
     totals_.steps += 1;
@@ -235,6 +247,45 @@ class CpuEngine final : public Engine {
     return loss;
   }
 
+  // The whole batch's gradient on every rank of a data-parallel run, from this rank's part of
+  // it (shard_of); returns the whole batch's mean loss, `correct` its samples predicted right.
+  double shard_gradients(const Batch& batch, int64_t& correct) {
+    check_size(batch);
+    ensure_gradients();
+    clear_gradients();
+    const Shard shard = shard_of(batch.size, communicator_->rank(), communicator_->size());
+    // The loss's denominators are the whole batch's, summed in its sample order as one process sums them.
+    const LossDenominator whole{batch.size, steps::total_class_weight(batch.labels.data(), weights_or_null(), batch.size)};
+    double reduced[2] = {0, 0};  // this rank's share of the mean loss, its correct predictions
+    rows_.clear();
+    if (shard.count > 0) {
+      slice_batch(shard_batch_, batch, shard.first, shard.count);
+      embedding_touched_rows(rows_, shard_batch_.identifier_ids.data(),
+                             static_cast<int64_t>(shard_batch_.identifier_ids.size()), shard_batch_.cur_word_ids.data(),
+                             shard_batch_.positions());
+      reduced[0] = model_forward(activations_, params_, shard_batch_, threads_, true, weights_or_null(), &whole);
+      reduced[1] = static_cast<double>(count_correct(shard_batch_.labels.data(), shard.count));
+    }
+    communicator_->sum(reduced, 2);
+    correct = static_cast<int64_t>(reduced[1]);
+    if (!std::isfinite(reduced[0])) return reduced[0];  // every rank halts alike
+    if (shard.count > 0) model_backward(grads_, activations_, params_, shard_batch_, threads_);
+    gradients_written_ = true;
+    exchange_.run(grads_, rows_, *communicator_);
+    return reduced[0];
+  }
+
+  // Samples whose first largest logit (activations_.logits, (B, L)) is the label.
+  int64_t count_correct(const int32_t* labels, int batch) const {
+    const int L = params_.config.num_labels;
+    int64_t correct = 0;
+    for (int b = 0; b < batch; ++b) {
+      const float* row = activations_.logits + static_cast<size_t>(b) * L;
+      correct += (std::max_element(row, row + L) - row) == labels[b];
+    }
+    return correct;
+  }
+
   void ensure_gradients() {
     if (grads_.data.empty()) grads_ = ParameterBuffer<float>(params_.config);
   }
@@ -263,10 +314,13 @@ class CpuEngine final : public Engine {
   int max_batch_;
   RnnAlgorithm rnn_algorithm_;
   std::vector<float> class_weights_;
+  Communicator* communicator_;  // null: alone
   Activations<float> activations_;
   std::vector<int32_t> rows_;
   bool gradients_written_ = false;
   TrainTotals totals_;
+  Batch shard_batch_;
+  GradientExchange exchange_;
 };
 
 // The model's stages alone, on the engine's buffers (the bench times each).

@@ -11,6 +11,7 @@
 #include "enhanced/engine.h"
 #include "enhanced/huge_pages.h"
 #include "enhanced/model.h"
+#include "layers/softmax_xent.h"
 
 namespace enhanced {
 
@@ -27,10 +28,12 @@ struct Activations : ActivationTensors<Real> {
 
 // Runs the model on `batch`; returns the mean loss (class_weights (L, nullable): the weighted
 // loss of layers/softmax_xent.h). With `with_gradient`, also leaves d loss / d logits in
-// activations.dlogits for backward.
+// activations.dlogits for backward. whole (nullable): the batch is one rank's part of a step
+// (softmax_cross_entropy's LossDenominator): the loss returned is its share of the whole mean.
 template <class Real>
 double model_forward(Activations<Real>& activations, const ParameterBuffer<Real>& params, const Batch& batch,
-                     int threads, bool with_gradient, const float* class_weights = nullptr);
+                     int threads, bool with_gradient, const float* class_weights = nullptr,
+                     const LossDenominator* whole = nullptr);
 
 // grads += d loss / d params (the embedding rows named in the batch only). Requires the
 // matching model_forward(..., with_gradient = true) just before.

@@ -38,6 +38,9 @@ std::unique_ptr<Engine> make_engine(Device device, ParameterBuffer<float>& param
   if (device == Device::cpu)
     return allocating(cat("allocating the CPU engine's gradients and activations for batches of up to ", options.max_batch),
                       [&] { return make_cpu_engine(params, optimizer, options); });
+  if (options.communicator && options.communicator->size() > 1)
+    fail("data-parallel training runs on the CPU only so far (--device cpu): the CUDA engine has no NCCL exchange yet "
+         "(docs/distributed.md)");
 #ifdef ENHANCED_HAVE_CUDA
   return make_cuda_engine(params, optimizer, options);
 #else

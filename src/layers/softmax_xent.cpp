@@ -10,8 +10,10 @@ namespace enhanced {
 
 template <class Real>
 void softmax_cross_entropy(Real* dlogits, Real* sample_losses, double* mean_loss, const Real* logits,
-                           const int32_t* labels, const float* class_weights, int batch, int num_labels) {
-  const double total_weight = steps::total_class_weight(labels, class_weights, batch);
+                           const int32_t* labels, const float* class_weights, int batch, int num_labels,
+                           const LossDenominator* whole) {
+  const double total_weight = whole ? whole->total_weight : steps::total_class_weight(labels, class_weights, batch);
+  const int share_batch = whole ? whole->batch : batch;
   double total = 0;
   for (int b = 0; b < batch; ++b) {
     const Real* row = logits + static_cast<size_t>(b) * num_labels;
@@ -24,7 +26,7 @@ void softmax_cross_entropy(Real* dlogits, Real* sample_losses, double* mean_loss
     total += steps::sample_weight(class_weights, labels[b]) * static_cast<double>(loss);
     if (dlogits) {
       Real* grad = dlogits + static_cast<size_t>(b) * num_labels;
-      const Real share = steps::loss_share<Real>(class_weights, labels[b], total_weight, batch);
+      const Real share = steps::loss_share<Real>(class_weights, labels[b], total_weight, share_batch);
       for (int l = 0; l < num_labels; ++l) grad[l] = std::exp(row[l] - shift - log_sum) * share;
       grad[labels[b]] -= share;
     }
@@ -45,9 +47,9 @@ void softmax_forward(Real* probabilities, const Real* logits, int batch, int num
 }
 
 template void softmax_cross_entropy<float>(float*, float*, double*, const float*, const int32_t*, const float*, int,
-                                           int);
+                                           int, const LossDenominator*);
 template void softmax_cross_entropy<double>(double*, double*, double*, const double*, const int32_t*, const float*,
-                                            int, int);
+                                            int, int, const LossDenominator*);
 template void softmax_forward<float>(float*, const float*, int, int);
 template void softmax_forward<double>(double*, const double*, int, int);
 

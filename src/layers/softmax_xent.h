@@ -15,9 +15,19 @@ namespace enhanced {
 // sums in sample order in double. A batch whose weights sum to 0 has loss 0 and a zero gradient
 // (torch gives 0 / 0 = NaN there; nothing of that batch can be learnt either way). The scalars
 // are steps/softmax_xent_steps.h's, shared with the kernel.
+//
+// whole (nullable): when this batch is one rank's part of a data-parallel step, the whole step's
+// B and sum_b w[y_b] (B unweighted): the shares are then those of the whole batch, and mean_loss
+// this part's share of the whole batch's mean (the ranks' values sum to it).
+struct LossDenominator {
+  int batch = 0;
+  double total_weight = 0;
+};
+
 template <class Real>
 void softmax_cross_entropy(Real* dlogits, Real* sample_losses, double* mean_loss, const Real* logits,
-                           const int32_t* labels, const float* class_weights, int batch, int num_labels);
+                           const int32_t* labels, const float* class_weights, int batch, int num_labels,
+                           const LossDenominator* whole = nullptr);
 
 // probabilities (B, L) = softmax(logits).
 template <class Real>

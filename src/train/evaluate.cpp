@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "enhanced/common.h"
-#include "enhanced/loader.h"
+#include "enhanced/communicator.h"
+#include "enhanced/data_parallel.h"
 #include "enhanced/engine.h"
+#include "enhanced/loader.h"
 
 namespace enhanced {
 
@@ -57,7 +59,24 @@ void check_has_labels(const Dataset& dataset, const std::string& flag, const std
          instead);
 }
 
-void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch) {
+namespace {
+
+// The sums of every rank's result (loss sum in `loss`), the same on every rank.
+void reduce_over_ranks(EvalResult& result, Communicator& communicator) {
+  std::vector<double> sums(result.confusion.begin(), result.confusion.end());  // counts are exact in double
+  sums.push_back(result.loss);
+  sums.push_back(static_cast<double>(result.samples));
+  communicator.sum(sums.data(), sums.size());
+  for (size_t i = 0; i < result.confusion.size(); ++i) result.confusion[i] = static_cast<int64_t>(sums[i]);
+  result.loss = sums[result.confusion.size()];
+  result.samples = static_cast<int64_t>(sums.back());
+}
+
+}  // namespace
+
+void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch,
+                   Communicator* communicator) {
+  const bool sharded = communicator && communicator->size() > 1;
   const int L = engine.config().num_labels;
   LoaderOptions options;
   options.batch_size = batch_size;
@@ -65,20 +84,31 @@ void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const
   BatchLoader loader(dataset, options);
   loader.start_epoch(0);
   std::vector<float> logits(static_cast<size_t>(batch_size) * L), probabilities(logits.size());
-  while (const Batch* batch = loader.next()) {
+  Batch shard_batch;
+  while (const Batch* whole = loader.next()) {
+    const Batch* batch = whole;
+    if (sharded) {
+      const Shard shard = shard_of(whole->size, communicator->rank(), communicator->size());
+      if (shard.count == 0) continue;
+      slice_batch(shard_batch, *whole, shard.first, shard.count);
+      batch = &shard_batch;
+    }
     const double loss = engine.forward(*batch, logits.data());
     softmax_probabilities(probabilities.data(), logits.data(), batch->size, L);
     on_batch(*batch, loss, logits.data(), probabilities.data());
   }
 }
 
-EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions) {
+EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions,
+                    Communicator* communicator) {
+  const bool sharded = communicator && communicator->size() > 1;
+  if (sharded && keep_predictions) fail("internal: a sharded evaluation keeps no predictions");
   const int L = engine.config().num_labels;
   EvalResult result;
   result.num_labels = L;
   result.confusion.assign(static_cast<size_t>(L) * L, 0);
   double loss_sum = 0;
-  run_inference(engine, dataset, batch_size, [&](const Batch& batch, double loss, const float*, const float* probabilities) {
+  const auto score = [&](const Batch& batch, double loss, const float*, const float* probabilities) {
     loss_sum += loss * batch.size;
     for (int b = 0; b < batch.size; ++b) {
       const float* row = probabilities + static_cast<size_t>(b) * L;
@@ -88,8 +118,13 @@ EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool
         result.predictions.push_back({batch.sample_indices[b], batch.labels[b], predicted, row[predicted]});
     }
     result.samples += batch.size;
-  });
-  result.loss = result.samples ? loss_sum / static_cast<double>(result.samples) : 0.0;
+  };
+  run_inference(engine, dataset, batch_size, score, communicator);
+  result.loss = loss_sum;
+  if (sharded) reduce_over_ranks(result, *communicator);
+  result.loss = result.samples ? result.loss / static_cast<double>(result.samples) : 0.0;
+  return result;
+}
   return result;
 }
 

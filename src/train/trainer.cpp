@@ -17,6 +17,7 @@
 #include "enhanced/checkpoint.h"
 #include "enhanced/embedding_table.h"
 #include "enhanced/common.h"
+#include "enhanced/communicator.h"
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
 #include "enhanced/evaluate.h"
@@ -24,6 +25,7 @@
 #include "enhanced/progress.h"
 #include "train/run_checks.h"
 #include "train/class_weights.h"
+#include "train/distributed.h"
 #include "train/run_options.h"
 #include "train/run_state.h"
 #include "train/schedule.h"
@@ -152,9 +154,11 @@ ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, 
 
 class TrainingRun {
  public:
-  TrainingRun(TrainOptions options, ParameterBuffer<float> params, const Dataset& train, const Dataset* valid)
+  TrainingRun(TrainOptions options, ParameterBuffer<float> params, const Dataset& train, const Dataset* valid,
+              Communicator& communicator)
       : o_(std::move(options)), params_(std::move(params)), train_(train), valid_(valid),
-        optimizer_(o_.optimizer, params_.config), dir_(o_.out_dir), progress_(o_.progress) {
+        optimizer_(o_.optimizer, params_.config), dir_(o_.out_dir), comm_(communicator),
+        speaks_(communicator.rank() == 0), progress_(o_.progress && speaks_) {
     schedule_.kind = parse_schedule_kind(o_.lr_schedule);
     schedule_.warmup_steps = o_.warmup_steps;
     schedule_.min_lr = o_.min_lr;
@@ -197,11 +201,11 @@ class TrainingRun {
     // A new run resolves its class weights here; a resumed one has them from its state.
     if (!o_.resume || (o_.class_weight_values.empty() && !o_.class_weights.empty()))
       o_.class_weight_values = class_weights_for(o_.class_weights, train_, params_.config.num_labels);
-    engine_ = make_engine(device, params_, &optimizer_,
-                          EngineOptions{o_.batch_size, threads, o_.cuda,
-                                        o_.class_weight_values});
+    EngineOptions options{o_.batch_size, threads, o_.cuda, o_.class_weight_values};
+    options.communicator = &comm_;
+    engine_ = make_engine(device, params_, &optimizer_, options);
     o_.cuda.rnn_algorithm = engine_->rnn_algorithm();  // recorded, so a resume keeps the arithmetic
-    std::fprintf(stderr, "engine: %s\n", engine_->summary().c_str());
+    if (speaks_) std::fprintf(stderr, "engine: %s\n", engine_->summary().c_str());
   }
 
   // The weights came from the state file when the run was built (run_training); this restores
@@ -220,7 +224,7 @@ class TrainingRun {
            " (step ", position_.step, "), which does not fit ", train_.path(), " (", batches_,
            " batches an epoch at batch size ", o_.batch_size, "): the training data changed since the run started");
     monitor_ = replay(position_.validations, monitor_options_);
-    std::fprintf(stderr, "resuming %s at step %lld (epoch %lld, batch %lld)\n", dir_.c_str(),
+    if (speaks_) std::fprintf(stderr, "resuming %s at step %lld (epoch %lld, batch %lld)\n", dir_.c_str(),
                  static_cast<long long>(position_.step), static_cast<long long>(position_.epoch + 1),
                  static_cast<long long>(position_.batch_in_epoch));
   }
@@ -228,6 +232,8 @@ class TrainingRun {
   // Whether a resumed run has anything left to do; says so when not.
   bool has_work() const {
     const bool epoch_end_pending = position_.batch_in_epoch == batches_ && position_.step > 0;
+    if (!speaks_)
+      return !monitor_.stop && (position_.step < total_steps_ || epoch_end_pending);
     if (monitor_.stop)
       std::fprintf(stderr, "nothing to do: early stopping ended the run in %s at step %lld (raise --early-stopping "
                    "to continue it)\n", dir_.c_str(), static_cast<long long>(position_.step));
@@ -244,7 +250,7 @@ class TrainingRun {
   // to do, but its last.safetensors may be behind (a step, or the epoch of the same step):
   // rewritten from the state, always, since that is cheap and never wrong.
   void refresh_last_checkpoint() {
-    save_checkpoint((dir_ / "last.safetensors").string(), params_, checkpoint_metadata());
+    if (speaks_) save_checkpoint((dir_ / "last.safetensors").string(), params_, checkpoint_metadata());
   }
 
   int run() {
@@ -265,9 +271,12 @@ class TrainingRun {
     if (saved_at_step_ != position_.step) save();  // an epoch's end may have saved this step already
     progress_.finish();
     if (monitor_.stop) report_early_stop();
+    if (!speaks_) return 0;
     std::fprintf(stderr, "done: %lld steps in %s; checkpoints in %s\n", static_cast<long long>(position_.step),
                  duration_text(progress_.elapsed_seconds()).c_str(), dir_.c_str());
     if (const std::string note = engine_->closing_note(); !note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+    if (comm_.size() > 1)
+      std::fprintf(stderr, "%s\n", communication_note(comm_, position_.step - first_step_, progress_.elapsed_seconds()).c_str());
     return 0;
   }
 
@@ -276,7 +285,7 @@ class TrainingRun {
 
   // A run that ends between validations says so: its last steps are in last.safetensors only.
   void note_steps_after_the_last_validation() const {
-    if (!valid_) return;
+    if (!valid_ || !speaks_) return;
     int64_t last = total_steps_ / batches_ * batches_;
     if (o_.valid_every > 0) last = std::max(last, total_steps_ / o_.valid_every * o_.valid_every);
     if (last == total_steps_) return;
@@ -290,6 +299,7 @@ class TrainingRun {
   // then killed) are cut, so the resumed run's lines replace them and the file equals the
   // uninterrupted run's. Lines, not bytes: the times in them make the length vary.
   void open_metrics() {
+    if (!speaks_) return;  // rank 0 writes the run's files
     const fs::path path = dir_ / "metrics.jsonl";
     if (o_.resume && fs::exists(path)) {
       // A state written before the count was recorded: keep every line, count them.
@@ -324,6 +334,7 @@ class TrainingRun {
   }
 
   void print_model() const {
+    if (!speaks_) return;
     const ModelConfig& c = params_.config;
     std::fprintf(stderr, "model: V=%lld D=%d H=%d T=%d L=%d blend=%s pool=%s, %zu parameters; %lld steps of %d\n",
                  static_cast<long long>(c.vocab_size), c.embedding_dim, c.hidden, c.seq_len, c.num_labels,
@@ -358,6 +369,7 @@ class TrainingRun {
       if (log_now) log_interval();
       if (valid_now) validate_between_epochs();
       if (checkpoint_now) save();
+      else if (comm_.size() > 1 && position_.step % o_.check_every == 0) check_replicas(comm_, params_, position_.step);
       if (position_.step == total_steps_ || monitor_.stop) {
         epoch_done = epoch_end;
         break;
@@ -382,9 +394,10 @@ class TrainingRun {
   }
 
   void write_metrics(const nlohmann::json& line) {
+    ++metrics_lines_;  // counted on every rank: the state file records it
+    if (!speaks_) return;
     metrics_ << line.dump() << '\n' << std::flush;
     if (!metrics_) fail((dir_ / "metrics.jsonl").string(), ": cannot write (disk full?)");
-    ++metrics_lines_;
   }
 
   void log_interval() {
@@ -428,7 +441,7 @@ class TrainingRun {
   // A validation: into the metrics line and the run's history; best.safetensors when the
   // monitored metric is the best yet; early stopping and plateau decisions follow from the history.
   void validate(nlohmann::json& line) {
-    const EvalResult result = evaluate(*engine_, *valid_, o_.batch_size, false);
+    const EvalResult result = evaluate(*engine_, *valid_, o_.batch_size, false, &comm_);
     const Validation v{position_.step, result.loss, result.accuracy(), result.macro_f1()};
     line["valid_loss"] = v.loss;
     line["valid_accuracy"] = v.accuracy;
@@ -439,7 +452,7 @@ class TrainingRun {
     progress_.note(text);
     position_.validations.push_back(v);
     monitor_ = replay(position_.validations, monitor_options_);
-    if (monitor_.last_is_best) {
+    if (monitor_.last_is_best && speaks_) {
       engine_->sync_to_host();
       save_checkpoint((dir_ / "best.safetensors").string(), params_, checkpoint_metadata());
       exit_if_asked();
@@ -447,6 +460,7 @@ class TrainingRun {
   }
 
   void report_early_stop() const {
+    if (!speaks_) return;
     const double best = monitor_options_.metric == MonitorMetric::valid_loss ? monitor_.best : -monitor_.best;
     std::fprintf(stderr, "early stopping: %s did not improve by more than %g in %lld validations; best %g at step %lld "
                  "(best.safetensors)\n", o_.monitor.c_str(), o_.min_delta, static_cast<long long>(monitor_.wait), best,
@@ -461,17 +475,20 @@ class TrainingRun {
   // detects by step, never a silently inconsistent pair.
   void save() {
     engine_->sync_to_host();
+    check_replicas(comm_, params_, position_.step);
     // Never replace a good checkpoint with a diverged one.
+    // (The ranks' weights agree, checked just above: rank 0 alone reports.)
     for (const float value : params_.data)
       if (!std::isfinite(value))
-        fail("weights became non-finite by step ", position_.step, "; training stopped without saving. The last good "
-             "checkpoint is ", (dir_ / "last.safetensors").string());
+        comm_.fail_as(0, cat("weights became non-finite by step ", position_.step, "; training stopped without saving. "
+                             "The last good checkpoint is ", (dir_ / "last.safetensors").string()));
     position_.metrics_lines = metrics_lines_;
+    saved_at_step_ = position_.step;
+    if (!speaks_) return;
     write_run_state((dir_ / "optimizer.safetensors").string(), params_, optimizer_, o_, position_);
     exit_if_asked();
     save_checkpoint((dir_ / "last.safetensors").string(), params_, checkpoint_metadata());
     exit_if_asked();
-    saved_at_step_ = position_.step;
   }
 
   // Fault injection for the tests: ENHANCED_TEST_EXIT_AFTER_WRITE=N ends the process abruptly
@@ -486,6 +503,7 @@ class TrainingRun {
   int stop_non_finite(double loss, int64_t step, int64_t batch_index) {
     const fs::path last = dir_ / "last.safetensors";
     progress_.finish();
+    if (!speaks_) return 3;
     std::fprintf(stderr, "error: non-finite loss (%g) at step %lld (epoch %lld, batch %lld); training stopped. %s\n",
                  loss, static_cast<long long>(step), static_cast<long long>(position_.epoch + 1),
                  static_cast<long long>(batch_index),
@@ -500,6 +518,8 @@ class TrainingRun {
   const Dataset* valid_;
   OptimizerState optimizer_;
   fs::path dir_;
+  Communicator& comm_;
+  bool speaks_;  // rank 0: writes the files, the progress line and the notes
   RunPosition position_;
   ScheduleOptions schedule_;
   MonitorOptions monitor_options_;
@@ -554,6 +574,12 @@ void check_training_controls(const TrainOptions& o) {
 }  // namespace
 
 int run_training(TrainOptions options) {
+  Communicator alone;
+  return run_training(std::move(options), alone);
+}
+
+int run_training(TrainOptions options, Communicator& communicator) {
+  const bool rank0 = communicator.rank() == 0;
   if (options.out_dir.empty()) fail("--out is required");
   std::unique_ptr<SafetensorsReader> saved_state;  // optimizer.safetensors of the run resumed
   const TrainOptions given = options;              // the command line, before the recorded options
@@ -569,8 +595,9 @@ int run_training(TrainOptions options) {
   if (options.batch_size <= 0) fail("--batch-size must be positive, got ", options.batch_size);
   if (options.log_every <= 0) fail("--log-every must be positive, got ", options.log_every);
   check_training_controls(options);
-  const int threads = configure_cpu_threads(options.threads);
-  const Device device = resolve_device(options.device);
+  if (options.check_every <= 0) fail("--check-every must be positive, got ", options.check_every);
+  const int threads = configure_cpu_threads(threads_for_rank(options.threads, communicator));
+  const Device device = resolve_device(options.device, rank0);
 
   const Dataset train = Dataset::open(options.data_path);
   check_has_labels(train, "--data (training)");
@@ -582,6 +609,8 @@ int run_training(TrainOptions options) {
       fail(options.valid_path, ": T = ", valid.seq_len(), " but ", options.data_path, " has T = ", train.seq_len());
   }
   const Dataset* valid_ptr = options.valid_path.empty() ? nullptr : &valid;
+  check_same_files(communicator, options.valid_path.empty() ? std::vector<std::string>{options.data_path}
+                                                            : std::vector<std::string>{options.data_path, options.valid_path});
   check_run_datasets(options, train, valid_ptr);
   ParameterBuffer<float> params = options.resume ? read_model(*saved_state, "model.") : build_model(options, train, valid_ptr);
   if (options.resume || !options.init_from.empty()) check_run_memory(params.config, options, params.size() * sizeof(float));
@@ -592,7 +621,7 @@ int run_training(TrainOptions options) {
   train.check_fits_model(params.config.vocab_size, params.config.num_labels);
   if (valid_ptr) valid.check_fits_model(params.config.vocab_size, params.config.num_labels);
 
-  TrainingRun run(options, std::move(params), train, valid_ptr);
+  TrainingRun run(options, std::move(params), train, valid_ptr, communicator);
   if (options.resume) {
     run.resume(*saved_state);
     saved_state.reset();  // its moments now live in the optimizer state: do not hold two copies
@@ -602,6 +631,10 @@ int run_training(TrainOptions options) {
     }
   }
   run.check_controls_fit_the_run();
+  if (!rank0) {  // rank 0 alone touches --out
+    run.use_device(device, threads);
+    return run.run();
+  }
   prepare_run_files(options);
   OutputDirectory out(options.out_dir);
   remove_stale_temp_files(options.out_dir);  // left by a run killed with SIGKILL

@@ -1,0 +1,235 @@
+// Data-parallel training (docs/distributed.md) as users run it: enhanced-train under
+// `mpirun --allow-run-as-root --oversubscribe -np N` against the same command in one process.
+// Every test is SKIPPED, with the reason, in a build without MPI.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "app_runner.h"
+#include "enhanced/checkpoint.h"
+#include "enhanced/common.h"
+#include "enhanced/demo.h"
+
+namespace enhanced {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::AppResult;
+using testing::run_command;
+
+#ifdef ENHANCED_HAVE_MPI
+#define SKIP_WITHOUT_MPI()
+#else
+#define SKIP_WITHOUT_MPI() GTEST_SKIP() << "this build has no MPI (ENHANCED_MPI=OFF, or libopenmpi-dev not installed)"
+#define ENHANCED_MPIEXEC "mpirun"
+#endif
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::path(ENHANCED_TEST_TMP) / "distributed" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// enhanced-train with `flags`, alone (ranks 1: no launcher at all) or as `ranks` MPI ranks.
+AppResult train(int ranks, const std::string& flags) {
+  const std::string app = std::string(ENHANCED_APP_DIR) + "/enhanced-train " + flags;
+  if (ranks == 1) return run_command(app);
+  return run_command(cat(ENHANCED_MPIEXEC, " --allow-run-as-root --oversubscribe -np ", ranks, " ", app));
+}
+
+// The largest |a - b| over every parameter of two checkpoints of the same model, and the
+// largest |a| (the scale of the weights' float32 rounding).
+struct Difference {
+  double worst = 0;
+  double largest = 0;
+};
+
+Difference max_difference(const fs::path& a, const fs::path& b) {
+  const ParameterBuffer<float> x = load_checkpoint(a.string()), y = load_checkpoint(b.string());
+  EXPECT_EQ(x.size(), y.size());
+  Difference out;
+  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
+    out.worst = std::max(out.worst, std::abs(static_cast<double>(x.data[i]) - y.data[i]));
+    out.largest = std::max(out.largest, std::abs(static_cast<double>(x.data[i])));
+  }
+  return out;
+}
+
+// How far N ranks may end from one process after `steps` steps. The two compute the same
+// arithmetic on the same weights except for the order of float32 additions: each gradient
+// element is a sum over the batch's samples or positions, which the ranks form as partial sums
+// added in rank order (the loss's denominators are the whole batch's, computed as one process
+// does). Reordering a sum moves it by a few units in the last place of its terms' scale; the
+// update inherits that relative change, far below half an ulp of a weight at these learning
+// rates, and each step rounds every weight once (half an ulp). So each step may put the two
+// runs at most an ulp or two apart, and over S steps (too few for the differences to grow by
+// feedback through later gradients) they stay within S * 2 ulps of the largest weight:
+// S * 2 * 2^-23 * max|w|.
+double tolerance(int steps, double largest_weight) { return steps * 2.0 * std::ldexp(1.0, -23) * largest_weight; }
+
+// The small demo set (80 samples, T = 16) and a tiny model; batches of 11 split unevenly over 2
+// and 3 ranks (6 + 5, 4 + 4 + 3), the epoch's last batch of 3 too.
+struct RunSetup {
+  fs::path dir;
+  std::string flags;
+};
+
+RunSetup setup(const std::string& name) {
+  const fs::path dir = scratch(name);
+  const DemoFiles files = testing::write_small_demo(dir / "data");
+  return {dir, "--data " + files.train_ebin + " --valid " + files.valid_ebin + " --pretrained " + files.embeddings +
+                   " --embedding-dim 8 --hidden 6 --batch-size 11 --threads 1 --quiet --seed 5 --log-every 5 "};
+}
+
+struct Case {
+  const char* name;
+  const char* flags;
+};
+
+TEST(Distributed, TwentyStepsMatchOneProcess) {
+  SKIP_WITHOUT_MPI();
+  const Case cases[] = {
+      {"sgd-momentum-dense-feature", "--optimizer sgd --lr 0.1 --momentum 0.9"},
+      {"sgd-momentum-lazy-time", "--optimizer sgd --lr 0.1 --momentum 0.9 --lazy-embedding-updates --pool time"},
+      {"sgd-momentum-dense-time-weighted-clipped",
+       "--optimizer sgd --lr 0.1 --momentum 0.9 --pool time --class-weights balanced --clip-norm 0.05"},
+      {"sgd-momentum-lazy-feature", "--optimizer sgd --lr 0.1 --momentum 0.9 --lazy-embedding-updates"},
+      {"adam-dense-feature", "--optimizer adam --lr 0.01"},
+      {"adam-lazy-time", "--optimizer adam --lr 0.01 --lazy-embedding-updates --pool time"},
+      {"adam-dense-time", "--optimizer adam --lr 0.01 --pool time"},
+      {"adam-lazy-feature-weighted-clipped",
+       "--optimizer adam --lr 0.01 --lazy-embedding-updates --class-weights balanced --clip-norm 0.05"},
+  };
+  const RunSetup s = setup("match");
+  for (const Case& c : cases) {
+    const std::string flags = s.flags + c.flags + " --steps 20 --valid-every 10 ";
+    const fs::path one = s.dir / c.name / "one";
+    const AppResult alone = train(1, flags + "--out " + one.string());
+    ASSERT_EQ(alone.exit_code, 0) << c.name << "\n" << alone.output;
+    for (const int ranks : {2, 3}) {
+      const fs::path out = s.dir / c.name / std::to_string(ranks);
+      const AppResult run = train(ranks, flags + "--out " + out.string());
+      ASSERT_EQ(run.exit_code, 0) << c.name << " on " << ranks << " ranks\n" << run.output;
+      const Difference d = max_difference(one / "last.safetensors", out / "last.safetensors");
+      EXPECT_LE(d.worst, tolerance(20, d.largest)) << c.name << " on " << ranks << " ranks";
+      EXPECT_GT(d.largest, 0.0);
+    }
+  }
+}
+
+// The same command with the same N gives the same bits; a run of 2 ranks resumed with 3 ends
+// where one process ends (within the tolerance), and a rerun of that resume gives its bits again.
+TEST(Distributed, RerunsAreBitIdenticalAndResumeTakesAnyN) {
+  SKIP_WITHOUT_MPI();
+  const RunSetup s = setup("rerun");
+  const std::string flags = s.flags + "--optimizer adam --lr 0.01 --lazy-embedding-updates --pool time ";
+  for (const char* run : {"a", "b"}) {
+    const AppResult r = train(3, flags + "--steps 20 --out " + (s.dir / run).string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  EXPECT_EQ(testing::read_bytes(s.dir / "a" / "last.safetensors"), testing::read_bytes(s.dir / "b" / "last.safetensors"));
+  EXPECT_EQ(testing::read_bytes(s.dir / "a" / "optimizer.safetensors"),
+            testing::read_bytes(s.dir / "b" / "optimizer.safetensors"));
+  const AppResult one = train(1, flags + "--steps 20 --out " + (s.dir / "one").string());
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  // Rank 0 alone writes the metrics: the lines of one process, none twice.
+  const auto lines = [](const fs::path& path) {
+    const std::string text = testing::read_bytes(path);
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  EXPECT_EQ(lines(s.dir / "a" / "metrics.jsonl"), lines(s.dir / "one" / "metrics.jsonl"));
+  for (const char* run : {"c", "d"}) {
+    const std::string out = (s.dir / run).string();
+    const AppResult first = train(2, flags + "--steps 10 --out " + out);
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const AppResult resumed = train(3, "--resume --steps 20 --quiet --out " + out);
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("resuming"), std::string::npos) << resumed.output;
+  }
+  EXPECT_EQ(testing::read_bytes(s.dir / "c" / "last.safetensors"), testing::read_bytes(s.dir / "d" / "last.safetensors"));
+  const Difference d = max_difference(s.dir / "one" / "last.safetensors", s.dir / "c" / "last.safetensors");
+  EXPECT_LE(d.worst, tolerance(20, d.largest));
+}
+
+// Batches of 2 over 3 ranks: the third computes nothing and still takes part in every exchange
+// (and in the sharded validation); the weights are those of one process.
+TEST(Distributed, ARankWithoutSamplesInItsPartStillTrains) {
+  SKIP_WITHOUT_MPI();
+  const RunSetup s = setup("empty-part");
+  std::string flags = s.flags + "--optimizer adam --lr 0.01 --steps 20 --valid-every 10 ";
+  flags.replace(flags.find("--batch-size 11"), 15, "--batch-size 2");
+  const AppResult one = train(1, flags + "--out " + (s.dir / "one").string());
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const AppResult three = train(3, flags + "--out " + (s.dir / "three").string());
+  ASSERT_EQ(three.exit_code, 0) << three.output;
+  const Difference d = max_difference(s.dir / "one" / "last.safetensors", s.dir / "three" / "last.safetensors");
+  EXPECT_LE(d.worst, tolerance(20, d.largest));
+}
+
+// A rank whose data file differs from rank 0's: one line naming that rank, its host and the
+// file, and the whole job ends with a non-zero exit, having written no checkpoint.
+TEST(Distributed, ADifferentFileOnOneRankIsOneError) {
+  SKIP_WITHOUT_MPI();
+  const RunSetup s = setup("bad-file");
+  DemoOptions other;
+  other.train_samples = 81;  // another file of the same kind
+  other.valid_samples = 24;
+  other.test_samples = 24;
+  other.seq_len = 16;
+  other.vocab_size = 128;
+  other.embedding_dim = 8;
+  const DemoFiles files = write_demo((s.dir / "other").string(), other);
+  const std::string app = std::string(ENHANCED_APP_DIR) + "/enhanced-train ";
+  const std::string flags = "--pretrained " + (s.dir / "data" / "emb.bin").string() +
+                            " --embedding-dim 8 --hidden 6 --batch-size 11 --threads 1 --quiet --steps 5 --out " +
+                            (s.dir / "run").string();
+  // MPMD: rank 0 reads the demo's training set, rank 1 the other one.
+  const AppResult r = run_command(cat(ENHANCED_MPIEXEC, " --allow-run-as-root --oversubscribe -np 1 ", app, flags,
+                                      " --data ", (s.dir / "data" / "train.ebin").string(), " : -np 1 ", app, flags,
+                                      " --data ", files.train_ebin));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const std::string line = "error: rank 1 (";
+  ASSERT_NE(r.output.find(line), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(line), r.output.rfind(line)) << "one error line\n" << r.output;
+  EXPECT_NE(r.output.find(files.train_ebin + " is not the file rank 0 reads"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(s.dir / "run" / "last.safetensors"));
+}
+
+// kill -9 of one rank brings the whole job down within a bounded time (measured: about a
+// second here; 30 s is the bound asserted), the last checkpoint stays loadable, and --resume
+// with the same N ends with the bits of the uninterrupted run.
+TEST(Distributed, AKilledRankEndsTheJobAndTheRunResumes) {
+  SKIP_WITHOUT_MPI();
+  const RunSetup s = setup("kill");
+  const std::string flags = s.flags + "--optimizer sgd --lr 0.05 --momentum 0.9 --checkpoint-every 10 --steps 300 ";
+  const AppResult whole = train(2, flags + "--out " + (s.dir / "whole").string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const fs::path run = s.dir / "killed", pid = s.dir / "rank1.pid";
+  const std::string app = std::string(ENHANCED_APP_DIR) + "/enhanced-train " + flags + "--out " + run.string();
+  // Rank 1 records its pid (exec keeps it); the script kills it once a checkpoint exists and
+  // reports how long the job took to end after the kill.
+  const std::string script = cat(
+      "(", ENHANCED_MPIEXEC, " --allow-run-as-root --oversubscribe -np 1 ", app, " : -np 1 sh -c 'echo $$ > ", pid.string(),
+      "; exec ", app, "' > ", (s.dir / "job.log").string(), " 2>&1; echo $? > ", (s.dir / "job.exit").string(), ") & job=$!; ",
+      "for i in $(seq 600); do [ -f ", (run / "optimizer.safetensors").string(), " ] && [ -f ", pid.string(),
+      " ] && break; sleep 0.05; done; kill -9 $(cat ", pid.string(), "); start=$(date +%s%N); wait $job; ",
+      "echo seconds $(( ($(date +%s%N) - start) / 1000000 ))ms");
+  const AppResult killed = run_command(script);
+  std::printf("job down after the kill: %s", killed.output.c_str());
+  const std::string exit_text = testing::read_bytes(s.dir / "job.exit");
+  EXPECT_NE(std::atoi(exit_text.c_str()), 0) << testing::read_bytes(s.dir / "job.log");
+  const size_t at = killed.output.find("seconds ");
+  ASSERT_NE(at, std::string::npos) << killed.output;
+  EXPECT_LT(std::atol(killed.output.c_str() + at + 8), 30000) << killed.output;
+  EXPECT_GT(load_checkpoint((run / "last.safetensors").string()).size(), 0u);
+  const AppResult resumed = train(2, "--resume --quiet --out " + run.string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(testing::read_bytes(run / "last.safetensors"), testing::read_bytes(s.dir / "whole" / "last.safetensors"));
+}
+
+}  // namespace
+}  // namespace enhanced
