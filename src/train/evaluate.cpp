@@ -125,7 +125,5 @@ EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool
   result.loss = result.samples ? result.loss / static_cast<double>(result.samples) : 0.0;
   return result;
 }
-  return result;
-}
 
 }  // namespace enhanced
