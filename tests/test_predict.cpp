@@ -162,6 +162,16 @@ TEST_F(Predict, EveryInputFormGivesTheSameBytesAndJsonLinesTheSameContent) {
     EXPECT_EQ(entry.path().filename().string().find("enhanced-predict.unlabeled.jsonl"), std::string::npos);
 }
 
+TEST_F(Predict, ProgressLineOnStderrUnlessQuiet) {
+  const auto run = testing::run_app("enhanced-predict", "--device cpu --threads 2 --checkpoint " + checkpoint() +
+                                                            " --data " + files_.test_ebin + " --out " + path("progress.csv"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("engine: cpu"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("predict: 24/24 samples  "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(" samples/s  ETA "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("24 samples in "), std::string::npos) << run.output;
+}
+
 TEST_F(Predict, NumPyReadsTheNpyFiles) {
   ASSERT_EQ(predict("--data " + files_.test_ebin + " --logits " + path("np.npy") + " --out " + path("np.csv")).exit_code, 0);
   const std::vector<float> z = npy_values(path("np.npy"), 24, 4);
