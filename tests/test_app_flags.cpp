@@ -72,6 +72,11 @@ TEST(AppFlags, EvalAndDataRefuseEachBadNumberWithASentence) {
       {"enhanced-data", "demo " ENHANCED_TEST_TMP "/flags-demo --train 0", "error: --train must be at least 1, got 0"},
       {"enhanced-data", "demo " ENHANCED_TEST_TMP "/flags-demo -T 1", "error: --seq-len must be at least 2, got 1"},
       {"enhanced-data", "demo " ENHANCED_TEST_TMP "/flags-demo --dim x", "error: --dim must be a whole number at least 1, got 'x'"},
+      {"enhanced-data", "split a.ebin p --fractions 0.5,x", "error: --fractions must be a finite number greater than 0, got 'x'"},
+      {"enhanced-predict", "--data x.ebin --checkpoint x.safetensors --top-k 0", "error: --top-k must be at least 1, got 0"},
+      {"enhanced-predict", "--data x.ebin --checkpoint x.safetensors --batch-size 0",
+       "error: --batch-size must be at least 1, got 0"},
+      {"enhanced-predict", "--data x.ebin --checkpoint x.safetensors --pool max", "error: --pool: max not in {feature,time} (see --help)"},
   };
   for (const FlagCase& c : cases) expect_refused(c);
 }

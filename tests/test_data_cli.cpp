@@ -40,7 +40,7 @@ TEST(DataCli, HelpAndVersion) {
   const std::string dir = scratch_dir();
   AppResult help = run_data_app("--help", dir);
   EXPECT_EQ(help.status, 0);
-  for (const char* sub : {"convert", "inspect", "demo"}) EXPECT_NE(help.out.find(sub), std::string::npos) << help.out;
+  for (const char* sub : {"convert", "split", "inspect", "demo"}) EXPECT_NE(help.out.find(sub), std::string::npos) << help.out;
   AppResult version = run_data_app("--version", dir);
   EXPECT_EQ(version.status, 0);
   EXPECT_NE(version.out.find(version_string()), std::string::npos) << version.out;

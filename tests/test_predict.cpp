@@ -15,6 +15,7 @@
 #include "data_test_util.h"
 #include "enhanced/dataset.h"
 #include "enhanced/embedding_table.h"
+#include "enhanced/engine.h"
 #include "enhanced/jsonl.h"
 #include "enhanced/npy.h"
 
@@ -161,6 +162,16 @@ TEST_F(Predict, EveryInputFormGivesTheSameBytesAndJsonLinesTheSameContent) {
     EXPECT_EQ(entry.path().filename().string().find("enhanced-predict.unlabeled.jsonl"), std::string::npos);
 }
 
+TEST_F(Predict, ProgressLineOnStderrUnlessQuiet) {
+  const auto run = testing::run_app("enhanced-predict", "--device cpu --threads 2 --checkpoint " + checkpoint() +
+                                                            " --data " + files_.test_ebin + " --out " + path("progress.csv"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("engine: cpu"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("predict: 24/24 samples  "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(" samples/s  ETA "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("24 samples in "), std::string::npos) << run.output;
+}
+
 TEST_F(Predict, NumPyReadsTheNpyFiles) {
   ASSERT_EQ(predict("--data " + files_.test_ebin + " --logits " + path("np.npy") + " --out " + path("np.csv")).exit_code, 0);
   const std::vector<float> z = npy_values(path("np.npy"), 24, 4);
@@ -187,6 +198,20 @@ TEST_F(Predict, NumPyReadsTheNpyFiles) {
   const size_t got = std::fread(buffer, 1, sizeof buffer - 1, pipe);
   EXPECT_EQ(::pclose(pipe), 0) << std::string(buffer, got);
   EXPECT_EQ(std::string(buffer, got), "numpy ok\n");
+}
+
+TEST(PredictApp, HelpAndVersion) {
+  const auto help = testing::run_app("enhanced-predict", "--help");
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* flag : {"--checkpoint", "--data", "--out", "--top-k", "--logits", "--probabilities", "--device",
+                           "--batch-size", "--threads", "--blend", "--pool", "--quiet"})
+    EXPECT_NE(help.output.find(flag), std::string::npos) << flag << "\n" << help.output;
+  const auto version = testing::run_app("enhanced-predict", "--version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_NE(version.output.find(version_string()), std::string::npos) << version.output;
+  const auto missing = testing::run_app("enhanced-predict", "--data x.ebin");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.output.rfind("error: --checkpoint is required", 0), 0u) << missing.output;
 }
 
 TEST(NpyHeader, IsNumPysVersionOneHeader) {
