@@ -56,7 +56,7 @@ def onnx_model(checkpoint):
                  "zero": np.array([0], np.int64), "dim": np.array([D], np.int64),
                  "x_shape": np.array([-1, T, D], np.int64), "y_shape": np.array([-1, T, 2 * H], np.int64),
                  "half": np.array(0.5, np.float32), "one_f": np.array(1.0, np.float32),
-                 "zero_f": np.array(0.0, np.float32), "dim_f": np.array(float(D), np.float32)}
+                 "zero_f": np.array(0.0, np.float32)}
     n = helper.make_node
     nodes = [
         n("Reshape", ["identifier_lengths", "minus_one"], ["counts"]),  # (P,)
@@ -85,6 +85,7 @@ def onnx_model(checkpoint):
     if config.blend == "mean":
         nodes += [n("Div", ["half", "divisor"], ["scale"]), n("Mul", ["sums", "scale"], ["identifier_half"])]
     else:  # one mean over all n * D numbers (tf.reduce_mean without an axis)
+        constants["dim_f"] = np.array(float(D), np.float32)
         nodes += [n("ReduceSum", ["sums", "one"], ["total"], keepdims=1), n("Mul", ["half", "total"], ["half_total"]),
                   n("Mul", ["divisor", "dim_f"], ["numbers"]), n("Div", ["half_total", "numbers"], ["identifier_half"])]
     pool_axis = 2 if config.pool == "feature" else 1
