@@ -68,12 +68,22 @@ def write_safetensors(path, tensors, metadata=None):
     write_atomically(path, [len(text).to_bytes(8, "little"), text, *blobs])
 
 
+def umask_mode(mode):
+    """`mode` (0o666 for files, 0o777 for directories) less the process umask: what open() or
+    mkdir() would give. tempfile's own 0600/0700 would leave the outputs private."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return mode & ~umask
+
+
 def write_atomically(path, pieces):
     """Writes the byte strings into a temporary file beside `path`, flushes it and renames it over
-    `path`: a crash or an exception leaves the old file (or none) and no partial one."""
+    `path`: a crash or an exception leaves the old file (or none) and no partial one. The file gets
+    the mode a plain open() would (0666 less the umask)."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, temporary = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=directory)
     try:
+        os.fchmod(fd, umask_mode(0o666))
         with os.fdopen(fd, "wb") as f:
             for piece in pieces:
                 f.write(piece)

@@ -1,5 +1,7 @@
 """enhanced.load_checkpoint / save_checkpoint against the engine's own checkpoints."""
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -70,3 +72,31 @@ def test_not_a_checkpoint(tmp_path):
         enhanced.load_checkpoint(path)
     with pytest.raises(ValueError, match="hidden must be a positive integer"):
         enhanced.ModelConfig(vocab_size=10, num_labels=2, hidden=0)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_written_files_have_the_mode_of_a_plain_open(trained_checkpoint, tmp_path, umask):
+    """write_ebin, save_checkpoint and export_onnx follow the umask as open() does (tempfile alone
+    would make them 0600)."""
+    config, tensors = enhanced.load_checkpoint(trained_checkpoint)
+    samples = [[[[1, 2], [], [3]], [[], [4], [5]]]]
+    previous = os.umask(umask)
+    try:
+        with open(tmp_path / "plain", "wb"):
+            pass
+        enhanced.write_ebin(tmp_path / "data.ebin", samples, labels=[1])
+        enhanced.save_checkpoint(tmp_path / "copy.safetensors", config, tensors)
+        written = [tmp_path / "data.ebin", tmp_path / "copy.safetensors"]
+        try:
+            from enhanced.onnx import export_onnx
+            written.append(export_onnx((config, tensors), tmp_path / "model.onnx"))
+        except ImportError:  # onnx is optional
+            pass
+    finally:
+        os.umask(previous)
+    expected = stat.S_IMODE(os.stat(tmp_path / "plain").st_mode)
+    assert expected == 0o666 & ~umask
+    for path in written:
+        assert stat.S_IMODE(os.stat(path).st_mode) == expected, path
+    if umask == previous:  # the engine's own checkpoint, written under the same umask
+        assert stat.S_IMODE(os.stat(trained_checkpoint).st_mode) == expected
