@@ -33,6 +33,16 @@ def _long(x, device):
     return torch.from_numpy(np.array(x, dtype=np.int64)).to(device)
 
 
+def _require_in_range(values, low, high, name, seq_len):
+    """ValueError naming the sample and the position (index p: sample p // T, position p % T) of
+    the first of `values` (one per position, (B*T,)) outside [low, high)."""
+    bad = (values < low) | (values >= high)
+    if bad.any():  # one device sync, only the error path looks further
+        p = int(bad.nonzero()[0, 0])
+        raise ValueError(f"{name} must be in [{low}, {high}): sample {p // seq_len}, position {p % seq_len} "
+                         f"holds {int(values[p])}")
+
+
 class EnhancedModule(nn.Module):
     """Embedding blend -> BiLSTM -> max-pool -> dense (docs/model.md); `forward` returns logits
     (B, L). A fresh module has PyTorch's default initialisation, not the engine's."""
@@ -57,7 +67,9 @@ class EnhancedModule(nn.Module):
         save_checkpoint(path, self.config, {name: t.detach().cpu().numpy() for name, t in self.state_dict().items()})
 
     def _csr(self, identifier_ids, lengths, offsets, mask, positions):
-        """(ids (n,), offsets (B*T+1,) from 0) from either input form."""
+        """(ids (n,), offsets (B*T+1,) from 0) from either input form, checked: ValueError naming the
+        sample and the position of a negative length or an id outside [0, V)."""
+        seq_len = self.config.seq_len
         device = self.embedding.weight.device
         given = sum(x is not None for x in (lengths, offsets, mask))
         if given != 1:
@@ -68,9 +80,10 @@ class EnhancedModule(nn.Module):
                 raise ValueError("padded identifier_ids (B, T, K) take identifier_lengths or identifier_mask")
             if mask is None:
                 lengths = _long(lengths, device)
-                if lengths.numel() != positions or (lengths > ids.shape[2]).any():
-                    raise ValueError(f"identifier_lengths: expected (B, T) = {positions} counts of at most K = "
-                                     f"{ids.shape[2]}, got shape {list(lengths.shape)}")
+                if lengths.numel() != positions:
+                    raise ValueError(f"identifier_lengths: expected (B, T) = {positions} counts, "
+                                     f"got shape {list(lengths.shape)}")
+                _require_in_range(lengths.reshape(-1), 0, ids.shape[2] + 1, "identifier_lengths", seq_len)
                 mask = torch.arange(ids.shape[2], device=device) < lengths.reshape(ids.shape[:2]).unsqueeze(2)
             mask = torch.as_tensor(mask, device=device).bool()
             if mask.shape != ids.shape or ids.shape[0] * ids.shape[1] != positions:
@@ -90,6 +103,13 @@ class EnhancedModule(nn.Module):
         if offsets.numel() != positions + 1 or offsets[-1] != ids.numel():
             raise ValueError(f"identifier lengths/offsets: expected {positions} positions holding the "
                              f"{ids.numel()} ids, got {offsets.numel() - 1} positions holding {int(offsets[-1])}")
+        _require_in_range(offsets[1:] - offsets[:-1], 0, ids.numel() + 1, "identifier lengths", seq_len)
+        bad = (ids < 0) | (ids >= self.config.vocab_size)
+        if bad.any():  # named by its position: the last offset at or before it
+            k = int(bad.nonzero()[0, 0])
+            position = int(torch.searchsorted(offsets, k, right=True)) - 1
+            raise ValueError(f"identifier ids must be in [0, {self.config.vocab_size}): sample "
+                             f"{position // seq_len}, position {position % seq_len} holds {int(ids[k])}")
         return ids, offsets
 
     def blend(self, cur_word, ids, offsets):
@@ -110,6 +130,7 @@ class EnhancedModule(nn.Module):
         cur_word = _long(cur_word, self.embedding.weight.device)
         if cur_word.dim() != 2 or cur_word.shape[1] != self.config.seq_len:
             raise ValueError(f"cur_word: expected (B, T) with T = {self.config.seq_len}, got {list(cur_word.shape)}")
+        _require_in_range(cur_word.reshape(-1), 0, self.config.vocab_size, "cur_word ids", self.config.seq_len)
         ids, offsets = self._csr(identifier_ids, identifier_lengths, identifier_offsets, identifier_mask,
                                  cur_word.numel())
         y, _ = self.lstm(self.blend(cur_word, ids, offsets))                                    # (B, T, 2H)

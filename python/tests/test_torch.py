@@ -139,6 +139,57 @@ def test_bad_batches_are_refused():
         module(cur_word, ids.astype(np.float32), lengths)
 
 
+def padded(ids, lengths):
+    """(B, T, K) ids padded with -1 (not an id) from the CSR form."""
+    K = int(lengths.max()) + 1
+    out = np.full(lengths.shape + (K,), -1)
+    out[np.arange(K) < lengths[..., None]] = ids
+    return out
+
+
+@pytest.mark.parametrize("form", ["csr", "offsets", "padded", "mask"])
+def test_bad_ids_and_lengths_name_the_sample_and_position(form):
+    """Out-of-range ids and negative lengths are ValueErrors naming the place, in every input form,
+    not torch's IndexError (or, for a negative padded length, silently no ids)."""
+    config = enhanced.ModelConfig(vocab_size=50, num_labels=3, embedding_dim=6, hidden=5, seq_len=7)
+    module = EnhancedModule(config)
+    cur_word, ids, lengths = random_batch(np.random.default_rng(3), 3, 7, 50)
+    lengths[1, 4] = max(lengths[1, 4], 2)
+    ids = np.random.default_rng(4).integers(0, 50, int(lengths.sum()))
+    second_id_of_1_4 = int(lengths.reshape(-1)[:7 + 4].sum()) + 1
+
+    def call(cur_word, ids, lengths):
+        if form == "csr":
+            return module(cur_word, ids, lengths)
+        if form == "offsets":
+            return module(cur_word, ids, identifier_offsets=np.concatenate([[0], np.cumsum(lengths)]))
+        if form == "padded":
+            return module(cur_word, padded(ids, lengths), lengths)
+        mask = np.arange(lengths.max() + 1) < lengths[..., None]
+        return module(cur_word, padded(ids, lengths), identifier_mask=mask)
+
+    assert call(cur_word, ids, lengths).shape == (3, 3)  # the good batch runs in this form
+    for bad_id in (50, -2):
+        bad = ids.copy()
+        bad[second_id_of_1_4] = bad_id
+        message = rf"identifier ids must be in \[0, 50\): sample 1, position 4 holds {bad_id}"
+        with pytest.raises(ValueError, match=message):
+            call(cur_word, bad, lengths)
+    bad_cur = cur_word.copy()
+    bad_cur[2, 6] = 50
+    with pytest.raises(ValueError, match=r"cur_word ids must be in \[0, 50\): sample 2, position 6 holds 50"):
+        call(bad_cur, ids, lengths)
+    if form in ("csr", "offsets", "padded"):  # a mask has no lengths to get wrong
+        bad_lengths = lengths.copy()
+        bad_lengths[1, 4], bad_lengths[1, 5] = -1, bad_lengths[1, 5] + bad_lengths[1, 4] + 1  # the same sum
+        name = "identifier_lengths" if form == "padded" else "identifier lengths"
+        with pytest.raises(ValueError, match=rf"{name} must be in \[0, \d+\): sample 1, position 4 holds -1"):
+            if form == "padded":  # laid out by the good lengths, then given the bad ones
+                module(cur_word, padded(ids, lengths), bad_lengths)
+            else:
+                call(cur_word, ids, bad_lengths)
+
+
 def test_pytorch_state_dict_back_into_the_engine(trained_checkpoint, demo_data, tmp_path):
     """Weights changed in PyTorch, saved with torch.save, loaded again, written with
     enhanced.save_checkpoint: the engine evaluates exactly what PyTorch computes."""
