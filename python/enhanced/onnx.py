@@ -18,7 +18,7 @@ import tempfile
 import numpy as np
 
 from .checkpoint import check_tensors, load_checkpoint
-from .safetensors import write_atomically
+from .safetensors import umask_mode, write_atomically
 
 OPSET = 17  # ScatterND/ScatterElements reduction="add" need 16; ReduceMax keeps its axes attribute below 18
 INPUT_NAMES = ("identifier_ids", "identifier_lengths", "cur_word")
@@ -43,20 +43,15 @@ def _lstm_initializers(tensors, H):
     return W, R, B
 
 
-def onnx_model(checkpoint):
-    """The inference model of an engine checkpoint (a path or (config, tensors)) as an onnx.ModelProto."""
-    from onnx import TensorProto, helper, numpy_helper
+def _blend_nodes(config, constants):
+    """Nodes from the inputs to x (B, T, D), the blend of docs/model.md; adds their constants."""
+    from onnx import TensorProto, helper
 
-    config, tensors = _checkpoint(checkpoint)
-    D, H, T, L = config.embedding_dim, config.hidden, config.seq_len, config.num_labels
-    W, R, B = _lstm_initializers(tensors, H)
-    constants = {"E": tensors["embedding.weight"], "W": W, "R": R, "B": B,
-                 "dense_weight": tensors["dense.weight"], "dense_bias": tensors["dense.bias"],
-                 "minus_one": np.array([-1], np.int64), "one": np.array([1], np.int64),
-                 "zero": np.array([0], np.int64), "dim": np.array([D], np.int64),
-                 "x_shape": np.array([-1, T, D], np.int64), "y_shape": np.array([-1, T, 2 * H], np.int64),
-                 "half": np.array(0.5, np.float32), "one_f": np.array(1.0, np.float32),
-                 "zero_f": np.array(0.0, np.float32)}
+    D, T = config.embedding_dim, config.seq_len
+    constants.update({"minus_one": np.array([-1], np.int64), "one": np.array([1], np.int64),
+                      "zero": np.array([0], np.int64), "dim": np.array([D], np.int64),
+                      "x_shape": np.array([-1, T, D], np.int64), "half": np.array(0.5, np.float32),
+                      "one_f": np.array(1.0, np.float32), "zero_f": np.array(0.0, np.float32)})
     n = helper.make_node
     nodes = [
         n("Reshape", ["identifier_lengths", "minus_one"], ["counts"]),  # (P,)
@@ -88,21 +83,50 @@ def onnx_model(checkpoint):
         constants["dim_f"] = np.array(float(D), np.float32)
         nodes += [n("ReduceSum", ["sums", "one"], ["total"], keepdims=1), n("Mul", ["half", "total"], ["half_total"]),
                   n("Mul", ["divisor", "dim_f"], ["numbers"]), n("Div", ["half_total", "numbers"], ["identifier_half"])]
-    pool_axis = 2 if config.pool == "feature" else 1
-    nodes += [
+    return nodes + [
         n("Gather", ["E", "cur"], ["current"]),  # (P, D)
         n("Mul", ["current", "half"], ["current_half"]),
         n("Add", ["identifier_half", "current_half"], ["blended"]),
         n("Greater", ["counts_f", "zero_f"], ["has_identifier"]),
         n("Where", ["has_identifier", "blended", "current"], ["x_flat"]),  # (P, D)
         n("Reshape", ["x_flat", "x_shape"], ["x"]),  # (B, T, D)
+    ]
+
+
+def _lstm_nodes(config, tensors, constants):
+    """Nodes from x (B, T, D) to pooled (B, T) or (B, 2H): the BiLSTM and the max-pool."""
+    from onnx import helper
+
+    H = config.hidden
+    constants["W"], constants["R"], constants["B"] = _lstm_initializers(tensors, H)
+    constants["y_shape"] = np.array([-1, config.seq_len, 2 * H], np.int64)
+    pool_axis = 2 if config.pool == "feature" else 1
+    n = helper.make_node
+    return [
         n("Transpose", ["x"], ["x_time_major"], perm=[1, 0, 2]),  # (T, B, D)
         n("LSTM", ["x_time_major", "W", "R", "B"], ["y_directions"], hidden_size=H, direction="bidirectional"),
         n("Transpose", ["y_directions"], ["y_batch_major"], perm=[2, 0, 1, 3]),  # (T, 2, B, H) -> (B, T, 2, H)
         n("Reshape", ["y_batch_major", "y_shape"], ["y"]),  # (B, T, 2H)
         n("ReduceMax", ["y"], ["pooled"], axes=[pool_axis], keepdims=0),  # (B, T) or (B, 2H)
-        n("Gemm", ["pooled", "dense_weight", "dense_bias"], ["logits"], transB=1),  # (B, L)
     ]
+
+
+def _head_nodes(tensors, constants):
+    """The dense layer: pooled -> logits (B, L)."""
+    from onnx import helper
+
+    constants["dense_weight"], constants["dense_bias"] = tensors["dense.weight"], tensors["dense.bias"]
+    return [helper.make_node("Gemm", ["pooled", "dense_weight", "dense_bias"], ["logits"], transB=1)]
+
+
+def onnx_model(checkpoint):
+    """The inference model of an engine checkpoint (a path or (config, tensors)) as an onnx.ModelProto."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    config, tensors = _checkpoint(checkpoint)
+    T, L = config.seq_len, config.num_labels
+    constants = {"E": tensors["embedding.weight"]}  # each part adds the constants it uses
+    nodes = _blend_nodes(config, constants) + _lstm_nodes(config, tensors, constants) + _head_nodes(tensors, constants)
     inputs = [helper.make_tensor_value_info("identifier_ids", TensorProto.INT64, ["nnz"]),
               helper.make_tensor_value_info("identifier_lengths", TensorProto.INT64, ["batch", T]),
               helper.make_tensor_value_info("cur_word", TensorProto.INT64, ["batch", T])]
@@ -163,6 +187,7 @@ def export_saved_model(model_or_checkpoint, directory):
     parent = os.path.dirname(os.path.abspath(directory))
     temporary = tempfile.mkdtemp(prefix=os.path.basename(os.path.abspath(directory)) + ".tmp.", dir=parent)
     try:
+        os.chmod(temporary, umask_mode(0o777))  # mkdtemp's 0700 would leave the SavedModel private
         tf.saved_model.save(module, temporary, signatures={"serving_default": serve.get_concrete_function()})
         if os.path.isdir(directory):
             os.rmdir(directory)  # empty, checked above

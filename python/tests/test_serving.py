@@ -13,7 +13,7 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 
 import enhanced  # noqa: E402
 from enhanced.keras import model_from_checkpoint, ragged_to_csr  # noqa: E402
-from enhanced.onnx import INPUT_NAMES, export_onnx, export_saved_model  # noqa: E402
+from enhanced.onnx import INPUT_NAMES, export_onnx, export_saved_model, onnx_model  # noqa: E402
 from keras_cases import BLEND_POOL, ragged, random_config, random_samples, relative_difference  # noqa: E402
 
 
@@ -64,6 +64,15 @@ def test_onnx_and_saved_model_give_keras_logits(tmp_path, blend, pool):
     print(f"{blend}/{pool} {config}: ONNX Runtime and SavedModel vs Keras, max relative difference {worst:.2e}")
 
 
+@pytest.mark.parametrize("blend,pool", BLEND_POOL)
+def test_onnx_model_has_no_unused_initializer(tmp_path, blend, pool):
+    """ONNX Runtime warns "Removing initializer" on every session for a constant no node reads."""
+    config = random_config(np.random.default_rng(7), blend, pool)
+    model = onnx_model(random_checkpoint(tmp_path / "model.safetensors", config, np.random.default_rng(8)))
+    read = {name for node in model.graph.node for name in node.input}
+    assert [i.name for i in model.graph.initializer if i.name not in read] == []
+
+
 def test_export_refuses_bad_input(tmp_path):
     config = enhanced.ModelConfig(vocab_size=7, num_labels=2, embedding_dim=2, hidden=2, seq_len=3)
     rng = np.random.default_rng(9)
@@ -81,6 +90,9 @@ def test_export_refuses_bad_input(tmp_path):
         export_saved_model(checkpoint, str(occupied))
     # The SavedModel checks its input as the Keras model does, as a graph assertion.
     saved = tf.saved_model.load(export_saved_model(checkpoint, str(tmp_path / "saved")))
+    (tmp_path / "plain").mkdir()  # the SavedModel's directory has a plain mkdir's mode, not mkdtemp's 0700
+    assert os.stat(tmp_path / "saved").st_mode == os.stat(tmp_path / "plain").st_mode
+    (tmp_path / "plain").rmdir()
     samples, _ = random_samples(rng, config, 2)
     samples[1][2][2].append(0)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"field 2 \(cur_word\) must hold exactly one id"):
