@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   add_cuda_options(app, cuda_options, cuda_flags);
   return run_app(app, argc, argv, [&] {
     finish_cuda_options(cuda_options, cuda_flags);
-    prediction_format(outputs.top_k);  // an unknown --out extension fails before any work
+    check_predict_outputs(outputs, data);  // bad output names fail before any work
     const int thread_count = configure_cpu_threads(threads);
     const Device chosen = resolve_device(device, !quiet);
     TempFiles temps;

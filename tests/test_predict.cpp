@@ -254,6 +254,43 @@ TEST_F(Predict, BadInputsAreOneLineAndLeaveNoFile) {
   EXPECT_NE(top0.output.find("error: --top-k must be at least 1, got 0"), std::string::npos) << top0.output;
 }
 
+// Outputs that cannot be written as asked are one line before any work, and leave no file.
+TEST_F(Predict, CollidingMisnamedOrHomelessOutputsAreRefusedBeforeAnyWork) {
+  const auto expect_error = [&](const std::string& outputs, const std::string& needle) {
+    const auto run = predict("--data " + files_.test_ebin + " " + outputs);
+    EXPECT_EQ(run.exit_code, 1) << outputs;
+    EXPECT_EQ(run.output, "error: " + needle + "\n") << outputs;
+    for (const auto& entry : fs::directory_iterator(root_))
+      EXPECT_EQ(entry.path().filename().string().find("same"), std::string::npos) << entry.path() << " left by " << outputs;
+  };
+  const std::string same = path("same.npy"), same_too = (root_ / "." / "same.npy").string();
+  expect_error("--logits " + same + " --probabilities " + same, same + ": --logits and --probabilities name the same file");
+  expect_error("--logits " + same + " --probabilities " + same_too,
+               same_too + ": --logits and --probabilities name the same file");
+  expect_error("--out " + path("same.csv") + " --logits " + path("same.csv"),
+               path("same.csv") + ": --logits writes NumPy .npy: name the file *.npy");
+  expect_error("--probabilities " + path("same.csv"), path("same.csv") + ": --probabilities writes NumPy .npy: name the file *.npy");
+  expect_error("--out " + path("nodir/same.csv"),
+               path("nodir/same.csv") + ": cannot create: directory " + path("nodir") + " does not exist");
+  expect_error("--out " + path("same.csv") + " --logits " + path("nodir/same.npy"),
+               path("nodir/same.npy") + ": cannot create: directory " + path("nodir") + " does not exist");
+}
+
+// A set read from JSON Lines names a sample by its line (1-based), as the parser's errors do.
+TEST_F(Predict, VocabularyErrorOfAJsonLinesSetNamesTheLine) {
+  std::vector<test_util::RaggedSample> samples = test_util::random_samples(5, 16, 4, 100);
+  samples[3].cur[7] = 500;
+  write_text(path("big-id.jsonl"), test_util::samples_jsonl(samples, false));
+  const auto run = predict("--data " + path("big-id.jsonl"));
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.output, "error: " + path("big-id.jsonl") +
+                            ": line 4: position 7: field 2 (cur_word) id 500 does not fit the vocabulary of 128\n");
+  convert_jsonl_to_ebin(path("big-id.jsonl"), path("big-id.ebin"), 0);
+  const auto ebin = predict("--data " + path("big-id.ebin"));
+  EXPECT_NE(ebin.output.find(path("big-id.ebin") + ": sample 3: position 7: field 2 (cur_word) id 500"), std::string::npos)
+      << ebin.output;
+}
+
 TEST_F(Predict, TrainingAndEvaluationRefuseAnUnlabeledSetNamingIt) {
   const auto eval = testing::run_app("enhanced-eval", "--device cpu --data " + unlabeled_ebin() + " --checkpoint " + checkpoint());
   EXPECT_EQ(eval.exit_code, 1);

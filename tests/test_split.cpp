@@ -136,6 +136,10 @@ TEST(Split, BadInputsLeaveNothing) {
   expect_one_line_error(run_data_app("split '" + dir + "/x-train.jsonl' '" + dir + "/x' --fractions 0.5,0.5", dir),
                         "x-train.jsonl: output would overwrite the input");
   EXPECT_EQ(list_dir(dir), std::vector<std::string>{"x-train.jsonl"});
+  // A missing output folder: the user's path and the folder, not a temporary's name.
+  expect_one_line_error(run_data_app("split '" + dir + "/x-train.jsonl' '" + dir + "/nodir/x' --fractions 0.5,0.5", dir),
+                        "error: " + dir + "/nodir/x-train.jsonl: cannot create: directory " + dir + "/nodir does not exist");
+  EXPECT_EQ(list_dir(dir), std::vector<std::string>{"x-train.jsonl"});
 }
 
 }  // namespace

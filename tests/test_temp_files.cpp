@@ -109,6 +109,37 @@ void expect_signal_removes_temporaries(int signal_number) {
   EXPECT_EQ(list_dir(dir), std::vector<std::string>{"in.jsonl"});
 }
 
+// A missing output folder is named with the user's path, even when a temporary is being created.
+TEST(AtomicFile, MissingDirectoryNamesTheUsersPath) {
+  const std::string dir = scratch_dir();
+  const std::string target = dir + "/nodir/p.csv";
+  const std::string expected = target + ": cannot create: directory " + dir + "/nodir does not exist";
+  for (const std::string& name : {target, temp_name(target), temp_name(temp_name(target), ".labels")}) {
+    try {
+      FileWriter writer(name);
+      ADD_FAILURE() << name << " was created";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), expected) << name;
+    }
+  }
+  try {
+    write_file_atomically(target, {});
+    ADD_FAILURE() << target << " was written";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), expected);
+  }
+  EXPECT_NO_THROW(check_output_directory(dir + "/here.csv"));
+  EXPECT_NO_THROW(check_output_directory("here.csv"));
+}
+
+// Outputs not there yet are the same file under the same normalised path.
+TEST(AtomicFile, SameFileComparesNormalisedPathsOfFilesNotThereYet) {
+  const std::string dir = scratch_dir();
+  EXPECT_TRUE(same_file(dir + "/a.npy", dir + "/./a.npy"));
+  EXPECT_TRUE(same_file(dir + "/a.npy", dir + "/sub/../a.npy"));
+  EXPECT_FALSE(same_file(dir + "/a.npy", dir + "/b.npy"));
+}
+
 TEST(SignalTempFiles, SigtermDuringConvertLeavesNoTemporaries) { expect_signal_removes_temporaries(SIGTERM); }
 TEST(SignalTempFiles, SigintDuringConvertLeavesNoTemporaries) { expect_signal_removes_temporaries(SIGINT); }
 

@@ -72,12 +72,18 @@ std::vector<std::string> remove_stale_temp_files(const std::string& dir);
 // re-raises the signal with its default action (the exit status still names the signal).
 void remove_temp_files_on_signal();
 
+// Fails "<path>: cannot create: directory <dir> does not exist" when the folder `path` would be
+// written into is missing, so that the error names the user's file, not a temporary. Writers call
+// it before any work; FileWriter and write_file_atomically call it when a create fails.
+void check_output_directory(const std::string& path);
+
 // Makes the closed file `temporary` the file `path`: flushes it to disk, renames it over `path`
 // and flushes the directory. Throws Error naming `path`; `temporary` is removed on failure.
 void commit_file(const std::string& temporary, const std::string& path);
 
-// The same file under two names (relative and absolute paths, links), not only the same string:
-// an output that would overwrite its input is refused with it.
+// The same file under two names (relative and absolute paths, links, or, for files not there
+// yet, the same normalised path), not only the same string: an output that would overwrite its
+// input, or another output, is refused with it.
 bool same_file(const std::string& a, const std::string& b);
 
 // Writes the pieces to a temporary file (0644), flushes it to disk and renames it over `path`.

@@ -24,6 +24,10 @@ struct PredictOutputs {
   std::string probabilities;  // .npy (N, L) float32, "" for none
 };
 
+// Refuses, before any work, outputs that cannot be written as asked: an .npy output without the
+// .npy extension, two outputs naming one file, an output over `input`, or one in a missing folder.
+void check_predict_outputs(const PredictOutputs& outputs, const std::string& input);
+
 struct PredictStats {
   int64_t samples = 0;
   double seconds = 0;  // the forward passes and the writing, not the set-up

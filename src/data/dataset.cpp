@@ -269,6 +269,9 @@ uint64_t Dataset::identifier_count(int64_t sample) const {
 
 void Dataset::check_fits_model(int64_t vocab_size, int num_labels) const {
   if (header_ == nullptr) fail("check_fits_model on an unopened dataset");
+  // A set read from JSON Lines names its samples as the parser does: by 1-based line.
+  const bool jsonl = path_.size() >= 6 && path_.compare(path_.size() - 6, 6, ".jsonl") == 0;
+  const auto sample_text = [&](int64_t s) { return jsonl ? cat("line ", s + 1) : cat("sample ", s); };
   const int T = seq_len();
   const int64_t n = num_samples();
   if (max_token_id() < vocab_size) {
@@ -279,17 +282,17 @@ void Dataset::check_fits_model(int64_t vocab_size, int num_labels) const {
       for (int t = 0; t < T; ++t) {
         for (int32_t id : identifier(s, t))
           if (id >= vocab_size)
-            fail(path_, ": sample ", s, ": position ", t, ": field 0 (identifier) id ", id,
+            fail(path_, ": ", sample_text(s), ": position ", t, ": field 0 (identifier) id ", id,
                  " does not fit the vocabulary of ", vocab_size);
         if (cur_word(s, t) >= vocab_size)
-          fail(path_, ": sample ", s, ": position ", t, ": field 2 (cur_word) id ", cur_word(s, t),
+          fail(path_, ": ", sample_text(s), ": position ", t, ": field 2 (cur_word) id ", cur_word(s, t),
                " does not fit the vocabulary of ", vocab_size);
       }
     }
   }
   for (int64_t s = 0; has_labels() && s < n; ++s)
     if (label(s) >= num_labels)
-      fail(path_, ": sample ", s, ": label ", label(s), " does not fit the model's ", num_labels,
+      fail(path_, ": ", sample_text(s), ": label ", label(s), " does not fit the model's ", num_labels,
            " labels");
 }
 

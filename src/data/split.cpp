@@ -187,6 +187,7 @@ std::vector<SplitPart> split_dataset(const std::string& in, const std::string& o
     parts.push_back({out_prefix + "-" + name + extension, 0});
     if (same_file(in, parts.back().path)) fail(parts.back().path, ": output would overwrite the input");
   }
+  check_output_directory(parts[0].path);
   const std::string dir = std::filesystem::path(parts[0].path).parent_path().string();
   remove_stale_temp_files(dir.empty() ? "." : dir);
 

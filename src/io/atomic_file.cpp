@@ -14,9 +14,30 @@
 
 namespace enhanced {
 
+namespace {
+
+// The file a temp_name stands for (its name up to this process's first ".tmp.<pid>"), or `path`.
+std::string temp_target(const std::string& path) {
+  const size_t at = path.find(cat(".tmp.", static_cast<long>(::getpid())));
+  return at == std::string::npos ? path : path.substr(0, at);
+}
+
+}  // namespace
+
+void check_output_directory(const std::string& path) {
+  const std::filesystem::path directory = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!directory.empty() && !std::filesystem::is_directory(directory, error))
+    fail(path, ": cannot create: directory ", directory.string(), " does not exist");
+}
+
 FileWriter::FileWriter(const std::string& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "wb");
-  if (file_ == nullptr) fail(path, ": cannot create: ", std::strerror(errno));
+  if (file_ == nullptr) {
+    const int error = errno;
+    check_output_directory(temp_target(path));
+    fail(path, ": cannot create: ", std::strerror(error));
+  }
   std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
 }
 
@@ -103,7 +124,11 @@ void commit_file(const std::string& temporary, const std::string& path) {
 void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces) {
   const std::string temporary = temp_name(path);
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(path, ": cannot write (", std::strerror(errno), ")");
+  if (fd < 0) {
+    const int error = errno;
+    check_output_directory(path);
+    fail(path, ": cannot write (", std::strerror(error), ")");
+  }
   auto give_up = [&](const char* what) {
     const int error = errno;
     ::close(fd);
@@ -132,8 +157,12 @@ void write_file_atomically(const std::string& path, const std::vector<std::pair<
 }
 
 bool same_file(const std::string& a, const std::string& b) {
-  std::error_code error;
-  return a == b || std::filesystem::equivalent(a, b, error);
+  std::error_code error, error_a, error_b;
+  if (a == b || std::filesystem::equivalent(a, b, error)) return true;
+  // Files not there yet: the same normalised path ("./o.csv" and "o.csv").
+  const std::filesystem::path canonical_a = std::filesystem::weakly_canonical(a, error_a);
+  const std::filesystem::path canonical_b = std::filesystem::weakly_canonical(b, error_b);
+  return !error_a && !error_b && canonical_a == canonical_b;
 }
 
 }  // namespace enhanced
