@@ -38,12 +38,15 @@ inline std::string error_of(const std::function<void()>& fn) {
 inline void drop_fuzz_seed(const char* target, const std::string& path, const std::string& label = "") {
   const char* root = std::getenv("ENHANCED_FUZZ_SEEDS");
   if (root == nullptr || *root == '\0') return;
+  // Outside a test (a suite's SetUpTestSuite) there is no current test, only the suite.
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const auto* suite = ::testing::UnitTest::GetInstance()->current_test_suite();
+  const std::string owner = info ? std::string(info->test_suite_name()) + "." + info->name()
+                                 : std::string(suite ? suite->name() : "no-suite") + ".setup";
   const std::filesystem::path dir = std::filesystem::path(root) / target;
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  std::string name = std::string(info->test_suite_name()) + "." + info->name() + "." +
-                     std::filesystem::path(path).filename().string() + label;
+  std::string name = owner + "." + std::filesystem::path(path).filename().string() + label;
   for (char& c : name)
     if (c == '/') c = '_';
   std::filesystem::copy_file(path, dir / name, std::filesystem::copy_options::overwrite_existing, error);
