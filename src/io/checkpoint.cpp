@@ -160,9 +160,11 @@ ModelConfig bare_checkpoint_config(const SafetensorsReader& file, const BareMode
   const std::vector<TensorSlot> names = parameter_layout(c);
   for (const TensorSlot& slot : names)
     if (!file.has(slot.name)) missing += cat(missing.empty() ? "" : ", ", "'", slot.name, "'");
-  for (const auto& [name, tensor] : file.tensors())
+  for (const auto& entry : file.tensors()) {  // not a structured binding: clang 14 cannot capture one
+    const std::string& name = entry.first;
     if (std::none_of(names.begin(), names.end(), [&](const TensorSlot& slot) { return slot.name == name; }))
       unknown += cat(unknown.empty() ? "" : ", ", "'", name, "'");
+  }
   if (!missing.empty() || !unknown.empty())
     fail(file.path(), ": no engine metadata, and the tensors are not the model's:", missing.empty() ? "" : " missing ",
          missing, !missing.empty() && !unknown.empty() ? ";" : "", unknown.empty() ? "" : " unknown ", unknown);
