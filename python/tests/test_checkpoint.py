@@ -23,14 +23,17 @@ def test_engine_checkpoint_loads_with_its_config(trained_checkpoint):
     assert np.allclose(tensors["lstm.bias_ih_l0"][H:2 * H], 0.0, atol=0.01)
 
 
+def evaluate(checkpoint, demo_data):
+    """enhanced-eval --json of a checkpoint on the demo test set."""
+    return json.loads(run_app("enhanced-eval", "--data", demo_data / "test.ebin", "--checkpoint",
+                              checkpoint, "--json", "--device", "cpu").stdout)
+
+
 def test_saved_checkpoint_is_what_the_engine_evaluates(trained_checkpoint, demo_data, tmp_path):
     config, tensors = enhanced.load_checkpoint(trained_checkpoint)
     copy = tmp_path / "copy.safetensors"
     enhanced.save_checkpoint(copy, config, tensors)
-    original = json.loads(run_app("enhanced-eval", "--data", demo_data / "test.ebin", "--checkpoint",
-                                  trained_checkpoint, "--json", "--device", "cpu").stdout)
-    again = json.loads(run_app("enhanced-eval", "--data", demo_data / "test.ebin", "--checkpoint",
-                               copy, "--json", "--device", "cpu").stdout)
+    original, again = evaluate(trained_checkpoint, demo_data), evaluate(copy, demo_data)
     assert again["loss"] == original["loss"] and again["accuracy"] == original["accuracy"]
 
 
@@ -39,10 +42,7 @@ def test_changed_weights_change_the_engine_result(trained_checkpoint, demo_data,
     tensors["dense.bias"] = tensors["dense.bias"] + np.arange(config.num_labels, dtype=np.float32)
     changed = tmp_path / "changed.safetensors"
     enhanced.save_checkpoint(changed, config, tensors)
-    original = json.loads(run_app("enhanced-eval", "--data", demo_data / "test.ebin", "--checkpoint",
-                                  trained_checkpoint, "--json", "--device", "cpu").stdout)
-    again = json.loads(run_app("enhanced-eval", "--data", demo_data / "test.ebin", "--checkpoint",
-                               changed, "--json", "--device", "cpu").stdout)
+    original, again = evaluate(trained_checkpoint, demo_data), evaluate(changed, demo_data)
     assert again["loss"] != original["loss"]
 
 
