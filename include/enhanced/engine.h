@@ -19,6 +19,7 @@
 #include "enhanced/device.h"
 #include "enhanced/model.h"
 #include "enhanced/optimizer_config.h"
+#include "enhanced/precision.h"
 #include "enhanced/train_totals.h"
 
 namespace enhanced {
@@ -40,6 +41,8 @@ struct EngineOptions {
   // part of it (shard_of) and leaves every rank with the whole batch's loss, gradient and update.
   // forward and compute_gradients stay local (evaluate divides the batches itself).
   Communicator* communicator = nullptr;
+  // The GEMMs' arithmetic (enhanced/precision.h). make_engine refuses one the device cannot run.
+  Precision precision = Precision::fp32;
 };
 
 // Throws Error unless `weights` is empty or holds num_labels non-negative finite numbers.
