@@ -178,7 +178,7 @@ double predict_seconds_per_sample(Engine& engine, const Shapes& s, const BenchSe
 // What the command line asked for.
 struct BenchOptions {
   Shapes shapes;
-  std::string device = "cpu", optimizer = "adam", dump_case, blend = "mean", pool = "feature";
+  std::string device = "cpu", optimizer = "adam", dump_case, blend = "mean", pool = "feature", precision = "fp32";
   int threads = 0, warmup = 2, repeats = 7;
   bool json = false, lazy = false, skip_loader = false, skip_unavailable = false;
   CudaOptions cuda;
@@ -206,6 +206,7 @@ void add_options(CLI::App& app, BenchOptions& o) {
   app.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str();
   app.add_flag("--lazy-embedding-updates", o.lazy, "Lazy embedding updates");
   add_cuda_options(app, o.cuda, o.cuda_flags);
+  add_precision_option(app, o.precision);
   app.add_option("--threads", o.threads, "CPU threads (default: every core)")->check(at_least(0));
   app.add_option("--warmup", o.warmup, "Untimed runs first")->capture_default_str()->check(at_least(0));
   app.add_option("--repeats", o.repeats, "Timed runs")->capture_default_str()->check(at_least(1));
@@ -305,6 +306,8 @@ void print_json(const Measured& m, const BenchOptions& o, const ModelConfig& c, 
                                  {"L", s.labels}, {"empty_probability", s.empty_probability},
                                  {"max_identifier", s.max_identifier}, {"zipf", s.zipf}}},
                      {"blend", o.blend}, {"pool", o.pool}, {"optimizer", o.optimizer}, {"lazy_embedding", o.lazy},
+                     {"precision", o.precision}, {"cpu_avx512_bf16", cpu_bf16_support().avx512_bf16},
+                     {"cpu_amx_bf16", cpu_bf16_support().amx_bf16},
                      {"initial_loss", m.initial_loss}, {"train_gflop", train_flop}, {"forward_gflop", forward_flop},
                      {"train_gflops_achieved", train_flop / m.timings[0].median()},
                      {"forward_gflops_achieved", forward_flop / m.timings[1].median()}, {"gemm_gflops", gemm_rate},
@@ -385,8 +388,9 @@ int run_bench(BenchOptions& o) {
     save_checkpoint(o.dump_case + "/checkpoint.safetensors", params);
     save_batch(o.dump_case + "/batch.safetensors", batch);
   }
-  const std::unique_ptr<Engine> engine =
-      make_engine(chosen, params, &optimizer, EngineOptions{o.shapes.batch, m.threads, o.cuda});
+  EngineOptions engine_options{o.shapes.batch, m.threads, o.cuda};
+  engine_options.precision = parse_precision(o.precision);
+  const std::unique_ptr<Engine> engine = make_engine(chosen, params, &optimizer, engine_options);
   m.initial_loss = engine->forward(batch, nullptr);
   m.timings = time_engine(*engine, batch, o);
   m.batch = o.shapes.batch;

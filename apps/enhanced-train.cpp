@@ -97,6 +97,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "auto, cpu or cuda")->capture_default_str();
   CudaFlags cuda_flags;
   add_cuda_options(app, o.cuda, cuda_flags);
+  std::string precision = to_string(o.precision);
+  add_precision_option(app, precision);
   app.add_option("--log-every", o.log_every, "Steps between metrics lines")->capture_default_str()->check(at_least(int64_t{1}));
   app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: each epoch)")
       ->capture_default_str()
@@ -117,6 +119,7 @@ int main(int argc, char** argv) {
       if (option->count() > 0) o.given_flags.insert(option->get_name());
     o.shuffle = !no_shuffle;
     finish_cuda_options(o.cuda, cuda_flags);
+    o.precision = parse_precision(precision);
     o.progress = !quiet;
     o.optimizer.kind = parse_optimizer_kind(optimizer);
     if (!o.resume && o.data_path.empty()) fail("--data is required (unless --resume)");

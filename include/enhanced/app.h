@@ -140,6 +140,14 @@ inline void add_cuda_options(CLI::App& app, CudaOptions& options, CudaFlags& fla
       ->capture_default_str();
 }
 
+// --precision, the same in every app (enhanced/precision.h); parse with parse_precision.
+inline void add_precision_option(CLI::App& app, std::string& precision) {
+  app.add_option("--precision", precision,
+                 "GEMM arithmetic: fp32, bf16 (bfloat16 operands, FP32 accumulation; AVX512-BF16 or a GPU), or "
+                 "bf16-emulated (bf16's arithmetic on any CPU, no faster than fp32)")
+      ->capture_default_str();
+}
+
 // --blend and --pool of the apps that run a checkpoint (enhanced-eval, enhanced-predict): for a
 // checkpoint without the engine's metadata; with it, a given flag must agree with the saved model.
 inline void add_model_flags(CLI::App& app, ModelFlags& flags) {

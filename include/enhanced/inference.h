@@ -33,6 +33,7 @@ struct InferenceEngine {
 // training: the figures do not depend on how the set is cut into batches, and the engine need
 // hold no more than the set. The memory is checked first.
 InferenceEngine make_inference_engine(Device device, ParameterBuffer<float>& params, const Dataset& data,
-                                      int batch_size, int threads, const CudaOptions& cuda);
+                                      int batch_size, int threads, const CudaOptions& cuda,
+                                      Precision precision = Precision::fp32);
 
 }  // namespace enhanced

@@ -10,6 +10,7 @@
 
 #include "enhanced/device.h"
 #include "enhanced/optimizer_config.h"
+#include "enhanced/precision.h"
 
 namespace enhanced {
 
@@ -42,6 +43,7 @@ struct TrainOptions {
   int threads = 0;              // 0: every core
   std::string device = "auto";
   CudaOptions cuda;             // CUDA: TF32, graphs, LSTM algorithm
+  Precision precision = Precision::fp32;  // the GEMMs' arithmetic (enhanced/precision.h)
   int64_t log_every = 20;       // steps between metrics lines
   int64_t checkpoint_every = 0; // steps between last.safetensors writes (0: each epoch only)
   int64_t valid_every = 0;      // steps between validations, as well as at each epoch end (0: epoch ends only)

@@ -82,31 +82,33 @@ void blend_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Ba
 }
 
 template <class Real>
-void lstm_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, int batch, int threads) {
+void lstm_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, int batch, int threads,
+                  Precision precision) {
   const ModelConfig& c = params.config;
   BiLstmState<Real> saved{a.gates, a.cell, a.lstm_scratch};
   bilstm_forward(a.y, saved, a.x, params.weight_ih, params.weight_hh, params.bias_ih, params.bias_hh, batch, c.seq_len,
-                 c.embedding_dim, c.hidden, threads);
+                 c.embedding_dim, c.hidden, threads, precision);
 }
 
 template <class Real>
 void lstm_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const ParameterBuffer<Real>& params, int batch,
-                   int threads) {
+                   int threads, Precision precision) {
   const ModelConfig& c = params.config;
   BiLstmState<Real> saved{a.gates, a.cell, a.lstm_scratch};
   bilstm_backward(a.dx, grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, saved, a.y, a.dy, a.x,
-                  params.weight_ih, params.weight_hh, batch, c.seq_len, c.embedding_dim, c.hidden, threads);
+                  params.weight_ih, params.weight_hh, batch, c.seq_len, c.embedding_dim, c.hidden, threads, precision);
 }
 
 // Max-pool, dense and the (class-weighted when class_weights) loss; returns the mean loss (and
 // d loss / d logits with_gradient).
 template <class Real>
 double head_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, bool with_gradient,
-                    const float* class_weights, const LossDenominator* whole = nullptr) {
+                    const float* class_weights, const LossDenominator* whole, Precision precision) {
   const ModelConfig& c = params.config;
   const int B = batch.size;
   maxpool_forward(a.pooled, a.argmax, a.y, B, c.seq_len, 2 * c.hidden, c.pool);
-  dense_forward(a.logits, a.pooled, params.dense_weight, params.dense_bias, B, c.pooled_features(), c.num_labels);
+  dense_forward(a.logits, a.pooled, params.dense_weight, params.dense_bias, B, c.pooled_features(), c.num_labels,
+                precision);
   double mean_loss = 0;
   softmax_cross_entropy(with_gradient ? a.dlogits : static_cast<Real*>(nullptr), a.sample_losses, &mean_loss, a.logits,
                         batch.labels.data(), class_weights, B, c.num_labels, whole);
@@ -114,10 +116,11 @@ double head_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, c
 }
 
 template <class Real>
-void head_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const ParameterBuffer<Real>& params, int batch) {
+void head_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const ParameterBuffer<Real>& params, int batch,
+                   Precision precision) {
   const ModelConfig& c = params.config;
   dense_backward(a.dpooled, grads.dense_weight, grads.dense_bias, a.dlogits, a.pooled, params.dense_weight, batch,
-                 c.pooled_features(), c.num_labels);
+                 c.pooled_features(), c.num_labels, precision);
   maxpool_backward(a.dy, a.argmax, a.dpooled, batch, c.seq_len, 2 * c.hidden, c.pool);
 }
 
@@ -125,33 +128,34 @@ void head_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Par
 
 template <class Real>
 double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, int threads,
-                     bool with_gradient, const float* class_weights, const LossDenominator* whole) {
+                     bool with_gradient, const float* class_weights, const LossDenominator* whole,
+                     Precision precision) {
   const ModelConfig& c = params.config;
   if (batch.seq_len != c.seq_len) fail("batch has T = ", batch.seq_len, ", the model expects T = ", c.seq_len);
   if (batch.size > a.capacity) fail("internal: batch of ", batch.size, " exceeds activations sized for ", a.capacity);
   blend_forward(a, params, batch);
-  lstm_forward(a, params, batch.size, threads);
-  return head_forward(a, params, batch, with_gradient, class_weights, whole);
+  lstm_forward(a, params, batch.size, threads, precision);
+  return head_forward(a, params, batch, with_gradient, class_weights, whole, precision);
 }
 
 template <class Real>
 void model_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const ParameterBuffer<Real>& params,
-                    const Batch& batch, int threads) {
-  head_backward(grads, a, params, batch.size);
-  lstm_backward(grads, a, params, batch.size, threads);
+                    const Batch& batch, int threads, Precision precision) {
+  head_backward(grads, a, params, batch.size, precision);
+  lstm_backward(grads, a, params, batch.size, threads, precision);
   blend_backward(grads, a, batch);
 }
 
 template struct Activations<float>;
 template struct Activations<double>;
 template double model_forward<float>(Activations<float>&, const ParameterBuffer<float>&, const Batch&, int, bool,
-                                     const float*, const LossDenominator*);
+                                     const float*, const LossDenominator*, Precision);
 template double model_forward<double>(Activations<double>&, const ParameterBuffer<double>&, const Batch&, int, bool,
-                                      const float*, const LossDenominator*);
+                                      const float*, const LossDenominator*, Precision);
 template void model_backward<float>(ParameterBuffer<float>&, Activations<float>&, const ParameterBuffer<float>&,
-                                    const Batch&, int);
+                                    const Batch&, int, Precision);
 template void model_backward<double>(ParameterBuffer<double>&, Activations<double>&, const ParameterBuffer<double>&,
-                                     const Batch&, int);
+                                     const Batch&, int, Precision);
 
 namespace {
 
@@ -162,7 +166,7 @@ class CpuEngine final : public Engine {
  public:
   CpuEngine(ParameterBuffer<float>& params, OptimizerState* optimizer, const EngineOptions& options)
       : params_(params), optimizer_(optimizer), threads_(options.threads),
-        max_batch_(options.max_batch), rnn_algorithm_(options.cuda.rnn_algorithm),
+        max_batch_(options.max_batch), rnn_algorithm_(options.cuda.rnn_algorithm), precision_(options.precision),
         class_weights_(options.class_weights),
         communicator_(options.communicator && options.communicator->size() > 1 ? options.communicator : nullptr) {
     // An inference engine (enhanced-eval) holds no gradients unless compute_gradients asks
@@ -175,8 +179,9 @@ class CpuEngine final : public Engine {
 
   const ModelConfig& config() const override { return params_.config; }
   std::string summary() const override {
-    if (communicator_) return cat("cpu, ", threads_, " threads a rank, ", communicator_->size(), " ranks");
-    return cat("cpu, ", threads_, " threads");
+    const std::string arithmetic = precision_ == Precision::fp32 ? "" : cat(", ", to_string(precision_));
+    if (communicator_) return cat("cpu, ", threads_, " threads a rank, ", communicator_->size(), " ranks", arithmetic);
+    return cat("cpu, ", threads_, " threads", arithmetic);
   }
   // No cuDNN here: the run records the algorithm it was asked for, unchanged.
   RnnAlgorithm rnn_algorithm() const override { return rnn_algorithm_; }
@@ -216,7 +221,7 @@ class CpuEngine final : public Engine {
 
   double forward(const Batch& batch, float* logits) override {
     check_size(batch);
-    const double loss = model_forward(activations_, params_, batch, threads_, false);
+    const double loss = model_forward(activations_, params_, batch, threads_, false, nullptr, nullptr, precision_);
     copy_logits(batch, logits);
     return loss;
   }
@@ -240,9 +245,9 @@ class CpuEngine final : public Engine {
     clear_gradients();
     embedding_touched_rows(rows_, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
                            batch.cur_word_ids.data(), batch.positions());
-    const double loss = model_forward(activations_, params_, batch, threads_, true, weights_or_null());
+    const double loss = model_forward(activations_, params_, batch, threads_, true, weights_or_null(), nullptr, precision_);
     if (!std::isfinite(loss)) return loss;
-    model_backward(grads_, activations_, params_, batch, threads_);
+    model_backward(grads_, activations_, params_, batch, threads_, precision_);
     gradients_written_ = true;
     return loss;
   }
@@ -263,13 +268,14 @@ class CpuEngine final : public Engine {
       embedding_touched_rows(rows_, shard_batch_.identifier_ids.data(),
                              static_cast<int64_t>(shard_batch_.identifier_ids.size()), shard_batch_.cur_word_ids.data(),
                              shard_batch_.positions());
-      reduced[0] = model_forward(activations_, params_, shard_batch_, threads_, true, weights_or_null(), &whole);
+      reduced[0] =
+          model_forward(activations_, params_, shard_batch_, threads_, true, weights_or_null(), &whole, precision_);
       reduced[1] = static_cast<double>(count_correct(shard_batch_.labels.data(), shard.count));
     }
     communicator_->sum(reduced, 2);
     correct = static_cast<int64_t>(reduced[1]);
     if (!std::isfinite(reduced[0])) return reduced[0];  // every rank halts alike
-    if (shard.count > 0) model_backward(grads_, activations_, params_, shard_batch_, threads_);
+    if (shard.count > 0) model_backward(grads_, activations_, params_, shard_batch_, threads_, precision_);
     gradients_written_ = true;
     exchange_.run(grads_, rows_, *communicator_);
     return reduced[0];
@@ -313,6 +319,7 @@ class CpuEngine final : public Engine {
   int threads_;
   int max_batch_;
   RnnAlgorithm rnn_algorithm_;
+  Precision precision_;
   std::vector<float> class_weights_;
   Communicator* communicator_;  // null: alone
   Activations<float> activations_;
@@ -331,19 +338,20 @@ std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
   ParameterBuffer<float>& p = params_;
   ParameterBuffer<float>& g = grads_;
   const int B = batch.size, threads = threads_;
+  const Precision precision = precision_;
   std::vector<EnginePart> out;
   out.push_back({"blend fwd+bwd", {}, [&] {
     blend_forward(a, p, batch);
     blend_backward(g, a, batch);
   }});
-  out.push_back({"bilstm fwd", {}, [&, B, threads] { lstm_forward(a, p, B, threads); }});
-  out.push_back({"bilstm fwd+bwd", {}, [&, B, threads] {
-    lstm_forward(a, p, B, threads);
-    lstm_backward(g, a, p, B, threads);
+  out.push_back({"bilstm fwd", {}, [&, B, threads, precision] { lstm_forward(a, p, B, threads, precision); }});
+  out.push_back({"bilstm fwd+bwd", {}, [&, B, threads, precision] {
+    lstm_forward(a, p, B, threads, precision);
+    lstm_backward(g, a, p, B, threads, precision);
   }});
-  out.push_back({"head fwd+bwd", {}, [&, B] {
-    head_forward(a, p, batch, true, weights_or_null());
-    head_backward(g, a, p, B);
+  out.push_back({"head fwd+bwd", {}, [&, B, precision] {
+    head_forward(a, p, batch, true, weights_or_null(), nullptr, precision);
+    head_backward(g, a, p, B, precision);
   }});
   if (optimizer_) {
     // A step on zero gradients over the batch's rows: the update's cost, not the gradients'.
@@ -365,6 +373,8 @@ std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
 std::unique_ptr<Engine> make_cpu_engine(ParameterBuffer<float>& params, OptimizerState* optimizer,
                                         const EngineOptions& options) {
   if (options.max_batch < 1) fail("engine: max batch must be positive, got ", options.max_batch);
+  const std::string unavailable = cpu_precision_unavailable_reason(options.precision);
+  if (!unavailable.empty()) fail(unavailable);
   return std::make_unique<CpuEngine>(params, optimizer, options);
 }
 

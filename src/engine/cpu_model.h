@@ -30,16 +30,17 @@ struct Activations : ActivationTensors<Real> {
 // loss of layers/softmax_xent.h). With `with_gradient`, also leaves d loss / d logits in
 // activations.dlogits for backward. whole (nullable): the batch is one rank's part of a step
 // (softmax_cross_entropy's LossDenominator): the loss returned is its share of the whole mean.
+// precision: the LSTM's and the dense layer's GEMMs' (enhanced/precision.h; double: FP32 only).
 template <class Real>
 double model_forward(Activations<Real>& activations, const ParameterBuffer<Real>& params, const Batch& batch,
                      int threads, bool with_gradient, const float* class_weights = nullptr,
-                     const LossDenominator* whole = nullptr);
+                     const LossDenominator* whole = nullptr, Precision precision = Precision::fp32);
 
 // grads += d loss / d params (the embedding rows named in the batch only). Requires the
 // matching model_forward(..., with_gradient = true) just before.
 template <class Real>
 void model_backward(ParameterBuffer<Real>& grads, Activations<Real>& activations, const ParameterBuffer<Real>& params,
-                    const Batch& batch, int threads);
+                    const Batch& batch, int threads, Precision precision = Precision::fp32);
 
 // The CPU engine: trains the caller's `params` and `optimizer` in place (nullptr: inference only).
 std::unique_ptr<Engine> make_cpu_engine(ParameterBuffer<float>& params, OptimizerState* optimizer,

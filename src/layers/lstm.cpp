@@ -2,7 +2,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
+
+#include "enhanced/common.h"
+#include "enhanced/precision.h"
+#include "layers/cpu/bf16_gemm.h"
 
 #include "layers/cpu/blas.h"
 #include "layers/cpu/lstm_pointwise.h"
@@ -34,37 +39,130 @@ std::vector<Real>& bias_sum_buffer() {
 // Time index of step s in a direction, forward 0..T-1, reverse T-1..0.
 inline int step_time(int direction, int step, int seq_len) { return direction == 0 ? step : seq_len - 1 - step; }
 
-// The per-step recurrent products. float: the packed small GEMM, with each direction's W_hh packed
-// once per call into a per-thread buffer (grown once, then reused: no allocation in steady state);
-// double (the gradient checks): BLAS.
-struct RecurrentWeights {
-  const float* packed_float = nullptr;
-  const double* plain_double = nullptr;
-};
+// How the layer multiplies (enhanced/precision.h): FP32; bfloat16 operands through the FP32
+// kernels, rounded as they are packed and gathered (the reference, any CPU); or bfloat16 operands
+// through the AVX512-BF16 kernels (bf16_gemm). The weight gradients' one large GEMM is BLAS's
+// sgemm on rounded operands in both bf16 modes.
+enum class Arithmetic { fp32, bf16_reference, bf16_fast };
 
-// Per-thread packing buffers (grown once, then reused): slot 0 for W_hh, slot 1 for W_ih.
+template <class Real>
+Arithmetic arithmetic_for(Precision precision) {
+  if (precision == Precision::fp32) return Arithmetic::fp32;
+  if (!std::is_same<Real, float>::value) fail("internal: the double-precision LSTM (the gradient checks) is FP32 only");
+  if (precision == Precision::bf16_emulated) return Arithmetic::bf16_reference;
+  if (!bf16_gemm::available()) fail("internal: --precision bf16 on a CPU without AVX512-BF16");
+  return Arithmetic::bf16_fast;
+}
+
+inline bool rounds(Arithmetic arithmetic) { return arithmetic != Arithmetic::fp32; }
+
+// Per-thread buffers (grown once, then reused: no allocation in steady state): slot 0 for W_hh's
+// or [W_ih | W_hh]'s panels, slot 1 for W_ih's or a step's operand.
 std::vector<float>& packing_buffer(int slot = 0) {
   thread_local std::vector<float> buffers[2];
   return buffers[slot];
 }
+std::vector<uint16_t>& bf16_buffer(int slot = 0) {
+  thread_local std::vector<uint16_t> buffers[3];  // slot 2: an A operand's rows, converted
+  return buffers[slot];
+}
 
-// Backward operand: element (k, n) = W_hh[k][n], for dh (B, H) = dgates (B, 4H) W_hh.
-inline RecurrentWeights prepare_backward(const float* w_hh, int hidden) {
-  std::vector<float>& buffer = packing_buffer();
-  buffer.resize(small_gemm::packed_size(4 * hidden, hidden));
-  small_gemm::pack(buffer.data(), w_hh, 4 * hidden, hidden, 1, static_cast<size_t>(hidden));
-  return {buffer.data(), nullptr};
+// values[0, n) rounded to the nearest bfloat16 (the reference path's operands).
+template <class Real>
+inline void round_in_place(Real* values, int n) {
+  for (int i = 0; i < n; ++i) values[i] = static_cast<Real>(round_to_bf16(values[i]));
 }
-inline RecurrentWeights prepare_backward(const double* w_hh, int) { return {nullptr, w_hh}; }
 
-inline void recurrent_backward(float* dh, const float* dgates, int ld_dgates, const RecurrentWeights& w, int batch,
-                               int hidden) {
-  small_gemm::multiply(dh, hidden, dgates, ld_dgates, w.packed_float, batch, hidden, 4 * hidden, false);
+// dst (rows, columns) = source, contiguous, rounded to bfloat16 when round.
+inline void copy_rows(float* dst, const float* source, size_t ld_source, int rows, int columns, bool round) {
+  for (int r = 0; r < rows; ++r) {
+    const float* in = source + r * ld_source;
+    float* out = dst + static_cast<size_t>(r) * columns;
+    if (!round) std::memcpy(out, in, columns * sizeof(float));
+    else for (int j = 0; j < columns; ++j) out[j] = round_to_bf16(in[j]);
+  }
 }
-inline void recurrent_backward(double* dh, const double* dgates, int ld_dgates, const RecurrentWeights& w, int batch,
-                               int hidden) {
-  gemm(false, false, batch, hidden, 4 * hidden, 1.0, dgates, ld_dgates, w.plain_double, hidden, 0.0, dh, hidden);
-}
+
+// The product C (M, N) = A (M, K, row stride lda) B for an operand B packed once (K x N, element
+// (k, n) = source[n * stride_n + k * stride_k]) in the layer's arithmetic. float only: the
+// double path (the gradient checks) calls BLAS.
+class PackedOperand {
+ public:
+  PackedOperand(Arithmetic arithmetic, int slot) : arithmetic_(arithmetic), packed_(packing_buffer(slot)),
+                                                   packed_bf16_(bf16_buffer(slot)) {}
+  void pack(const float* source, int k, int n, size_t stride_n, size_t stride_k) {
+    resize(k, n);
+    pack_rows(0, source, k, stride_n, stride_k);
+  }
+  void resize(int k, int n) {
+    k_ = k;
+    n_ = n;
+    if (arithmetic_ == Arithmetic::bf16_fast) packed_bf16_.resize(bf16_gemm::packed_size(k, n));
+    else packed_.resize(small_gemm::packed_size(k, n));
+  }
+  // Rows [row_offset, row_offset + k) of the resized operand.
+  void pack_rows(int row_offset, const float* source, int k, size_t stride_n, size_t stride_k) {
+    if (arithmetic_ == Arithmetic::bf16_fast)
+      bf16_gemm::pack_rows(packed_bf16_.data(), k_, row_offset, source, k, n_, stride_n, stride_k);
+    else
+      small_gemm::pack_rows(packed_.data(), k_, row_offset, source, k, n_, stride_n, stride_k, rounds(arithmetic_));
+  }
+  // A in FP32 (already rounded in the reference path), converted here in the fast one.
+  void multiply(float* c, int ldc, const float* a, int lda, int m) const {
+    if (arithmetic_ != Arithmetic::bf16_fast) {
+      small_gemm::multiply(c, ldc, a, lda, packed_.data(), m, n_, k_, false);
+      return;
+    }
+    std::vector<uint16_t>& a_bf16 = bf16_buffer(2);
+    constexpr int kChunk = 256;  // rows converted at a time: a large A is never copied whole
+    a_bf16.resize(static_cast<size_t>(std::min(m, kChunk)) * k_);
+    for (int first = 0; first < m; first += kChunk) {
+      const int rows = std::min(kChunk, m - first);
+      bf16_gemm::convert_rows(a_bf16.data(), k_, a + static_cast<size_t>(first) * lda, lda, rows, k_);
+      bf16_gemm::multiply(c + static_cast<size_t>(first) * ldc, ldc, a_bf16.data(), k_, packed_bf16_.data(), rows,
+                          n_, k_, false);
+    }
+  }
+
+ private:
+  Arithmetic arithmetic_;
+  std::vector<float>& packed_;
+  std::vector<uint16_t>& packed_bf16_;
+  int k_ = 0, n_ = 0;
+};
+
+// The backward's per-step dh (B, H) = dgates (B, 4H) W_hh: W_hh packed once per call (element
+// (k, n) = W_hh[k][n]); double: BLAS.
+template <class Real>
+class RecurrentBackward;
+
+template <>
+class RecurrentBackward<float> {
+ public:
+  RecurrentBackward(const float* w_hh, int hidden, Arithmetic arithmetic) : hidden_(hidden), w_hh_(arithmetic, 0) {
+    w_hh_.pack(w_hh, 4 * hidden, hidden, 1, static_cast<size_t>(hidden));
+  }
+  void operator()(float* dh, const float* dgates, int ld_dgates, int batch) const {
+    w_hh_.multiply(dh, hidden_, dgates, ld_dgates, batch);
+  }
+
+ private:
+  int hidden_;
+  PackedOperand w_hh_;
+};
+
+template <>
+class RecurrentBackward<double> {
+ public:
+  RecurrentBackward(const double* w_hh, int hidden, Arithmetic) : w_hh_(w_hh), hidden_(hidden) {}
+  void operator()(double* dh, const double* dgates, int ld_dgates, int batch) const {
+    gemm(false, false, batch, hidden_, 4 * hidden_, 1.0, dgates, ld_dgates, w_hh_, hidden_, 0.0, dh, hidden_);
+  }
+
+ private:
+  const double* w_hh_;
+  int hidden_;
+};
 
 // The forward's per-step product gates_t (B, 4H) = [x_t | h_{t-1}] (B, D + H) [W_ih | W_hh]^T: the
 // input projection and the recurrent product in one GEMM of K = D + H, written straight into the
@@ -76,12 +174,13 @@ class StepProjection;
 template <>
 class StepProjection<float> {
  public:
-  StepProjection(const float* w_ih, const float* w_hh, int input, int hidden)
-      : input_(input), hidden_(hidden), packed_(packing_buffer(0)), operand_(packing_buffer(1)) {
+  StepProjection(const float* w_ih, const float* w_hh, int input, int hidden, Arithmetic arithmetic)
+      : input_(input), hidden_(hidden), round_(rounds(arithmetic)), packed_(arithmetic, 0),
+        operand_(packing_buffer(1)) {
     const int k = input + hidden, n = 4 * hidden;
-    packed_.resize(small_gemm::packed_size(k, n));
-    small_gemm::pack_rows(packed_.data(), k, 0, w_ih, input, n, static_cast<size_t>(input), 1);
-    small_gemm::pack_rows(packed_.data(), k, input, w_hh, hidden, n, static_cast<size_t>(hidden), 1);
+    packed_.resize(k, n);
+    packed_.pack_rows(0, w_ih, input, static_cast<size_t>(input), 1);
+    packed_.pack_rows(input, w_hh, hidden, static_cast<size_t>(hidden), 1);
   }
   // h_prev null: the zero initial state.
   void operator()(float* gates, int ld_gates, const float* x, int ld_x, const float* h_prev, int ld_h, int batch) {
@@ -89,23 +188,24 @@ class StepProjection<float> {
     operand_.resize(static_cast<size_t>(batch) * k);
     for (int b = 0; b < batch; ++b) {
       float* row = operand_.data() + static_cast<size_t>(b) * k;
-      std::memcpy(row, x + static_cast<size_t>(b) * ld_x, input_ * sizeof(float));
-      if (h_prev) std::memcpy(row + input_, h_prev + static_cast<size_t>(b) * ld_h, hidden_ * sizeof(float));
+      copy_rows(row, x + static_cast<size_t>(b) * ld_x, 0, 1, input_, round_);
+      if (h_prev) copy_rows(row + input_, h_prev + static_cast<size_t>(b) * ld_h, 0, 1, hidden_, round_);
       else std::memset(row + input_, 0, hidden_ * sizeof(float));
     }
-    small_gemm::multiply(gates, ld_gates, operand_.data(), k, packed_.data(), batch, 4 * hidden_, k, false);
+    packed_.multiply(gates, ld_gates, operand_.data(), k, batch);
   }
 
  private:
   int input_, hidden_;
-  std::vector<float>& packed_;
+  bool round_;
+  PackedOperand packed_;
   std::vector<float>& operand_;
 };
 
 template <>
 class StepProjection<double> {
  public:
-  StepProjection(const double* w_ih, const double* w_hh, int input, int hidden)
+  StepProjection(const double* w_ih, const double* w_hh, int input, int hidden, Arithmetic)
       : w_ih_(w_ih), w_hh_(w_hh), input_(input), hidden_(hidden) {}
   void operator()(double* gates, int ld_gates, const double* x, int ld_x, const double* h_prev, int ld_h, int batch) {
     gemm(false, true, batch, 4 * hidden_, input_, 1.0, x, ld_x, w_ih_, input_, 0.0, gates, ld_gates);
@@ -119,13 +219,14 @@ class StepProjection<double> {
 };
 
 // C (M, N) = A (M, K) B for B (K, N) row-major: dx = dgates W_ih, whose N = D is small.
-inline void multiply_plain(float* c, int ldc, const float* a, int lda, const float* b, int m, int n, int k) {
-  std::vector<float>& packed = packing_buffer(1);
-  packed.resize(small_gemm::packed_size(k, n));
-  small_gemm::pack(packed.data(), b, k, n, 1, static_cast<size_t>(n));
-  small_gemm::multiply(c, ldc, a, lda, packed.data(), m, n, k, false);
+inline void multiply_plain(float* c, int ldc, const float* a, int lda, const float* b, int m, int n, int k,
+                           Arithmetic arithmetic) {
+  PackedOperand packed(arithmetic, 1);
+  packed.pack(b, k, n, 1, static_cast<size_t>(n));
+  packed.multiply(c, ldc, a, lda, m);
 }
-inline void multiply_plain(double* c, int ldc, const double* a, int lda, const double* b, int m, int n, int k) {
+inline void multiply_plain(double* c, int ldc, const double* a, int lda, const double* b, int m, int n, int k,
+                           Arithmetic) {
   gemm(false, false, m, n, k, 1.0, a, lda, b, n, 0.0, c, ldc);
 }
 
@@ -142,7 +243,8 @@ size_t bilstm_backward_scratch_size(int batch, int seq_len, int input, int hidde
 template <class Real>
 void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real* weight_ih, const Real* weight_hh,
                     const Real* bias_ih, const Real* bias_hh, int batch, int seq_len, int input, int hidden,
-                    int threads) {
+                    int threads, Precision precision) {
+  const Arithmetic arithmetic = arithmetic_for<Real>(precision);
   Real* gates = saved.gates;
   Real* cell = saved.cell;
   const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
@@ -153,7 +255,7 @@ void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real
     Real* bias_sum = bias_buffer.data();  // b_ih + b_hh, added in the pointwise pass
     for (int j = 0; j < G4; ++j) bias_sum[j] = bias_ih[direction * G4 + j] + bias_hh[direction * G4 + j];
     StepProjection<Real> project(weight_ih + static_cast<size_t>(direction) * G4 * input,
-                                 weight_hh + static_cast<size_t>(direction) * G4 * H, input, H);
+                                 weight_hh + static_cast<size_t>(direction) * G4 * H, input, H, arithmetic);
     for (int step = 0; step < seq_len; ++step) {
       const int t = step_time(direction, step, seq_len);
       const int t_prev = direction == 0 ? t - 1 : t + 1;
@@ -174,10 +276,11 @@ void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real
 namespace {
 
 // operand (P, D + H) = [x_t | h_{t-1}] of one direction for every position: what each step's
-// gates were computed from (h_{t-1} is zero at a sequence's first step).
+// gates were computed from (h_{t-1} is zero at a sequence's first step), rounded to bfloat16 when
+// round (the weight gradients' operand).
 template <class Real>
 void gather_step_inputs(Real* operand, const Real* x, const Real* y, int direction, int batch, int seq_len, int input,
-                        int hidden) {
+                        int hidden, bool round) {
   const int H = hidden, W = input + hidden, C = 2 * hidden;
   for (int b = 0; b < batch; ++b) {
     for (int t = 0; t < seq_len; ++t) {
@@ -190,6 +293,7 @@ void gather_step_inputs(Real* operand, const Real* x, const Real* y, int directi
       } else {
         std::memcpy(row + input, y + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H, H * sizeof(Real));
       }
+      if (round) round_in_place(row, W);
     }
   }
 }
@@ -199,7 +303,9 @@ void gather_step_inputs(Real* operand, const Real* x, const Real* y, int directi
 template <class Real>
 void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh,
                      BiLstmState<Real>& saved, const Real* y, const Real* dy, const Real* x, const Real* weight_ih,
-                     const Real* weight_hh, int batch, int seq_len, int input, int hidden, int threads) {
+                     const Real* weight_hh, int batch, int seq_len, int input, int hidden, int threads,
+                     Precision precision) {
+  const Arithmetic arithmetic = arithmetic_for<Real>(precision);
   Real* gates = saved.gates;
   Real* scratch = saved.scratch;
   const Real* cell = saved.cell;
@@ -217,7 +323,7 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
     std::memset(dbias_sum, 0, G4 * sizeof(Real));
     std::memset(dh_recurrent, 0, state * sizeof(Real));
     std::memset(dc_carry, 0, state * sizeof(Real));
-    const RecurrentWeights w_hh = prepare_backward(weight_hh + static_cast<size_t>(direction) * G4 * H, H);
+    const RecurrentBackward<Real> recurrent_backward(weight_hh + static_cast<size_t>(direction) * G4 * H, H, arithmetic);
     for (int step = seq_len - 1; step >= 0; --step) {
       const int t = step_time(direction, step, seq_len);
       const int t_prev = direction == 0 ? t - 1 : t + 1;
@@ -227,16 +333,17 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
         lstm_pointwise::backward(gates + p * G8 + direction * G4, dc_carry + static_cast<size_t>(b) * H, dbias_sum,
                                  cell + p * C + direction * H, c_prev, dy + p * C + direction * H,
                                  dh_recurrent + static_cast<size_t>(b) * H, H);
+        // Every later use of dgates is a GEMM operand (the bias gradient, just summed, stays FP32).
+        if (rounds(arithmetic)) round_in_place(gates + p * G8 + direction * G4, G4);
       }
       if (step > 0) {
         // dh for the previous step: dgates[:, t, dir] (B, 4H) W_hh (4H, H).
-        recurrent_backward(dh_recurrent, gates + static_cast<size_t>(t) * G8 + direction * G4, seq_len * G8, w_hh,
-                           batch, H);
+        recurrent_backward(dh_recurrent, gates + static_cast<size_t>(t) * G8 + direction * G4, seq_len * G8, batch);
       }
     }
     // [dW_ih | dW_hh] (4H, D + H) = dgates^T (4H, P) [x | h_{t-1}] (P, D + H) in one GEMM, so the
     // large dgates operand is packed once.
-    gather_step_inputs(operand, x, y, direction, batch, seq_len, input, H);
+    gather_step_inputs(operand, x, y, direction, batch, seq_len, input, H, rounds(arithmetic));
     gemm(true, false, G4, W, positions, Real(1), gates + direction * G4, G8, operand, W, Real(0), dweight, W);
     Real* dw_ih = dweight_ih + static_cast<size_t>(direction) * G4 * input;
     Real* dw_hh = dweight_hh + static_cast<size_t>(direction) * G4 * H;
@@ -255,18 +362,19 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
     const int rows = half == 0 ? positions / 2 : positions - positions / 2;
     if (rows > 0)
       multiply_plain(dx + static_cast<size_t>(first) * input, input, gates + static_cast<size_t>(first) * G8, G8,
-                     weight_ih, rows, input, G8);
+                     weight_ih, rows, input, G8, arithmetic);
   });
 }
 
 template void bilstm_forward<float>(float*, BiLstmState<float>&, const float*, const float*, const float*,
-                                    const float*, const float*, int, int, int, int, int);
+                                    const float*, const float*, int, int, int, int, int, Precision);
 template void bilstm_forward<double>(double*, BiLstmState<double>&, const double*, const double*, const double*,
-                                     const double*, const double*, int, int, int, int, int);
+                                     const double*, const double*, int, int, int, int, int, Precision);
 template void bilstm_backward<float>(float*, float*, float*, float*, float*, BiLstmState<float>&, const float*,
-                                     const float*, const float*, const float*, const float*, int, int, int, int, int);
+                                     const float*, const float*, const float*, const float*, int, int, int, int, int,
+                                     Precision);
 template void bilstm_backward<double>(double*, double*, double*, double*, double*, BiLstmState<double>&,
                                       const double*, const double*, const double*, const double*, const double*, int,
-                                      int, int, int, int);
+                                      int, int, int, int, Precision);
 
 }  // namespace enhanced

@@ -10,6 +10,8 @@
 
 #include <cstddef>
 
+#include "enhanced/precision.h"
+
 namespace enhanced {
 
 // Floats of scratch bilstm_backward needs.
@@ -25,11 +27,12 @@ struct BiLstmState {
   Real* scratch = nullptr;
 };
 
-// y (B, T, 2H) = [h_fwd(t), h_rev(t)]; fills saved.gates and saved.cell.
+// y (B, T, 2H) = [h_fwd(t), h_rev(t)]; fills saved.gates and saved.cell. precision: the GEMMs'
+// (enhanced/precision.h; bf16 needs AVX512-BF16, the double path FP32).
 template <class Real>
 void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real* weight_ih, const Real* weight_hh,
                     const Real* bias_ih, const Real* bias_hh, int batch, int seq_len, int input, int hidden,
-                    int threads);
+                    int threads, Precision precision = Precision::fp32);
 
 // dx (B, T, D) =; dweight_ih, dweight_hh, dbias_ih, dbias_hh +=. saved.gates holds the forward's
 // activations on entry and their pre-activation gradients on exit (consumed: run forward again
@@ -37,6 +40,7 @@ void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real
 template <class Real>
 void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh,
                      BiLstmState<Real>& saved, const Real* y, const Real* dy, const Real* x, const Real* weight_ih,
-                     const Real* weight_hh, int batch, int seq_len, int input, int hidden, int threads);
+                     const Real* weight_hh, int batch, int seq_len, int input, int hidden, int threads,
+                     Precision precision = Precision::fp32);
 
 }  // namespace enhanced

@@ -33,11 +33,13 @@ ParameterBuffer<float> load_model_for_data(const std::string& checkpoint, const 
 }
 
 InferenceEngine make_inference_engine(Device device, ParameterBuffer<float>& params, const Dataset& data,
-                                      int batch_size, int threads, const CudaOptions& cuda) {
+                                      int batch_size, int threads, const CudaOptions& cuda, Precision precision) {
   InferenceEngine out;
   out.batch = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(batch_size, data.num_samples())));
   check_model_fits_memory(params.config, nullptr, out.batch, device, params.size() * sizeof(float));
-  out.engine = make_engine(device, params, nullptr, EngineOptions{out.batch, threads, cuda});
+  EngineOptions options{out.batch, threads, cuda};
+  options.precision = precision;
+  out.engine = make_engine(device, params, nullptr, options);
   return out;
 }
 

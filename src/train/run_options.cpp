@@ -111,6 +111,9 @@ const std::vector<OptionField>& option_fields() {
       {"rnn_algorithm", "--rnn-algorithm", changeable,
        [](const TrainOptions& o) { return json(to_string(o.cuda.rnn_algorithm)); },
        [](TrainOptions& o, const json& j) { o.cuda.rnn_algorithm = parse_rnn_algorithm(j.get<std::string>()); }, true},
+      // Added with issue 13: runs recorded before it are FP32.
+      {"precision", "--precision", changeable, [](const TrainOptions& o) { return json(to_string(o.precision)); },
+       [](TrainOptions& o, const json& j) { o.precision = parse_precision(j.get<std::string>()); }, true},
       plain<int64_t>("valid_every", "--valid-every", changeable, ENHANCED_FIELD(int64_t, valid_every), true),
       plain<std::string>("lr_schedule", "--lr-schedule", changeable, ENHANCED_FIELD(std::string, lr_schedule), true),
       plain<int64_t>("warmup_steps", "--warmup-steps", changeable, ENHANCED_FIELD(int64_t, warmup_steps), true),

@@ -202,6 +202,7 @@ class TrainingRun {
     if (!o_.resume || (o_.class_weight_values.empty() && !o_.class_weights.empty()))
       o_.class_weight_values = class_weights_for(o_.class_weights, train_, params_.config.num_labels);
     EngineOptions options{o_.batch_size, threads, o_.cuda, o_.class_weight_values};
+    options.precision = o_.precision;
     options.communicator = &comm_;
     engine_ = make_engine(device, params_, &optimizer_, options);
     o_.cuda.rnn_algorithm = engine_->rnn_algorithm();  // recorded, so a resume keeps the arithmetic

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "enhanced/precision.h"
+
 namespace enhanced::small_gemm {
 namespace {
 
@@ -88,7 +90,7 @@ size_t packed_size(int k, int n) {
 }
 
 void pack_rows(float* packed, int total_k, int row_offset, const float* source, int k, int n, size_t stride_n,
-               size_t stride_k) {
+               size_t stride_k, bool round_to_bf16) {
   const int panels = (n + kPanelWidth - 1) / kPanelWidth;
   for (int p = 0; p < panels; ++p) {
     float* panel = packed + static_cast<size_t>(p) * kPanelWidth * total_k;
@@ -96,14 +98,16 @@ void pack_rows(float* packed, int total_k, int row_offset, const float* source, 
       float* row = panel + static_cast<size_t>(row_offset + i) * kPanelWidth;
       for (int j = 0; j < kPanelWidth; ++j) {
         const int column = p * kPanelWidth + j;
-        row[j] = column < n ? source[static_cast<size_t>(column) * stride_n + static_cast<size_t>(i) * stride_k] : 0.0f;
+        const float value =
+            column < n ? source[static_cast<size_t>(column) * stride_n + static_cast<size_t>(i) * stride_k] : 0.0f;
+        row[j] = round_to_bf16 ? enhanced::round_to_bf16(value) : value;
       }
     }
   }
 }
 
-void pack(float* packed, const float* source, int k, int n, size_t stride_n, size_t stride_k) {
-  pack_rows(packed, k, 0, source, k, n, stride_n, stride_k);
+void pack(float* packed, const float* source, int k, int n, size_t stride_n, size_t stride_k, bool round_to_bf16) {
+  pack_rows(packed, k, 0, source, k, n, stride_n, stride_k, round_to_bf16);
 }
 
 ENHANCED_MULTIVERSION

@@ -15,13 +15,15 @@ inline constexpr int kPanelWidth = 32;
 size_t packed_size(int k, int n);
 
 // Packs the K x N operand whose element (k, n) is source[n * stride_n + k * stride_k] into
-// panels of 32 columns, K rows each, zero-padded.
-void pack(float* packed, const float* source, int k, int n, size_t stride_n, size_t stride_k);
+// panels of 32 columns, K rows each, zero-padded; each element rounded to the nearest bfloat16
+// when round_to_bf16 (the bf16 reference path, enhanced/precision.h).
+void pack(float* packed, const float* source, int k, int n, size_t stride_n, size_t stride_k,
+          bool round_to_bf16 = false);
 
 // The same for rows [row_offset, row_offset + k) of an operand of total_k rows (packed_size(total_k,
 // n)), so two matrices can be stacked along K: [A; B] packed in two calls.
 void pack_rows(float* packed, int total_k, int row_offset, const float* source, int k, int n, size_t stride_n,
-               size_t stride_k);
+               size_t stride_k, bool round_to_bf16 = false);
 
 // C (M x N, row stride ldc) = A (M x K, row stride lda) * packed (K x N), or += when accumulate.
 void multiply(float* c, int ldc, const float* a, int lda, const float* packed, int m, int n, int k, bool accumulate);

@@ -1,0 +1,312 @@
+// --precision bf16 (enhanced/precision.h): the rounding, the CPU detection, the AVX512-BF16
+// kernels against the reference path (skipped without the instructions), the LSTM's bf16
+// arithmetic against an independent double implementation that rounds the same operands, and
+// the engine's bf16 gradients against FP32 within a bound derived from bfloat16's precision.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "engine/cpu_model.h"
+#include "enhanced/common.h"
+#include "enhanced/engine.h"
+#include "enhanced/precision.h"
+#include "enhanced/random.h"
+#include "gradcheck.h"
+#include "layers/cpu/bf16_gemm.h"
+#include "layers/cpu/small_gemm.h"
+#include "layers/lstm.h"
+
+namespace enhanced {
+namespace {
+
+// bfloat16 keeps 8 significant bits: rounding to nearest errs by at most u = 2^-8 relative.
+constexpr double kBf16UnitRoundoff = 0x1.0p-8;
+
+uint32_t bits_of(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+float float_of(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+TEST(Bf16Rounding, NearestTiesToEvenOnRandomBitPatterns) {
+  Random random(3);
+  for (int i = 0; i < 200000; ++i) {
+    const float x = float_of(static_cast<uint32_t>(random.next_u64()));
+    if (!std::isfinite(x)) continue;
+    const float r = round_to_bf16(x);
+    ASSERT_EQ(bits_of(r) & 0xffffu, 0u) << x;
+    // The two bfloat16 numbers around x, by truncation, in double: r must be the nearer one,
+    // the one with an even last bit on a tie, or infinity past the largest.
+    const uint32_t down_bits = bits_of(x) & 0xffff0000u;
+    const uint32_t up_bits = down_bits + 0x10000u;  // one bfloat16 step away from zero
+    const double down = float_of(down_bits);
+    // Past the largest bfloat16, "up" is 2^128 for the distance, infinity for the result.
+    const bool overflows = (up_bits & 0x7f800000u) == 0x7f800000u;
+    const double up = overflows ? std::copysign(0x1.0p128, x) : float_of(up_bits);
+    const double error_down = std::fabs(static_cast<double>(x) - down), error_up = std::fabs(static_cast<double>(x) - up);
+    const bool pick_up = error_up < error_down || (error_up == error_down && ((down_bits >> 16) & 1u) == 1);
+    const double expected = !pick_up ? down : overflows ? std::copysign(INFINITY, x) : up;
+    ASSERT_EQ(static_cast<double>(r), expected) << "x = " << x;
+  }
+}
+
+TEST(Bf16Rounding, SpecialValues) {
+  EXPECT_EQ(round_to_bf16(1.0f), 1.0f);
+  EXPECT_EQ(round_to_bf16(1.0f + 0x1.0p-8f), 1.0f);                  // a tie to the even 1
+  EXPECT_EQ(round_to_bf16(1.0f + 3 * 0x1.0p-8f), 1.0f + 0x1.0p-6f);  // a tie to the even 1 + 2^-6
+  EXPECT_EQ(round_to_bf16(-2.5f), -2.5f);
+  EXPECT_TRUE(std::signbit(round_to_bf16(-0.0f)));
+  EXPECT_EQ(round_to_bf16(INFINITY), INFINITY);
+  EXPECT_EQ(round_to_bf16(std::numeric_limits<float>::max()), INFINITY);
+  const float nan = round_to_bf16(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_TRUE(std::isnan(nan));
+  EXPECT_TRUE(std::isnan(round_to_bf16(float_of(0x7f800001u)))) << "a signalling NaN must not become infinity";
+}
+
+TEST(Precision, NamesRoundTripAndBadOnesAreRefused) {
+  for (Precision p : {Precision::fp32, Precision::bf16, Precision::bf16_emulated})
+    EXPECT_EQ(parse_precision(to_string(p)), p);
+  try {
+    parse_precision("fp16");
+    FAIL() << "fp16 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp32, bf16 or bf16-emulated"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Precision, DetectionAgreesWithTheCompilerAndRefusesClearly) {
+  const CpuBf16Support support = cpu_bf16_support();
+  // GCC's view ignores the OS's saved state; Linux saves the ZMM state wherever AVX-512 runs.
+  EXPECT_EQ(support.avx512_bf16, __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512f"));
+  EXPECT_EQ(cpu_precision_unavailable_reason(Precision::fp32), "");
+  EXPECT_EQ(cpu_precision_unavailable_reason(Precision::bf16_emulated), "");
+  const std::string reason = cpu_precision_unavailable_reason(Precision::bf16);
+  EXPECT_EQ(reason.empty(), support.avx512_bf16) << reason;
+  if (!reason.empty()) {
+    EXPECT_NE(reason.find("AVX512-BF16"), std::string::npos) << reason;
+    EXPECT_NE(reason.find("bf16-emulated"), std::string::npos) << reason;
+  }
+  std::printf("this CPU: AVX512-BF16 %s, AMX-BF16 %s\n", support.avx512_bf16 ? "yes" : "no",
+              support.amx_bf16 ? "yes" : "no");
+}
+
+#define SKIP_WITHOUT_AVX512_BF16() \
+  if (!bf16_gemm::available()) GTEST_SKIP() << "this CPU has no AVX512-BF16: the fast bf16 kernels cannot run here"
+
+TEST(Bf16Gemm, MatchesTheReferencePathOnRandomShapes) {
+  SKIP_WITHOUT_AVX512_BF16();
+  Random random(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int m = 1 + static_cast<int>(random.below(20)), n = 1 + static_cast<int>(random.below(100));
+    const int k = 1 + static_cast<int>(random.below(300));
+    const bool accumulate = trial % 2 == 1;
+    std::vector<float> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n);
+    for (float& v : a) v = static_cast<float>(random.uniform(-2, 2));
+    for (float& v : b) v = static_cast<float>(random.uniform(-2, 2));
+    std::vector<float> a_rounded(a.size());
+    std::vector<uint16_t> a_bf16(a.size());
+    for (size_t i = 0; i < a.size(); ++i) a_rounded[i] = round_to_bf16(a[i]), a_bf16[i] = to_bf16_bits(a[i]);
+    std::vector<float> packed(small_gemm::packed_size(k, n));
+    small_gemm::pack(packed.data(), b.data(), k, n, 1, static_cast<size_t>(n), true);
+    std::vector<uint16_t> packed_bf16(bf16_gemm::packed_size(k, n));
+    bf16_gemm::pack_rows(packed_bf16.data(), k, 0, b.data(), k, n, 1, static_cast<size_t>(n));
+    std::vector<float> reference(static_cast<size_t>(m) * n, 0.5f), fast(reference);
+    small_gemm::multiply(reference.data(), n, a_rounded.data(), k, packed.data(), m, n, k, accumulate);
+    bf16_gemm::multiply(fast.data(), n, a_bf16.data(), k, packed_bf16.data(), m, n, k, accumulate);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        // The products are exact in both; the sums' order differs: k roundings of FP32.
+        double magnitude = accumulate ? 0.5 : 0.0;
+        for (int l = 0; l < k; ++l)
+          magnitude += std::fabs(a_rounded[static_cast<size_t>(i) * k + l] * round_to_bf16(b[static_cast<size_t>(l) * n + j]));
+        const size_t at = static_cast<size_t>(i) * n + j;
+        ASSERT_NEAR(fast[at], reference[at], (k + 1) * 0x1.0p-24 * magnitude) << m << "x" << n << "x" << k;
+      }
+  }
+}
+
+// An independent BiLSTM forward in double (docs/model.md's equations, gates i, f, g, o) whose
+// matrix products take their operands rounded to bfloat16, as --precision bf16 defines them.
+std::vector<double> reference_bilstm_bf16(const std::vector<float>& x, const std::vector<float>& w_ih,
+                                          const std::vector<float>& w_hh, const std::vector<float>& b_ih,
+                                          const std::vector<float>& b_hh, int B, int T, int D, int H) {
+  std::vector<double> y(static_cast<size_t>(B) * T * 2 * H);
+  auto sigmoid = [](double v) { return 1 / (1 + std::exp(-v)); };
+  for (int dir = 0; dir < 2; ++dir)
+    for (int b = 0; b < B; ++b) {
+      std::vector<double> h(H, 0), c(H, 0), gates(4 * H);
+      for (int s = 0; s < T; ++s) {
+        const int t = dir == 0 ? s : T - 1 - s;
+        for (int j = 0; j < 4 * H; ++j) {
+          const size_t row = static_cast<size_t>(dir) * 4 * H + j;
+          double sum = static_cast<double>(b_ih[row]) + b_hh[row];
+          for (int d = 0; d < D; ++d)
+            sum += static_cast<double>(round_to_bf16(x[(static_cast<size_t>(b) * T + t) * D + d])) *
+                   round_to_bf16(w_ih[row * D + d]);
+          for (int k = 0; k < H; ++k)
+            sum += static_cast<double>(round_to_bf16(static_cast<float>(h[k]))) * round_to_bf16(w_hh[row * H + k]);
+          gates[j] = sum;
+        }
+        for (int k = 0; k < H; ++k) {
+          const double i = sigmoid(gates[k]), f = sigmoid(gates[H + k]), g = std::tanh(gates[2 * H + k]),
+                       o = sigmoid(gates[3 * H + k]);
+          c[k] = f * c[k] + i * g;
+          h[k] = static_cast<float>(o * std::tanh(c[k]));  // the engine keeps h in FP32
+          y[(static_cast<size_t>(b) * T + t) * 2 * H + dir * H + k] = h[k];
+        }
+      }
+    }
+  return y;
+}
+
+void expect_bilstm_matches_reference(Precision precision) {
+  Random random(9);
+  const int B = 5, T = 7, D = 6, H = 9;
+  auto random_floats = [&](size_t n, double scale) {
+    std::vector<float> v(n);
+    for (float& e : v) e = static_cast<float>(random.uniform(-scale, scale));
+    return v;
+  };
+  const std::vector<float> x = random_floats(static_cast<size_t>(B) * T * D, 1.0);
+  const std::vector<float> w_ih = random_floats(8 * H * D, 0.5), w_hh = random_floats(8 * H * H, 0.5);
+  const std::vector<float> b_ih = random_floats(8 * H, 0.5), b_hh = random_floats(8 * H, 0.5);
+  std::vector<float> y(static_cast<size_t>(B) * T * 2 * H), gates(static_cast<size_t>(B) * T * 8 * H),
+      cell(static_cast<size_t>(B) * T * 2 * H);
+  BiLstmState<float> saved{gates.data(), cell.data(), nullptr};
+  bilstm_forward(y.data(), saved, x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(), B, T, D, H, 2,
+                 precision);
+  const std::vector<double> expected = reference_bilstm_bf16(x, w_ih, w_hh, b_ih, b_hh, B, T, D, H);
+  double largest = 0;
+  for (size_t i = 0; i < y.size(); ++i) largest = std::max(largest, std::fabs(y[i] - expected[i]));
+  // FP32 accumulation and the two sides' h rounding to bf16 from slightly different floats: a
+  // bfloat16 step (2^-8) at most where a rounding falls differently, FP32 noise otherwise.
+  EXPECT_LT(largest, 4 * kBf16UnitRoundoff) << to_string(precision);
+  size_t differ = 0;
+  for (size_t i = 0; i < y.size(); ++i) differ += std::fabs(y[i] - expected[i]) > 1e-5;
+  EXPECT_LT(differ, y.size() / 50) << "more than 2% of outputs off by more than FP32 noise: " << differ;
+}
+
+TEST(Bf16Lstm, EmulatedMatchesAnIndependentRoundedReference) {
+  expect_bilstm_matches_reference(Precision::bf16_emulated);
+}
+
+TEST(Bf16Lstm, FastKernelsMatchAnIndependentRoundedReference) {
+  SKIP_WITHOUT_AVX512_BF16();
+  expect_bilstm_matches_reference(Precision::bf16);
+}
+
+// Norm-wise relative difference of two tensors.
+double relative_difference(const float* value, const float* reference, size_t n) {
+  double difference = 0, norm = 0;
+  for (size_t i = 0; i < n; ++i) {
+    difference += std::pow(static_cast<double>(value[i]) - reference[i], 2);
+    norm += std::pow(static_cast<double>(reference[i]), 2);
+  }
+  return std::sqrt(difference / norm);
+}
+
+// The bound on a bf16 result's norm-wise relative difference from FP32's. Each operand carries a
+// relative rounding error of at most u = 2^-8, a product of two 2u. The LSTM's gradients pass
+// through at most three GEMMs with rounded operands (the forward's projection; the backward's
+// recurrent product, then the weight gradient or dx), so in the worst case, errors adding up,
+// 3 * 2u; with random errors nearer 2u * sqrt(3). The tests allow the worst case and ask that
+// bf16 differ from FP32 by more than FP32's own noise (1e-5): the rounding really is applied.
+constexpr double kBf16Bound = 6 * kBf16UnitRoundoff;
+constexpr double kFp32Noise = 1e-5;
+
+// The layer alone, with a fixed dy: the max-pool after it would route the gradient by an argmax
+// that a rounding can flip (a different function, not an error of the arithmetic).
+TEST(Bf16Lstm, GradientsMatchFp32WithinTheBf16Bound) {
+  Random random(13);
+  const int B = 4, T = 10, D = 8, H = 16;
+  auto random_floats = [&](size_t n, double scale) {
+    std::vector<float> v(n);
+    for (float& e : v) e = static_cast<float>(random.uniform(-scale, scale));
+    return v;
+  };
+  const size_t P = static_cast<size_t>(B) * T;
+  const std::vector<float> x = random_floats(P * D, 1.0), dy = random_floats(P * 2 * H, 1.0);
+  const std::vector<float> w_ih = random_floats(8 * H * D, 0.4), w_hh = random_floats(8 * H * H, 0.4);
+  const std::vector<float> b_ih = random_floats(8 * H, 0.4), b_hh = random_floats(8 * H, 0.4);
+  struct Gradients {
+    std::vector<float> y, dx, dw_ih, dw_hh, db_ih, db_hh;
+  };
+  auto run = [&](Precision precision) {
+    Gradients g{std::vector<float>(P * 2 * H), std::vector<float>(P * D), std::vector<float>(w_ih.size()),
+                std::vector<float>(w_hh.size()), std::vector<float>(b_ih.size()), std::vector<float>(b_hh.size())};
+    std::vector<float> gates(P * 8 * H), cell(P * 2 * H), scratch(bilstm_backward_scratch_size(B, T, D, H));
+    BiLstmState<float> saved{gates.data(), cell.data(), scratch.data()};
+    bilstm_forward(g.y.data(), saved, x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(), B, T, D, H, 2,
+                   precision);
+    bilstm_backward(g.dx.data(), g.dw_ih.data(), g.dw_hh.data(), g.db_ih.data(), g.db_hh.data(), saved, g.y.data(),
+                    dy.data(), x.data(), w_ih.data(), w_hh.data(), B, T, D, H, 2, precision);
+    return g;
+  };
+  const Gradients fp32 = run(Precision::fp32), bf16 = run(Precision::bf16_emulated);
+  const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>> tensors[] = {
+      {"y", {&bf16.y, &fp32.y}},         {"dx", {&bf16.dx, &fp32.dx}},       {"dweight_ih", {&bf16.dw_ih, &fp32.dw_ih}},
+      {"dweight_hh", {&bf16.dw_hh, &fp32.dw_hh}}, {"dbias_ih", {&bf16.db_ih, &fp32.db_ih}}};
+  for (const auto& [name, pair] : tensors) {
+    const double relative = relative_difference(pair.first->data(), pair.second->data(), pair.first->size());
+    std::printf("%-11s relative difference %.3g (bound %.3g)\n", name, relative, kBf16Bound);
+    EXPECT_LT(relative, kBf16Bound) << name;
+    EXPECT_GT(relative, kFp32Noise) << name << ": no sign of bfloat16 rounding";
+  }
+}
+
+// The whole model's logits: the forward through the LSTM (one rounded GEMM a step, the error
+// carried by h) and the dense layer, within the same bound.
+TEST(Bf16Engine, LogitsMatchFp32WithinTheBf16Bound) {
+  ModelConfig config;
+  config.vocab_size = 40;
+  config.embedding_dim = 8;
+  config.hidden = 16;
+  config.seq_len = 12;
+  config.num_labels = 5;
+  ParameterBuffer<float> params(config);
+  initialize_parameters(params, 21);
+  Random random(4);
+  const Batch batch = testing::random_batch(6, config.seq_len, static_cast<int>(config.vocab_size), config.num_labels,
+                                            random);
+  auto logits_in = [&](Precision precision) {
+    EngineOptions options{batch.size, 2};
+    options.precision = precision;
+    const std::unique_ptr<Engine> engine = make_engine(Device::cpu, params, nullptr, options);
+    std::vector<float> logits(static_cast<size_t>(batch.size) * config.num_labels);
+    engine->forward(batch, logits.data());
+    return logits;
+  };
+  const std::vector<float> fp32 = logits_in(Precision::fp32), bf16 = logits_in(Precision::bf16_emulated);
+  const double relative = relative_difference(bf16.data(), fp32.data(), fp32.size());
+  std::printf("logits relative difference %.3g (bound %.3g)\n", relative, kBf16Bound);
+  EXPECT_LT(relative, kBf16Bound);
+  EXPECT_GT(relative, kFp32Noise) << "no sign of bfloat16 rounding";
+}
+
+TEST(Bf16Engine, Bf16IsRefusedWhereTheCpuHasNoBf16Instructions) {
+  if (cpu_bf16_support().avx512_bf16) GTEST_SKIP() << "this CPU has AVX512-BF16: --precision bf16 runs here";
+  ModelConfig config;
+  config.vocab_size = 10;
+  config.seq_len = 4;
+  config.num_labels = 2;
+  ParameterBuffer<float> params(config);
+  EngineOptions options{4, 1};
+  options.precision = Precision::bf16;
+  try {
+    make_engine(Device::cpu, params, nullptr, options);
+    FAIL() << "--precision bf16 accepted on a CPU without AVX512-BF16";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bf16-emulated"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace enhanced
