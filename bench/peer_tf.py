@@ -7,7 +7,10 @@
                        for an empty identifier, and tf.reduce_mean without an axis (the contract's
                        scalar-mean blend), run as a tf.function.
 
-usage: peer_tf.py CASE_DIR --design vectorised|original --threads N [--warmup W] [--repeats R]"""
+  --bf16:              Keras' mixed_bfloat16 policy (bfloat16 compute, FP32 variables): its LSTM
+                       keeps the gates and the cell state in bfloat16 too, unlike the engine.
+
+usage: peer_tf.py CASE_DIR --design vectorised|original --threads N [--warmup W] [--repeats R] [--bf16]"""
 import argparse
 import json
 import os
@@ -23,6 +26,7 @@ def parse():
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bf16", action="store_true", help="keras.mixed_precision policy mixed_bfloat16")
     return parser.parse_args()
 
 
@@ -35,6 +39,9 @@ tf.config.threading.set_inter_op_parallelism_threads(args.threads)
 import keras  # noqa: E402
 
 from case_io import load_case, timed  # noqa: E402
+
+if args.bf16:
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
 
 
 class OriginalBlend(keras.layers.Layer):
@@ -111,6 +118,7 @@ def main():
         return dense(pooled)
 
     def loss_of(output):
+        output = tf.cast(output, tf.float32)  # the loss in FP32, as the mixed-precision guide has it
         return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=output))
 
     @tf.function
@@ -128,7 +136,8 @@ def main():
 
     inference = timed(lambda: float(inference_step()), args.warmup, args.repeats)
     train = timed(lambda: float(train_step()), args.warmup, args.repeats)
-    print(json.dumps({"peer": f"tensorflow-{args.design}", "version": tf.__version__, "threads": args.threads,
+    print(json.dumps({"peer": f"tensorflow-{args.design}" + ("-bf16" if args.bf16 else ""), "version": tf.__version__,
+                      "threads": args.threads, "precision": "mixed_bfloat16" if args.bf16 else "fp32",
                       "batch_size": B, "loss": loss, "times": {"train step": train, "inference step": inference}}))
 
 

@@ -11,7 +11,10 @@ off in cuDNN and cuBLAS unless --tf32 turns it on in both, as the engine's --tf3
 GPU. Dynamo breaks its graph at nn.LSTM (torch._dynamo.config.allow_rnn is off by default): the
 LSTM then runs eagerly through cuDNN between two compiled pieces, and the JSON says so
 ("lstm": "eager (graph break)"). --compile-rnn sets allow_rnn, so Dynamo traces into the LSTM
-(which Inductor may unroll over the sequence: slow to compile at T = 400)."""
+(which Inductor may unroll over the sequence: slow to compile at T = 400).
+--bf16 runs forward and loss under torch.autocast(device, dtype=torch.bfloat16), PyTorch's own
+mixed precision: the LSTM and the linear layer in bfloat16, the weights and Adam in FP32."""
+import contextlib
 import argparse
 import json
 
@@ -56,8 +59,13 @@ def main():
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--compile-rnn", action="store_true", help="with --compile: let Dynamo trace nn.LSTM")
     parser.add_argument("--tf32", action="store_true", help="allow TF32 in cuDNN and cuBLAS (default: off)")
+    parser.add_argument("--bf16", action="store_true", help="torch.autocast with dtype=torch.bfloat16")
     args = parser.parse_args()
     precision = set_tf32(args.tf32) if args.device == "cuda" else "fp32"
+    if args.bf16:
+        precision = "bf16 autocast"
+    autocast = ((lambda: torch.autocast(args.device, dtype=torch.bfloat16)) if args.bf16
+                else contextlib.nullcontext)
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -72,8 +80,8 @@ def main():
     cur = torch.from_numpy(batch["cur_word_ids"].astype(np.int64)).to(device)
     labels = torch.from_numpy(batch["labels"].astype(np.int64)).to(device)
     B, T = c["batch_size"], c["seq_len"]
-    with torch.no_grad():
-        loss = F.cross_entropy(model(ids, offsets, counts, cur, B, T), labels).item()
+    with torch.no_grad(), autocast():
+        loss = F.cross_entropy(model(ids, offsets, counts, cur, B, T).float(), labels).item()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
     lstm = "eager"
     if args.compile:
@@ -84,12 +92,14 @@ def main():
 
     def train_step():
         optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(forward(ids, offsets, counts, cur, B, T), labels).backward()
+        with autocast():
+            step_loss = F.cross_entropy(forward(ids, offsets, counts, cur, B, T).float(), labels)
+        step_loss.backward()
         optimizer.step()
         sync()
 
     def inference_step():
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             forward(ids, offsets, counts, cur, B, T)
         sync()
 
@@ -101,7 +111,9 @@ def main():
     def train_steps():
         for _ in range(pipelined):
             optimizer.zero_grad(set_to_none=True)
-            F.cross_entropy(forward(ids, offsets, counts, cur, B, T), labels).backward()
+            with autocast():
+                step_loss = F.cross_entropy(forward(ids, offsets, counts, cur, B, T).float(), labels)
+            step_loss.backward()
             optimizer.step()
         sync()
 
@@ -112,7 +124,8 @@ def main():
         times["train step, sync"] = timed(train_step, args.warmup, args.repeats)
     else:
         times["train step"] = timed(train_step, args.warmup, args.repeats)
-    name = "pytorch" + ("-cuda" if args.device == "cuda" else "") + ("-compiled" if args.compile else "")
+    name = ("pytorch" + ("-cuda" if args.device == "cuda" else "") + ("-compiled" if args.compile else "")
+            + ("-bf16" if args.bf16 else ""))
     print(json.dumps({"peer": name, "version": torch.__version__, "threads": args.threads, "loss": loss,
                       "precision": precision, "lstm": lstm, "times": times}))
 

@@ -4,7 +4,11 @@ loss of the same weights on the same batch, which must match the engine's to 1e-
 
 usage: peers.py --bench BUILD/apps/enhanced-bench --tf-python .venv-bench/bin/python --out DIR
                 [-B 64 -T 400 -D 32 -H 128 -V 50000 -L 104] [--repeats 5] [--threads 1,2]
-                [--original-batch 2] [--sweep] [--plots DIR]"""
+                [--original-batch 2] [--sweep] [--plots DIR] [--precision fp32|bf16]
+
+--precision bf16: the engine's --precision bf16 (bf16-emulated, at FP32 speed and said so, on a
+CPU without AVX512-BF16) against PyTorch under torch.autocast(dtype=torch.bfloat16) and Keras'
+mixed_bfloat16 policy; the losses must then agree within BF16_LOSS_TOLERANCE."""
 import argparse
 import json
 import os
@@ -13,6 +17,17 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEBIAN_PYTHON = "/usr/bin/python3"  # Debian's python3-torch, the fallback
+# Two bf16 computations of the loss each err by up to ~6u in the logits (u = 2^-8, the bound of
+# tests/test_precision.cpp), so they may differ by twice that.
+BF16_LOSS_TOLERANCE = 12 * 2.0 ** -8
+
+
+def cpu_has_avx512_bf16():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx512_bf16" in line for line in f)
+    except OSError:
+        return False
 
 
 def run_json(command):
@@ -76,6 +91,8 @@ def main():
                    help="cuda: the engine on the GPU against PyTorch on the GPU, eager and compiled (CUDA graphs)")
     p.add_argument("--sweep", action="store_true", help="also time engine and fastest peer against T and B, and plot")
     p.add_argument("--plots", default=None, help="directory for the sweep PNGs")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: the engine's --precision bf16 against the peers' own bfloat16 settings")
     args = p.parse_args()
     args.bench = os.path.abspath(args.bench)
     if args.tf_python:
@@ -91,8 +108,21 @@ def main():
 
     case = os.path.join(os.path.abspath(args.out), "case")
     print(f"engine: timing B={args.B} T={args.T} D={args.D} H={args.H} V={args.V} L={args.L} ...", flush=True)
-    mine = engine(args, shapes, case, loader=True)
-    results = {"shapes": shapes, "engine": mine, "peers": {}}
+    engine_extra, peer_extra, tolerance = (), (), 1e-4
+    if args.precision == "bf16":
+        if args.device == "cuda":
+            sys.exit("peers.py: --precision bf16 is compared on the CPU only so far")
+        engine_precision = "bf16" if cpu_has_avx512_bf16() else "bf16-emulated"
+        if engine_precision != "bf16":
+            print("engine: this CPU has no AVX512-BF16, so the engine runs bf16-emulated: bf16's arithmetic at FP32 "
+                  "speed (its times are not bf16's)", flush=True)
+        engine_extra, peer_extra, tolerance = ("--precision", engine_precision), ("--bf16",), BF16_LOSS_TOLERANCE
+    mine = engine(args, shapes, case, loader=True, extra=engine_extra)
+    results = {"shapes": shapes, "engine": mine, "peers": {}, "precision": args.precision}
+    if args.precision == "bf16":  # the engine's own FP32 step, the yardstick of bf16's gain
+        print("engine fp32: timing ...", flush=True)
+        fp32 = engine(args, shapes)
+        results["peers"]["engine-fp32"] = {"runs": [fp32], "best": best_of_threads([fp32])}
 
     if args.device == "cuda":
         cuda_side_by_side(args, shapes, case, mine)
@@ -101,19 +131,23 @@ def main():
     runs = []
     for t in threads:
         print(f"pytorch ({args.torch_python}): {t} thread(s) ...", flush=True)
-        run = peer(args.torch_python, "peer_torch.py", case, t, args.repeats)
-        run["loss_relative_error"] = check_loss("pytorch", run["loss"], mine["initial_loss"])
+        run = peer(args.torch_python, "peer_torch.py", case, t, args.repeats, peer_extra)
+        run["loss_relative_error"] = check_loss("pytorch", run["loss"], mine["initial_loss"], tolerance)
         runs.append(run)
-    results["peers"]["pytorch"] = {"runs": runs, "best": best_of_threads(runs)}
+    results["peers"]["pytorch" + ("-bf16-autocast" if peer_extra else "")] = {"runs": runs,
+                                                                              "best": best_of_threads(runs)}
 
     if args.tf_python:
         runs = []
         for t in threads:
             print(f"tensorflow (vectorised): {t} thread(s) ...", flush=True)
-            run = peer(args.tf_python, "peer_tf.py", case, t, args.repeats, ("--design", "vectorised"))
-            run["loss_relative_error"] = check_loss("tensorflow-vectorised", run["loss"], mine["initial_loss"])
+            run = peer(args.tf_python, "peer_tf.py", case, t, args.repeats, ("--design", "vectorised", *peer_extra))
+            run["loss_relative_error"] = check_loss("tensorflow-vectorised", run["loss"], mine["initial_loss"],
+                                                    tolerance)
             runs.append(run)
-        results["peers"]["tensorflow-vectorised"] = {"runs": runs, "best": best_of_threads(runs)}
+        results["peers"]["tensorflow-vectorised" + ("-mixed-bf16" if peer_extra else "")] = {
+            "runs": runs, "best": best_of_threads(runs)}
+    if args.tf_python and args.precision == "fp32":
         # The original map_fn design on a small batch, against the engine's scalar-mean loss on it.
         small = dict(shapes, B=args.original_batch)
         small_case = os.path.join(os.path.abspath(args.out), "case-original")
@@ -189,7 +223,8 @@ def print_table(results):
         for n in names:
             t = results["peers"][n]["best"][figure]
             ms = 1e3 * t["median_s"]
-            fastest = ms if fastest is None else min(fastest, ms)
+            if not n.startswith("engine"):  # the engine's own FP32 row is a yardstick, not a peer
+                fastest = ms if fastest is None else min(fastest, ms)
             cells += f"{ms:>{widths[n] - 6}.1f} ({t['threads']}t)"
         print(f"{figure:<16}{engine_ms:>10.1f}{cells}{fastest / engine_ms:>17.2f}x")
     gemm = mine["gemm_gflops"]

@@ -14,6 +14,7 @@
 #include "state_compare.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/demo.h"
+#include "enhanced/precision.h"
 
 namespace enhanced {
 namespace {
@@ -82,6 +83,31 @@ TEST_F(TrainCli, ResumeEqualsTheUninterruptedRunBitForBit) {
     EXPECT_TRUE(read_bytes(dir("full") / "last.safetensors") == read_bytes(dir(run) / "last.safetensors")) << run;
     EXPECT_TRUE(testing::same_state_apart_from_metrics(dir("full") / "optimizer.safetensors", dir(run) / "optimizer.safetensors"))
         << run;
+  }
+}
+
+// --precision: a resumed run keeps the arithmetic it was recorded with (bf16-emulated rounds every
+// GEMM operand, so an FP32 continuation would give other bits), and an unusable one is one line.
+TEST_F(TrainCli, PrecisionIsKeptOnResumeAndRefusedInOneLineWhereTheCpuCannot) {
+  const std::string flags = base_flags() + "--precision bf16-emulated ";
+  ASSERT_EQ(run_app("enhanced-train", flags + "--epochs 2 --out " + dir("bf16-full").string()).exit_code, 0);
+  ASSERT_EQ(run_app("enhanced-train", flags + "--steps 7 --out " + dir("bf16-cut").string()).exit_code, 0);
+  const auto resumed = run_app("enhanced-train", "--resume --epochs 2 --quiet --out " + dir("bf16-cut").string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(read_bytes(dir("bf16-full") / "last.safetensors") == read_bytes(dir("bf16-cut") / "last.safetensors"));
+  ASSERT_EQ(run_app("enhanced-train", base_flags() + "--epochs 2 --out " + dir("fp32-full").string()).exit_code, 0);
+  EXPECT_FALSE(read_bytes(dir("fp32-full") / "last.safetensors") == read_bytes(dir("bf16-full") / "last.safetensors"))
+      << "bf16-emulated trained the same bits as fp32";
+  const auto unknown = run_app("enhanced-train", base_flags() + "--precision fp16 --steps 1 --out " + dir("p16").string());
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.output.find("error: --precision must be fp32, bf16 or bf16-emulated"), std::string::npos)
+      << unknown.output;
+  if (!cpu_bf16_support().avx512_bf16) {
+    const auto refused = run_app("enhanced-train", base_flags() + "--precision bf16 --steps 1 --out " + dir("pbf").string());
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_NE(refused.output.find("error: --precision bf16 needs a CPU with bfloat16 instructions"), std::string::npos)
+        << refused.output;
+    EXPECT_FALSE(fs::exists(dir("pbf") / "last.safetensors"));
   }
 }
 

@@ -23,7 +23,7 @@ const char* to_string(Precision precision);
 inline bool rounds_to_bf16(Precision precision) { return precision != Precision::fp32; }
 
 // The CPU's bfloat16 instructions, from CPUID and the OS's saved state (XCR0). The CPU kernels
-// use AVX512-BF16; AMX is reported (bench, summary) but has no kernels of its own yet.
+// use AVX512-BF16; AMX is reported (enhanced-bench --json) but has no kernels of its own yet.
 struct CpuBf16Support {
   bool avx512_bf16 = false;  // VDPBF16PS and VCVTNE2PS2BF16 (Cooper Lake, Sapphire Rapids, Zen 4)
   bool amx_bf16 = false;     // TDPBF16PS (Sapphire Rapids and later)

@@ -68,8 +68,8 @@ std::string cpu_precision_unavailable_reason(Precision precision) {
   if (precision != Precision::bf16) return "";
   const CpuBf16Support support = cpu_bf16_support();
   if (support.avx512_bf16) return "";
-  return cat("--precision bf16 needs a CPU with bfloat16 instructions (AVX512-BF16), and ", cpu_model_name(),
-             " has none; --precision bf16-emulated computes the same arithmetic at FP32 speed");
+  return cat("--precision bf16 needs a CPU with bfloat16 instructions (AVX512-BF16), and this one (", cpu_model_name(),
+             ") has none; --precision bf16-emulated computes the same arithmetic at FP32 speed");
 }
 
 }  // namespace enhanced

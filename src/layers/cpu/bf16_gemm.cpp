@@ -24,12 +24,14 @@ inline uint32_t pair_at(const uint16_t* row, int i, int k) {
 template <int kRows>
 ENHANCED_BF16_TARGET inline void tile(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* panel, int k,
                                       int columns, bool accumulate) {
-  __m512 sum[kRows][2];
+  __m512 sum[kRows][2];  // fully unrolled, so the tile lives in registers
+#pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) sum[r][0] = sum[r][1] = _mm512_setzero_ps();
   const int pairs = (k + 1) / 2;
   for (int i = 0; i < pairs; ++i) {
     const uint16_t* b = panel + static_cast<size_t>(i) * 2 * kPanelWidth;
     const __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + kPanelWidth);
+#pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
       const __m512i a_pair = _mm512_set1_epi32(static_cast<int>(pair_at(a + static_cast<size_t>(r) * lda, i, k)));
       sum[r][0] = _mm512_dpbf16_ps(sum[r][0], (__m512bh)a_pair, (__m512bh)b0);
