@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -12,6 +15,10 @@
 #include "enhanced/model.h"
 #include "enhanced/random.h"
 #include "gradcheck.h"
+
+#ifdef ENHANCED_HAVE_CUDA
+#include "kernels/cuda_check.h"
+#endif
 
 namespace enhanced::testing {
 
@@ -52,5 +59,64 @@ inline std::vector<Batch> training_batches(const ModelConfig& config, int count,
     batches.push_back(random_batch(i % 5 == 4 ? 2 : 4, config.seq_len, ids, config.num_labels, random));
   return batches;
 }
+
+#ifdef ENHANCED_HAVE_CUDA
+
+// ---- what the GPU parity tests share (test_cuda_parity.cpp, test_cuda_bf16.cpp) ----------------
+
+constexpr double kUnit = 0x1.0p-24;
+
+struct Gpu {
+  cuda::UniqueStream stream = cuda::make_stream();
+  cuda::UniqueCublas cublas = cuda::make_cublas(stream, false);
+  cuda::UniqueCudnn cudnn = cuda::make_cudnn(stream);
+};
+
+template <class T>
+cuda::DeviceBuffer<T> to_device(const std::vector<T>& host, cudaStream_t stream) {
+  cuda::DeviceBuffer<T> buffer(std::max<size_t>(host.size(), 1));
+  cuda::copy_to_device(buffer.data(), host.data(), host.size(), stream);
+  return buffer;
+}
+
+template <class T>
+std::vector<T> to_host(const cuda::DeviceBuffer<T>& buffer, size_t count, cudaStream_t stream) {
+  std::vector<T> host(count);
+  cuda::copy_to_host(host.data(), buffer.data(), count, stream);
+  return host;
+}
+
+inline std::vector<float> to_float(std::span<const double> v) { return std::vector<float>(v.begin(), v.end()); }
+inline std::vector<double> to_double(std::span<const float> v) { return std::vector<double>(v.begin(), v.end()); }
+inline std::vector<double> absolute(std::vector<double> v) {
+  for (double& x : v) x = std::fabs(x);
+  return v;
+}
+
+// A random vector already rounded to float, so the double reference sees the same inputs.
+inline std::vector<double> random_floats(size_t count, Random& random, double scale = 1.0) {
+  std::vector<double> v = random_vector(count, random, scale);
+  for (double& x : v) x = static_cast<float>(x);
+  return v;
+}
+
+inline void expect_sum_close(std::span<const float> gpu, std::span<const double> ref, const std::vector<double>& mag,
+                      double terms, const std::string& what) {
+  ASSERT_EQ(gpu.size(), ref.size()) << what;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    const double tolerance = 2 * (terms + 2) * kUnit * mag[i] + 1e-30;
+    ASSERT_NEAR(gpu[i], ref[i], tolerance) << what << " [" << i << "]";
+  }
+}
+
+inline void expect_relative(std::span<const float> gpu, std::span<const double> ref, double relative,
+                     const std::string& what) {
+  ASSERT_EQ(gpu.size(), ref.size()) << what;
+  double scale = 1e-6;
+  for (double r : ref) scale = std::max(scale, std::fabs(r));
+  for (size_t i = 0; i < gpu.size(); ++i) ASSERT_NEAR(gpu[i], ref[i], relative * scale) << what << " [" << i << "]";
+}
+
+#endif  // ENHANCED_HAVE_CUDA
 
 }  // namespace enhanced::testing

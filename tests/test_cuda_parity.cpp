@@ -56,61 +56,17 @@ using testing::training_batches;
 
 #ifdef ENHANCED_HAVE_CUDA
 
-constexpr double kUnit = 0x1.0p-24;
-
+using testing::absolute;
+using testing::expect_relative;
+using testing::expect_sum_close;
+using testing::Gpu;
+using testing::kUnit;
+using testing::random_floats;
+using testing::to_device;
+using testing::to_double;
+using testing::to_float;
+using testing::to_host;
 using cuda::DeviceBuffer;
-
-struct Gpu {
-  cuda::UniqueStream stream = cuda::make_stream();
-  cuda::UniqueCublas cublas = cuda::make_cublas(stream, false);
-  cuda::UniqueCudnn cudnn = cuda::make_cudnn(stream);
-};
-
-template <class T>
-DeviceBuffer<T> to_device(const std::vector<T>& host, cudaStream_t stream) {
-  DeviceBuffer<T> buffer(std::max<size_t>(host.size(), 1));
-  cuda::copy_to_device(buffer.data(), host.data(), host.size(), stream);
-  return buffer;
-}
-
-template <class T>
-std::vector<T> to_host(const DeviceBuffer<T>& buffer, size_t count, cudaStream_t stream) {
-  std::vector<T> host(count);
-  cuda::copy_to_host(host.data(), buffer.data(), count, stream);
-  return host;
-}
-
-std::vector<float> to_float(std::span<const double> v) { return std::vector<float>(v.begin(), v.end()); }
-std::vector<double> to_double(std::span<const float> v) { return std::vector<double>(v.begin(), v.end()); }
-std::vector<double> absolute(std::vector<double> v) {
-  for (double& x : v) x = std::fabs(x);
-  return v;
-}
-
-// A random vector already rounded to float, so the double reference sees the same inputs.
-std::vector<double> random_floats(size_t count, Random& random, double scale = 1.0) {
-  std::vector<double> v = testing::random_vector(count, random, scale);
-  for (double& x : v) x = static_cast<float>(x);
-  return v;
-}
-
-void expect_sum_close(std::span<const float> gpu, std::span<const double> ref, const std::vector<double>& mag,
-                      double terms, const std::string& what) {
-  ASSERT_EQ(gpu.size(), ref.size()) << what;
-  for (size_t i = 0; i < gpu.size(); ++i) {
-    const double tolerance = 2 * (terms + 2) * kUnit * mag[i] + 1e-30;
-    ASSERT_NEAR(gpu[i], ref[i], tolerance) << what << " [" << i << "]";
-  }
-}
-
-void expect_relative(std::span<const float> gpu, std::span<const double> ref, double relative,
-                     const std::string& what) {
-  ASSERT_EQ(gpu.size(), ref.size()) << what;
-  double scale = 1e-6;
-  for (double r : ref) scale = std::max(scale, std::fabs(r));
-  for (size_t i = 0; i < gpu.size(); ++i) ASSERT_NEAR(gpu[i], ref[i], relative * scale) << what << " [" << i << "]";
-}
-
 
 // ---- kernels ----------------------------------------------------------------------------------
 

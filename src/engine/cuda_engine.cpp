@@ -18,7 +18,7 @@ class CudaEngine final : public Engine {
  public:
   CudaEngine(ParameterBuffer<float>& params, OptimizerState* optimizer, const EngineOptions& options)
       : params_(params), optimizer_(optimizer), model_(params.config, optimizer_of(optimizer), options.max_batch,
-                                                       options.cuda, options.class_weights) {
+                                                       options.cuda, options.class_weights, options.precision) {
     model_.upload_parameters(params_);
     if (optimizer_) model_.upload_optimizer_state(optimizer_->moment(0), optimizer_->moment(1), optimizer_->steps);
   }

@@ -75,6 +75,7 @@ struct CudaModel::Impl {
   ModelConfig config;
   OptimizerConfig optimizer;
   CudaOptions options;
+  Precision precision = Precision::fp32;  // fp32 or bf16 (bf16-emulated is refused: a CPU path)
   int max_batch = 0;
   int64_t steps = 0;  // optimizer steps queued (all applied unless a collect says otherwise)
   double last_norm = 0;
@@ -93,6 +94,8 @@ struct CudaModel::Impl {
   DeviceBuffer<float> activation_data;
   DeviceBuffer<int32_t> argmax_data;
   ActivationTensors<float> act;
+  // bf16: the dense GEMMs' bfloat16 operands (dense_bf16_scratch_size for max_batch); empty in fp32.
+  DeviceBuffer<uint16_t> dense_bf16;
   DeviceBuffer<double> scalars;  // [0] mean loss, [1] gradient norm, [2..258) norm partials
   DeviceBuffer<float> class_weights;  // L, the training loss's (empty: unweighted)
   DeviceBuffer<float> clip_scale;
@@ -119,6 +122,7 @@ struct CudaModel::Impl {
   };
 
   cudaStream_t s() const { return stream.get(); }
+  uint16_t* dense_scratch() { return dense_bf16.size() ? dense_bf16.data() : nullptr; }  // null: FP32 GEMMs
   int F() const { return config.pooled_features(); }
   uint64_t generation() const { return batch_generation + embedding_workspace.generation() + lstm->generation(); }
 
@@ -304,7 +308,7 @@ void CudaModel::Impl::forward_pass(const BatchView& b, bool with_gradient) {
                        B, T, D, H, s());
   cuda::maxpool_forward(act.pooled, act.argmax, act.y, B, T, 2 * H, c.pool, s());
   cuda::dense_forward(act.logits, act.pooled, params.dense_weight, params.dense_bias, B, F(), c.num_labels,
-                      cublas, s());
+                      cublas, s(), dense_scratch());
   // Training steps and compute_gradients weigh the loss by class; evaluation does not.
   const float* weights = with_gradient && class_weights.size() ? class_weights.data() : nullptr;
   cuda::softmax_cross_entropy(with_gradient ? act.dlogits : nullptr, act.sample_losses, scalars.data(),
@@ -321,7 +325,7 @@ void CudaModel::Impl::backward_pass(const BatchView& b) {
   // workspace, and everything after the table); the sort below replaces the touched rows.
   cuda::zero_gradients(grads.data.data(), range(true), s());
   cuda::dense_backward(act.dpooled, grads.dense_weight, grads.dense_bias, act.dlogits, act.pooled,
-                       params.dense_weight, B, F(), c.num_labels, cublas, s());
+                       params.dense_weight, B, F(), c.num_labels, cublas, s(), dense_scratch());
   cuda::maxpool_backward(act.dy, act.argmax, act.dpooled, B, T, 2 * H, c.pool, s());
   cuda::bilstm_backward(act.dx, grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, *lstm, act.y,
                         act.dy, act.x, B, T, D, H, s());
@@ -363,16 +367,37 @@ void CudaModel::Impl::wait_and_read(const BatchView& b, float* logits_out) {
   if (logits_out) std::memcpy(logits_out, logits_host.data(), logit_count * sizeof(float));
 }
 
+namespace {
+// --precision on this GPU: fp32 always; bf16 needs compute capability 8.0 (cuDNN 9 refuses
+// bfloat16 RNN data with FP32 math below it, and cuBLAS's bfloat16 GEMMs need it too);
+// bf16-emulated is the CPU's reference path.
+void check_precision(Precision precision) {
+  if (precision == Precision::bf16_emulated)
+    fail("--precision bf16-emulated is the CPU's reference path (--device cpu); on CUDA use --precision bf16 "
+         "(bfloat16 cuDNN and cuBLAS) or fp32");
+  if (precision != Precision::bf16) return;
+  int device = 0, major = 0, minor = 0;
+  ENHANCED_CUDA_CHECK(cudaGetDevice(&device));
+  ENHANCED_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  ENHANCED_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major < 8)
+    fail("--precision bf16 on CUDA needs a GPU of compute capability 8.0 or later (Ampere); this one is ", major, ".",
+         minor, ": use --precision fp32");
+}
+}  // namespace
+
 CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch,
-                     const CudaOptions& options, const std::vector<float>& class_weights)
+                     const CudaOptions& options, const std::vector<float>& class_weights, Precision precision)
     : impl_(std::make_unique<Impl>()) {
   config.validate();
   check_class_weights(class_weights, config.num_labels);
   if (max_batch < 1) fail("CUDA model: max batch must be positive, got ", max_batch);
+  check_precision(precision);
   Impl& m = *impl_;
   m.config = config;
   m.optimizer = optimizer;
   m.options = options;
+  m.precision = precision;
   m.max_batch = max_batch;
   m.stream = cuda::make_stream();
   m.copy_stream = cuda::make_stream();
@@ -386,7 +411,9 @@ CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer
   const size_t L = c.num_labels;
   const size_t F = static_cast<size_t>(max_batch) * c.pooled_features();
   m.lstm = std::make_unique<cuda::CudnnBiLstm>(m.cudnn.get(), max_batch, c.seq_len, c.embedding_dim, c.hidden,
-                                               options.tf32, options.rnn_algorithm);
+                                               options.tf32, options.rnn_algorithm, precision == Precision::bf16);
+  if (precision == Precision::bf16)
+    m.dense_bf16.resize(cuda::dense_bf16_scratch_size(max_batch, c.pooled_features(), c.num_labels));
   m.params.allocate(c, m.s());
   m.grads.allocate(c, m.s());
   const size_t moments = moment_names(optimizer).size();
@@ -447,7 +474,10 @@ std::string CudaModel::summary() const {
   const Impl& m = *impl_;
   return cat(m.device_name, "; LSTM algorithm ", to_string(m.lstm->algorithm()), " (", m.lstm->selection(),
              "); CUDA graphs ", m.graphs_off.empty() ? std::string("on") : "off: " + m.graphs_off,
-             m.options.tf32 ? "; TF32 allowed" : "");
+             m.precision == Precision::bf16 ? "; precision bf16 (cuDNN LSTM bfloat16 data, FP32 math; cuBLAS bfloat16 "
+                                              "dense, FP32 accumulation; FP32 master weights)"
+                                            : "; precision fp32",
+             m.options.tf32 && m.precision != Precision::bf16 ? "; TF32 allowed" : "");
 }
 
 namespace {

@@ -29,6 +29,7 @@
 #include "enhanced/model.h"
 #include "enhanced/engine.h"
 #include "enhanced/optimizer_config.h"
+#include "enhanced/precision.h"
 #include "enhanced/train_totals.h"
 
 namespace enhanced {
@@ -40,8 +41,12 @@ class CudaModel {
   // options.rnn_algorithm = automatic times cuDNN's LSTM algorithms here (a few ms).
   // class_weights (L, or empty: unweighted): the training loss's (train_step, enqueue_train_step,
   // compute_gradients); forward stays unweighted (EngineOptions::class_weights).
+  // precision: fp32, or bf16 (the LSTM's and the dense layer's GEMMs in bfloat16 with FP32
+  // accumulation; parameters, gradients, optimizer moments, loss and everything between the layers
+  // stay FP32; needs compute capability 8.0). bf16_emulated is an Error (a CPU reference path).
   CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch,
-            const CudaOptions& options = {}, const std::vector<float>& class_weights = {});
+            const CudaOptions& options = {}, const std::vector<float>& class_weights = {},
+            Precision precision = Precision::fp32);
   ~CudaModel();
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
@@ -50,7 +55,8 @@ class CudaModel {
 
   const ModelConfig& config() const;
   int max_batch() const;
-  // One line: the GPU, the LSTM algorithm (and what its selection measured), graphs on or off.
+  // One line: the GPU, the LSTM algorithm (and what its selection measured), graphs on or off,
+  // the precision.
   std::string summary() const;
   RnnAlgorithm rnn_algorithm() const;
   // Training steps replayed from a CUDA graph so far; why graphs are off ("" when they are on).

@@ -7,12 +7,25 @@
 // The checkpoint's named tensors live in the carved parameter buffer; cuDNN wants its own weight space. The
 // map between them comes from cudnnGetRNNWeightParams (never hard-coded offsets) and is applied
 // by one gather kernel before forward (pack) and one scatter-add kernel after backward (unpack).
+//
+// --precision bf16 (docs/cuda-backend.md says why cuDNN 9 takes bfloat16 here): the descriptor's
+// dataType is CUDNN_DATA_BFLOAT16 with mathPrec CUDNN_DATA_FLOAT (FP32 gates and accumulation inside
+// cuDNN), ALGO_STANDARD only. The conversions, all on the stream, none allocating:
+// - pack: FP32 master weights -> the bfloat16 weight space (RNE), before every forward, so the
+//   space always holds the weights of the latest optimizer step
+// - forward: x FP32 -> x16; cuDNN writes y16; y16 -> y FP32 (max-pool reads FP32)
+// - backward: dy FP32 -> dy16; cuDNN writes dx16 and the bfloat16 dW; dx16 -> dx FP32 (the
+//   embedding backward reads FP32); unpack adds dW, widened, into the FP32 gradients
+// x16, y16, dy16 and dx16 are this object's (one allocation for max_batch, like the workspace).
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "kernels/bf16.cuh"
 #include "kernels/lstm.cuh"
 
 namespace enhanced::cuda {
@@ -26,7 +39,7 @@ enum Tensor : int { kWeightIh = 0, kWeightHh = 1, kBiasIh = 2, kBiasHh = 3 };
 struct Piece {
   int tensor = 0;             // which checkpoint tensor (stacked over the two directions)
   int64_t tensor_offset = 0;  // in floats, inside that tensor
-  int64_t space_offset = 0;   // in floats, inside cuDNN's weight space
+  int64_t space_offset = 0;   // in elements (float or bfloat16), inside cuDNN's weight space
   int64_t count = 0;
 };
 
@@ -39,23 +52,32 @@ struct TensorPointers {
   float* tensor[4];
 };
 
-// blockIdx.y = piece. Pack: space[piece] = tensor[piece]. Unpack: tensor[piece] += space[piece].
-__global__ void pack_kernel(float* __restrict__ space, PieceTable table, TensorPointers tensors) {
+// The weight space's element: float, or __nv_bfloat16 under --precision bf16.
+__device__ inline void store(float& target, float value) { target = value; }
+__device__ inline void store(__nv_bfloat16& target, float value) { target = __float2bfloat16_rn(value); }
+__device__ inline float load(float value) { return value; }
+__device__ inline float load(__nv_bfloat16 value) { return __bfloat162float(value); }
+
+// blockIdx.y = piece. Pack: space[piece] = tensor[piece] (rounded to bfloat16 when Space is).
+// Unpack: tensor[piece] += space[piece] (widened to float first).
+template <class Space>
+__global__ void pack_kernel(Space* __restrict__ space, PieceTable table, TensorPointers tensors) {
   const Piece piece = table.piece[blockIdx.y];
   const float* source = tensors.tensor[piece.tensor] + piece.tensor_offset;
-  float* target = space + piece.space_offset;
+  Space* target = space + piece.space_offset;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < piece.count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    target[i] = source[i];
+    store(target[i], source[i]);
 }
 
-__global__ void unpack_add_kernel(const float* __restrict__ space, PieceTable table, TensorPointers tensors) {
+template <class Space>
+__global__ void unpack_add_kernel(const Space* __restrict__ space, PieceTable table, TensorPointers tensors) {
   const Piece piece = table.piece[blockIdx.y];
   float* target = tensors.tensor[piece.tensor] + piece.tensor_offset;
-  const float* source = space + piece.space_offset;
+  const Space* source = space + piece.space_offset;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < piece.count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    target[i] += source[i];
+    target[i] += load(source[i]);
 }
 
 UniqueTensorDesc make_tensor_desc() {
@@ -70,12 +92,15 @@ UniqueRnnDataDesc make_rnn_data_desc() {
   return UniqueRnnDataDesc(desc);
 }
 
-// Elements described by a cuDNN tensor descriptor returned by cudnnGetRNNWeightParams.
-int64_t described_elements(cudnnTensorDescriptor_t desc, const char* what) {
+// Elements described by a cuDNN tensor descriptor returned by cudnnGetRNNWeightParams, which
+// must be of the weight space's type.
+int64_t described_elements(cudnnTensorDescriptor_t desc, cudnnDataType_t expected, const char* what) {
   cudnnDataType_t type{};
   int dims[8] = {0}, strides[8] = {0}, rank = 0;
   ENHANCED_CUDNN_CHECK(cudnnGetTensorNdDescriptor(desc, 8, &type, &rank, dims, strides));
-  if (type != CUDNN_DATA_FLOAT) fail("cuDNN weight space: ", what, " is not float32");
+  if (type != expected)
+    fail("cuDNN weight space: ", what, " is of cuDNN type ", static_cast<int>(type), ", expected ",
+         static_cast<int>(expected), expected == CUDNN_DATA_FLOAT ? " (float32)" : " (bfloat16)");
   int64_t elements = rank > 0 ? 1 : 0;
   for (int k = 0; k < rank; ++k) elements *= dims[k];
   return elements;
@@ -103,6 +128,7 @@ struct CudnnBiLstm::Impl {
   cudnnHandle_t handle = nullptr;
   int max_batch = 0, seq_len = 0, input = 0, hidden = 0;
   bool tf32 = false;
+  bool bf16 = false;  // --precision bf16: bfloat16 data and weight space, FP32 math
   UniqueDropoutDesc dropout;
   Variant chosen;    // runs batches of max_batch
   Variant standard;  // runs every other batch size
@@ -110,7 +136,11 @@ struct CudnnBiLstm::Impl {
   UniqueRnnDataDesc x_desc, y_desc;
   UniqueTensorDesc h_desc, c_desc;
   size_t weight_bytes = 0;
-  DeviceBuffer<float> weights, dweights;
+  DeviceBuffer<unsigned char> weights, dweights;  // float or bfloat16 elements (bf16)
+  // bf16 only: cuDNN's operands, one allocation for max_batch carved into x16 (B, T, D),
+  // y16 (B, T, 2H), dy16 (B, T, 2H), dx16 (B, T, D).
+  DeviceBuffer<uint16_t> staging;
+  uint16_t *x16 = nullptr, *y16 = nullptr, *dy16 = nullptr, *dx16 = nullptr;
   DeviceBuffer<unsigned char> workspace, reserve;
   size_t workspace_bytes = 0, reserve_bytes = 0;  // for the described batch
   DeviceBuffer<int32_t> device_lengths;           // (max_batch) all T
@@ -120,6 +150,11 @@ struct CudnnBiLstm::Impl {
   std::string selection;   // what automatic selection measured
   uint64_t generation = 0; // bumped when the workspace or reserve is reallocated
 
+  cudnnDataType_t data_type() const { return bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT; }
+  size_t element_bytes() const { return bf16 ? sizeof(uint16_t) : sizeof(float); }
+  size_t x_count(int batch) const { return static_cast<size_t>(batch) * seq_len * input; }
+  size_t y_count(int batch) const { return static_cast<size_t>(batch) * seq_len * 2 * hidden; }
+  void allocate_staging();
   void configure(Variant& variant, RnnAlgorithm algorithm);
   void map_weight_space(Variant& variant);
   void describe(int batch, cudaStream_t stream);
@@ -170,15 +205,15 @@ void CudnnBiLstm::Impl::map_weight_space(Variant& variant) {
                                                                                    {&bias, {b_addr, b_desc}}};
       for (const auto& [piece, where] : found) {
         const std::ptrdiff_t bytes = static_cast<const char*>(where.first) - base;
-        if (bytes < 0 || bytes % sizeof(float) != 0 ||
-            static_cast<size_t>(bytes) + piece->count * sizeof(float) > weight_bytes)
+        const auto element = static_cast<std::ptrdiff_t>(element_bytes());
+        if (bytes < 0 || bytes % element != 0 || static_cast<size_t>(bytes) + piece->count * element > weight_bytes)
           fail("cuDNN weight space: piece (pseudo-layer ", direction, ", id ", id, ") at byte ", bytes,
                " does not fit the ", weight_bytes, "-byte space");
-        const int64_t described = described_elements(where.second, "piece");
+        const int64_t described = described_elements(where.second, data_type(), "piece");
         if (described != piece->count)
           fail("cuDNN weight space: pseudo-layer ", direction, " id ", id, " has ", described,
                " elements, the checkpoint tensor block has ", piece->count);
-        piece->space_offset = bytes / static_cast<std::ptrdiff_t>(sizeof(float));
+        piece->space_offset = bytes / element;
         pieces.piece[pieces.count++] = *piece;
       }
     }
@@ -193,8 +228,9 @@ void CudnnBiLstm::Impl::map_weight_space(Variant& variant) {
   }
   int64_t total = 0;
   for (const Piece& piece : sorted) total += piece.count;
-  if (static_cast<size_t>(total) * sizeof(float) != weight_bytes)
-    fail("cuDNN weight space: the checkpoint tensors hold ", total * 4, " bytes, cuDNN's space has ", weight_bytes);
+  if (static_cast<size_t>(total) * element_bytes() != weight_bytes)
+    fail("cuDNN weight space: the checkpoint tensors hold ", total * element_bytes(), " bytes, cuDNN's space has ",
+         weight_bytes);
 }
 
 // Sets the variant's descriptor for `algorithm` and maps the weight space it implies. Both
@@ -210,20 +246,21 @@ void CudnnBiLstm::Impl::configure(Variant& variant, RnnAlgorithm algorithm) {
   }
   ENHANCED_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(variant.rnn, cudnn_algorithm(algorithm), CUDNN_LSTM,
                                                 CUDNN_RNN_DOUBLE_BIAS, CUDNN_BIDIRECTIONAL, CUDNN_LINEAR_INPUT,
-                                                CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT,
-                                                tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, input, hidden,
+                                                data_type(), CUDNN_DATA_FLOAT /* mathPrec: FP32 math */,
+                                                bf16 ? CUDNN_TENSOR_OP_MATH : tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH,
+                                                input, hidden,
                                                 hidden /* projSize = hidden: no projection */, 1, dropout,
                                                 CUDNN_RNN_PADDED_IO_ENABLED));
   size_t bytes = 0;
   ENHANCED_CUDNN_CHECK(cudnnGetRNNWeightSpaceSize(handle, variant.rnn, &bytes));
   const size_t expected = 2 * (4 * static_cast<size_t>(hidden) * input + 4 * static_cast<size_t>(hidden) * hidden +
-                               8 * static_cast<size_t>(hidden)) * sizeof(float);
+                               8 * static_cast<size_t>(hidden)) * element_bytes();
   if (bytes != expected) fail("cuDNN weight space is ", bytes, " bytes, a double-bias BiLSTM needs ", expected);
   if (bytes != weight_bytes) {
     ++generation;
     weight_bytes = bytes;
-    weights.resize(weight_bytes / sizeof(float));
-    dweights.resize(weight_bytes / sizeof(float));
+    weights.resize(weight_bytes);
+    dweights.resize(weight_bytes);
   }
   map_weight_space(variant);
   variant.algorithm = algorithm;
@@ -233,17 +270,20 @@ void CudnnBiLstm::Impl::describe(int batch, cudaStream_t stream) {
   if (batch == described_batch) return;
   described_batch = -1;  // until every descriptor below is set: an exception leaves none half-set
   active = batch == max_batch ? &chosen : &standard;
-  const float padding = 0.0f;
-  ENHANCED_CUDNN_CHECK(cudnnSetRNNDataDescriptor(x_desc, CUDNN_DATA_FLOAT, CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED,
-                                                 seq_len, batch, input, host_lengths.data(),
-                                                 const_cast<float*>(&padding)));
-  ENHANCED_CUDNN_CHECK(cudnnSetRNNDataDescriptor(y_desc, CUDNN_DATA_FLOAT, CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED,
-                                                 seq_len, batch, 2 * hidden, host_lengths.data(),
-                                                 const_cast<float*>(&padding)));
+  // paddingFill points to a value of the data's type: 0 as float, or the bfloat16 bits of +0.
+  float padding_float = 0.0f;
+  uint16_t padding_bf16 = 0;
+  void* padding = bf16 ? static_cast<void*>(&padding_bf16) : static_cast<void*>(&padding_float);
+  ENHANCED_CUDNN_CHECK(cudnnSetRNNDataDescriptor(x_desc, data_type(), CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED,
+                                                 seq_len, batch, input, host_lengths.data(), padding));
+  ENHANCED_CUDNN_CHECK(cudnnSetRNNDataDescriptor(y_desc, data_type(), CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED,
+                                                 seq_len, batch, 2 * hidden, host_lengths.data(), padding));
   const int dims[3] = {2, batch, hidden};  // numLayers * 2 directions
   const int strides[3] = {batch * hidden, hidden, 1};
-  ENHANCED_CUDNN_CHECK(cudnnSetTensorNdDescriptor(h_desc, CUDNN_DATA_FLOAT, 3, dims, strides));
-  ENHANCED_CUDNN_CHECK(cudnnSetTensorNdDescriptor(c_desc, CUDNN_DATA_FLOAT, 3, dims, strides));
+  // hx/cx/hy/cy are NULL (zero initial state, final state not wanted): the descriptors only
+  // describe them, in the data's type.
+  ENHANCED_CUDNN_CHECK(cudnnSetTensorNdDescriptor(h_desc, data_type(), 3, dims, strides));
+  ENHANCED_CUDNN_CHECK(cudnnSetTensorNdDescriptor(c_desc, data_type(), 3, dims, strides));
   size_t work = 0, reserved = 0;
   ENHANCED_CUDNN_CHECK(
       cudnnGetRNNTempSpaceSizes(handle, active->rnn, CUDNN_FWD_MODE_TRAINING, x_desc, &work, &reserved));
@@ -271,37 +311,77 @@ dim3 CudnnBiLstm::Impl::piece_grid(const PieceTable& pieces) const {
 void CudnnBiLstm::Impl::pack(const TensorPointers& tensors, cudaStream_t stream) {
   const PieceTable& pieces = active->pieces;
   const dim3 grid = piece_grid(pieces);
-  pack_kernel<<<grid, kThreads, 0, stream>>>(weights.data(), pieces, tensors);
+  if (bf16)
+    pack_kernel<<<grid, kThreads, 0, stream>>>(reinterpret_cast<__nv_bfloat16*>(weights.data()), pieces, tensors);
+  else
+    pack_kernel<<<grid, kThreads, 0, stream>>>(reinterpret_cast<float*>(weights.data()), pieces, tensors);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 
 void CudnnBiLstm::Impl::unpack_add(const TensorPointers& tensors, cudaStream_t stream) {
   const PieceTable& pieces = active->pieces;
   const dim3 grid = piece_grid(pieces);
-  unpack_add_kernel<<<grid, kThreads, 0, stream>>>(dweights.data(), pieces, tensors);
+  if (bf16)
+    unpack_add_kernel<<<grid, kThreads, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(dweights.data()), pieces,
+                                                     tensors);
+  else
+    unpack_add_kernel<<<grid, kThreads, 0, stream>>>(reinterpret_cast<const float*>(dweights.data()), pieces, tensors);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 
+void CudnnBiLstm::Impl::allocate_staging() {
+  if (!bf16) return;
+  const size_t xs = x_count(max_batch), ys = y_count(max_batch);
+  staging.resize(2 * xs + 2 * ys);
+  x16 = staging.data();
+  y16 = x16 + xs;
+  dy16 = y16 + ys;
+  dx16 = dy16 + ys;
+}
+
+// bf16: x is rounded into x16 and cuDNN's y16 widened into y; both copies stay for backward.
 void CudnnBiLstm::Impl::run_forward(const float* x, float* y) {
-  ENHANCED_CUDNN_CHECK(cudnnRNNForward(handle, active->rnn, CUDNN_FWD_MODE_TRAINING, device_lengths.data(), x_desc, x,
-                                       y_desc, y, h_desc, nullptr, nullptr, c_desc, nullptr, nullptr, weight_bytes,
-                                       weights.data(), workspace_bytes, workspace.data(), reserve_bytes,
+  cudaStream_t stream = nullptr;
+  ENHANCED_CUDNN_CHECK(cudnnGetStream(handle, &stream));
+  const void* x_in = x;
+  void* y_out = y;
+  if (bf16) {
+    convert_to_bf16(x16, x, x_count(described_batch), stream);
+    x_in = x16;
+    y_out = y16;
+  }
+  ENHANCED_CUDNN_CHECK(cudnnRNNForward(handle, active->rnn, CUDNN_FWD_MODE_TRAINING, device_lengths.data(), x_desc,
+                                       x_in, y_desc, y_out, h_desc, nullptr, nullptr, c_desc, nullptr, nullptr,
+                                       weight_bytes, weights.data(), workspace_bytes, workspace.data(), reserve_bytes,
                                        reserve.data()));
+  if (bf16) convert_from_bf16(y, y16, y_count(described_batch), stream);
 }
 
 // Data first (it reads and mutates the reserve), then weights. NULL hx/cx = zero initial state;
 // NULL dhy/dcy = no gradient from the final states; NULL dhx/dcx = not wanted.
+// bf16: cuDNN reads the forward's x16 and y16 (y and x are those values, widened) and dy
+// rounded into dy16; its dx16 is widened into dx.
 void CudnnBiLstm::Impl::run_backward(float* dx, const float* y, const float* dy, const float* x) {
-  ENHANCED_CUDNN_CHECK(cudnnRNNBackwardData_v8(handle, active->rnn, device_lengths.data(), y_desc, y, dy, x_desc, dx,
-                                               h_desc, nullptr, nullptr, nullptr, c_desc, nullptr, nullptr, nullptr,
-                                               weight_bytes, weights.data(), workspace_bytes, workspace.data(),
-                                               reserve_bytes, reserve.data()));
-  // BackwardWeights only accumulates (CUDNN_WGRAD_MODE_ADD): start from zero every time.
   cudaStream_t stream = nullptr;
   ENHANCED_CUDNN_CHECK(cudnnGetStream(handle, &stream));
+  const void *x_in = x, *y_in = y, *dy_in = dy;
+  void* dx_out = dx;
+  if (bf16) {
+    convert_to_bf16(dy16, dy, y_count(described_batch), stream);
+    x_in = x16;
+    y_in = y16;
+    dy_in = dy16;
+    dx_out = dx16;
+  }
+  ENHANCED_CUDNN_CHECK(cudnnRNNBackwardData_v8(handle, active->rnn, device_lengths.data(), y_desc, y_in, dy_in, x_desc,
+                                               dx_out, h_desc, nullptr, nullptr, nullptr, c_desc, nullptr, nullptr,
+                                               nullptr, weight_bytes, weights.data(), workspace_bytes,
+                                               workspace.data(), reserve_bytes, reserve.data()));
+  if (bf16) convert_from_bf16(dx, dx16, x_count(described_batch), stream);
+  // BackwardWeights only accumulates (CUDNN_WGRAD_MODE_ADD): start from zero every time.
   ENHANCED_CUDA_CHECK(cudaMemsetAsync(dweights.data(), 0, weight_bytes, stream));
   ENHANCED_CUDNN_CHECK(cudnnRNNBackwardWeights_v8(handle, active->rnn, CUDNN_WGRAD_MODE_ADD, device_lengths.data(),
-                                                  x_desc, x, h_desc, nullptr, y_desc, y, weight_bytes,
+                                                  x_desc, x_in, h_desc, nullptr, y_desc, y_in, weight_bytes,
                                                   dweights.data(), workspace_bytes, workspace.data(), reserve_bytes,
                                                   reserve.data()));
 }
@@ -404,7 +484,10 @@ double CudnnBiLstm::Impl::probe_milliseconds(Probe& probe, cudaStream_t stream) 
 // kept. A named one is checked the same way (not timed) and kept, or refused with the reason.
 // The model's own weights are packed in at each forward later.
 void CudnnBiLstm::Impl::select(RnnAlgorithm asked, cudaStream_t stream) {
-  const bool automatic = asked == RnnAlgorithm::automatic;
+  if (bf16 && asked != RnnAlgorithm::automatic && asked != RnnAlgorithm::standard)
+    fail("--precision bf16 runs cuDNN's standard LSTM algorithm only (cuDNN 9's persistent RNN kernels are FP16 "
+         "and FP32); --rnn-algorithm ", to_string(asked), " cannot be used with it");
+  const bool automatic = asked == RnnAlgorithm::automatic && !bf16;
   std::vector<RnnAlgorithm> candidates{RnnAlgorithm::standard};
   if (automatic) candidates.insert(candidates.end(), {RnnAlgorithm::persistent_small_h, RnnAlgorithm::persistent});
   else if (asked != RnnAlgorithm::standard) candidates.push_back(asked);
@@ -454,13 +537,13 @@ void CudnnBiLstm::Impl::select(RnnAlgorithm asked, cudaStream_t stream) {
     }
     selection += cat(selection.empty() ? "" : "; ", to_string(candidate), " ", outcome);
   }
-  selection += cat(" -> ", to_string(best));
+  selection += cat(" -> ", to_string(best), bf16 ? " (bf16: standard only)" : "");
   configure(chosen, best);
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 CudnnBiLstm::CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int input, int hidden, bool tf32,
-                         RnnAlgorithm algorithm)
+                         RnnAlgorithm algorithm, bool bf16)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   if (max_batch < 1 || seq_len < 1 || input < 1 || hidden < 1)
@@ -471,6 +554,8 @@ CudnnBiLstm::CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int i
   s.input = input;
   s.hidden = hidden;
   s.tf32 = tf32;
+  s.bf16 = bf16;
+  s.allocate_staging();
   cudaStream_t stream = nullptr;
   ENHANCED_CUDNN_CHECK(cudnnGetStream(handle, &stream));
 
@@ -497,6 +582,7 @@ int CudnnBiLstm::max_batch() const { return impl_->max_batch; }
 RnnAlgorithm CudnnBiLstm::algorithm() const { return impl_->chosen.algorithm; }
 const std::string& CudnnBiLstm::selection() const { return impl_->selection; }
 uint64_t CudnnBiLstm::generation() const { return impl_->generation; }
+bool CudnnBiLstm::bf16() const { return impl_->bf16; }
 
 void bilstm_forward(float* y, CudnnBiLstm& saved, const float* x, const float* weight_ih, const float* weight_hh,
                     const float* bias_ih, const float* bias_hh, int batch, int seq_len, int input, int hidden,

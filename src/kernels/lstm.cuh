@@ -22,8 +22,12 @@ class CudnnBiLstm {
   // algorithm cuDNN accepts at max_batch (checking its results against standard's) and keeps the
   // fastest; a named one is checked the same way and used (an Error when cuDNN refuses it or it
   // disagrees). Either way it runs batches of max_batch; other sizes run the standard one.
+  // bf16 (--precision bf16): cuDNN computes in bfloat16 data with FP32 math (mathPrec FLOAT,
+  // tensor-op math), standard algorithm only (automatic picks it; another named one is an
+  // Error); tf32 then has no effect here. The calls below still take and give FP32 tensors: the
+  // conversions to and from bfloat16 happen inside (lstm.cu says which).
   CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int input, int hidden, bool tf32,
-              RnnAlgorithm algorithm = RnnAlgorithm::standard);
+              RnnAlgorithm algorithm = RnnAlgorithm::standard, bool bf16 = false);
   ~CudnnBiLstm();
   CudnnBiLstm(const CudnnBiLstm&) = delete;
   CudnnBiLstm& operator=(const CudnnBiLstm&) = delete;
@@ -33,6 +37,7 @@ class CudnnBiLstm {
   RnnAlgorithm algorithm() const;
   const std::string& selection() const;  // what the automatic selection measured, one line
   uint64_t generation() const;           // changes when the workspace or reserve is reallocated
+  bool bf16() const;                     // bfloat16 data and weight space (FP32 math)
 
   struct Impl;
   Impl& impl() { return *impl_; }
@@ -51,6 +56,8 @@ void bilstm_forward(float* y, CudnnBiLstm& saved, const float* x, const float* w
 // dx (B, T, D) =; dweight_ih, dweight_hh, dbias_ih, dbias_hh += (checkpoint layout). Consumes the
 // reserve space: run bilstm_forward again before another backward. BackwardData runs first,
 // then dW is zeroed and BackwardWeights adds into it, then dW is added into the checkpoint tensors.
+// bf16: y and x must be the forward's (cuDNN reads the bfloat16 copies that forward kept of them);
+// dW is cuDNN's bfloat16 weight gradient, widened to FP32 as it is added.
 void bilstm_backward(float* dx, float* dweight_ih, float* dweight_hh, float* dbias_ih, float* dbias_hh,
                      CudnnBiLstm& saved, const float* y, const float* dy, const float* x, int batch, int seq_len,
                      int input, int hidden, cudaStream_t stream);

@@ -1,0 +1,346 @@
+// The CUDA engine under --precision bf16 (enhanced/precision.h, docs/cuda-backend.md "bfloat16"): cuBLAS's
+// bfloat16 dense GEMMs, cuDNN's bfloat16 BiLSTM, and the whole step's loss and gradients against
+// the CPU engine's reference path (Precision::bf16_emulated: operands rounded to bfloat16, FP32
+// products and sums), captured graphs, and the refusal of bf16-emulated on CUDA.
+//
+// Compiled in every build; without the CUDA backend or a usable GPU each test is SKIPPED with the
+// reason. Nothing here has run on a GPU yet when this was written (docs/cuda-backend.md).
+//
+// Tolerances. bfloat16 keeps 8 significant bits: unit roundoff ub = 2^-8 (a value's rounding
+// error is at most ub times it). A product of two bfloat16 numbers is exact in FP32, so where
+// both sides round the same operands and only the FP32 order of summation differs, the FP32 bound
+// of test_cuda_parity.cpp (n * 2^-24 * sum|terms|) applies unchanged: the dense GEMMs.
+// Elsewhere the device keeps more in bfloat16 than the reference: cuDNN's y, dx and weight
+// gradient are stored in bfloat16 (each <= ub relative), and an FP32-level difference can flip one
+// operand's rounding (1 ulp = 2 ub). Through the T = 6 recurrent steps these compound at most
+// about linearly, so:
+// - loss: 2 ub * max(1, loss) (logits see the same rounded pooled values and weights on both
+//   sides; what differs is FP32 order and the odd rounding flip)
+// - gradients, relative to each tensor's largest magnitude: 8 ub (>= T ub, plus a stored rounding)
+// - the BiLSTM alone against the double CPU layer on the same rounded x and weights, which does
+//   not round h, dy or the gate gradients inside: y within 2 ub * T (|y| < 1), gradients 4 ub * T
+//   relative to the largest magnitude
+// Each comparison also checks that bf16 is really on: the results differ from FP32 by more than
+// the FP32 parity tolerance, so agreement with the rounded reference is not vacuous.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "engine/cpu_model.h"
+#include "enhanced/engine.h"
+#include "enhanced/precision.h"
+#include "gradcheck.h"
+#include "layers/dense.h"
+#include "layers/lstm.h"
+
+#ifdef ENHANCED_HAVE_CUDA
+#include "engine/cuda_model.h"
+#include "kernels/layers.h"
+#endif
+
+namespace enhanced {
+namespace {
+
+#ifdef ENHANCED_HAVE_CUDA
+
+using cuda::DeviceBuffer;
+using testing::absolute;
+using testing::expect_relative;
+using testing::expect_sum_close;
+using testing::Gpu;
+using testing::random_floats;
+using testing::small_config;
+using testing::to_device;
+using testing::to_float;
+using testing::to_host;
+
+constexpr double kBf16Unit = 0x1.0p-8;  // bfloat16's unit roundoff: 8 significant bits
+constexpr double kFp32Parity = 1e-4;    // test_cuda_parity.cpp's FP32 relative tolerance
+
+std::vector<double> rounded(std::vector<double> v) {
+  for (double& x : v) x = round_to_bf16(x);
+  return v;
+}
+
+// Largest |a - b| relative to the largest |b|.
+double relative_gap(std::span<const float> a, std::span<const double> b) {
+  double scale = 1e-30, worst = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    scale = std::max(scale, std::fabs(b[i]));
+    worst = std::max(worst, std::fabs(a[i] - b[i]));
+  }
+  return worst / scale;
+}
+
+// ---- dense (cuBLAS bf16 GEMMs) -------------------------------------------------------------
+
+TEST(CudaBf16, DenseGemmsRoundOperandsAndAccumulateInFp32) {
+  SKIP_WITHOUT_GPU();
+  Gpu gpu;
+  Random random(71);
+  const int B = 5, F = 37, L = 4;  // odd sizes: no tile happens to fit
+  const std::vector<double> in = random_floats(static_cast<size_t>(B) * F, random);
+  const std::vector<double> w = random_floats(static_cast<size_t>(L) * F, random);
+  const std::vector<double> bias = random_floats(L, random);
+  const std::vector<double> dout = random_floats(static_cast<size_t>(B) * L, random);
+  const std::vector<double> dw0 = random_floats(w.size(), random), db0 = random_floats(L, random);
+  // The reference: the double layer on the operands rounded to bfloat16; bias and its gradient FP32.
+  const std::vector<double> in_r = rounded(in), w_r = rounded(w), dout_r = rounded(dout);
+  std::vector<double> out(static_cast<size_t>(B) * L), out_mag(out.size()), out_fp32(out.size());
+  dense_forward(out.data(), in_r.data(), w_r.data(), bias.data(), B, F, L);
+  dense_forward(out_mag.data(), absolute(in_r).data(), absolute(w_r).data(), absolute(bias).data(), B, F, L);
+  dense_forward(out_fp32.data(), in.data(), w.data(), bias.data(), B, F, L);
+  std::vector<double> din(in.size()), dw = dw0, db = db0;
+  dense_backward(din.data(), dw.data(), db.data(), dout_r.data(), in_r.data(), w_r.data(), B, F, L);
+  std::vector<double> db_exact = db0, unused_din(in.size()), unused_dw = dw0;
+  dense_backward(unused_din.data(), unused_dw.data(), db_exact.data(), dout.data(), in.data(), w.data(), B, F, L);
+  std::vector<double> din_mag(in.size()), dw_mag = absolute(dw0), db_mag = absolute(db0);
+  dense_backward(din_mag.data(), dw_mag.data(), db_mag.data(), absolute(dout).data(), absolute(in_r).data(),
+                 absolute(w_r).data(), B, F, L);
+
+  auto d_in = to_device(to_float(in), gpu.stream);
+  auto d_w = to_device(to_float(w), gpu.stream);
+  auto d_b = to_device(to_float(bias), gpu.stream);
+  auto d_dout = to_device(to_float(dout), gpu.stream);
+  auto d_dw = to_device(to_float(dw0), gpu.stream);
+  auto d_db = to_device(to_float(db0), gpu.stream);
+  DeviceBuffer<float> d_out(out.size()), d_din(din.size());
+  DeviceBuffer<uint16_t> scratch(cuda::dense_bf16_scratch_size(B, F, L));
+  cuda::dense_forward(d_out.data(), d_in.data(), d_w.data(), d_b.data(), B, F, L, gpu.cublas, gpu.stream,
+                      scratch.data());
+  cuda::dense_backward(d_din.data(), d_dw.data(), d_db.data(), d_dout.data(), d_in.data(), d_w.data(), B, F, L,
+                       gpu.cublas, gpu.stream, scratch.data());
+  const std::vector<float> got_out = to_host(d_out, out.size(), gpu.stream);
+  expect_sum_close(got_out, out, out_mag, F + 1, "bf16 dense out");
+  expect_sum_close(to_host(d_din, din.size(), gpu.stream), din, din_mag, L, "bf16 dense din");
+  expect_sum_close(to_host(d_dw, dw.size(), gpu.stream), dw, dw_mag, B + 1, "bf16 dense dweight");
+  // The bias gradient is a sum of the FP32 dout, not a GEMM: no rounding.
+  expect_sum_close(to_host(d_db, db.size(), gpu.stream), db_exact, db_mag, B + 1, "bf16 dense dbias");
+  EXPECT_GT(relative_gap(got_out, out_fp32), kFp32Parity) << "the dense output is FP32's: bf16 GEMMs did not run";
+}
+
+// ---- the BiLSTM (cuDNN bfloat16 data, FP32 math) ---------------------------------------------
+
+void check_bf16_bilstm(int B, int T, int D, int H, uint64_t seed) {
+  Gpu gpu;
+  Random random(seed);
+  const std::vector<double> x = random_floats(static_cast<size_t>(B) * T * D, random);
+  const std::vector<double> w_ih = random_floats(static_cast<size_t>(8) * H * D, random, 0.5);
+  const std::vector<double> w_hh = random_floats(static_cast<size_t>(8) * H * H, random, 0.5);
+  const std::vector<double> b_ih = random_floats(static_cast<size_t>(8) * H, random, 0.5);
+  const std::vector<double> b_hh = random_floats(static_cast<size_t>(8) * H, random, 0.5);
+  const std::vector<double> dy = random_floats(static_cast<size_t>(B) * T * 2 * H, random);
+  // The double layer on the GEMM inputs cuDNN sees rounded: x and the weights.
+  const std::vector<double> x_r = rounded(x), w_ih_r = rounded(w_ih), w_hh_r = rounded(w_hh);
+  std::vector<double> y(dy.size()), gates(static_cast<size_t>(B) * T * 8 * H), cell(dy.size());
+  std::vector<double> scratch(bilstm_backward_scratch_size(B, T, D, H));
+  BiLstmState<double> saved{gates.data(), cell.data(), scratch.data()};
+  bilstm_forward(y.data(), saved, x_r.data(), w_ih_r.data(), w_hh_r.data(), b_ih.data(), b_hh.data(), B, T, D, H, 1);
+  std::vector<double> dx(x.size()), dw_ih(w_ih.size()), dw_hh(w_hh.size()), db_ih(b_ih.size()), db_hh(b_hh.size());
+  bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), saved, y.data(), dy.data(),
+                  x_r.data(), w_ih_r.data(), w_hh_r.data(), B, T, D, H, 1);
+
+  cuda::CudnnBiLstm lstm(gpu.cudnn, B, T, D, H, false, RnnAlgorithm::automatic, true);
+  ASSERT_TRUE(lstm.bf16());
+  EXPECT_EQ(lstm.algorithm(), RnnAlgorithm::standard) << lstm.selection();
+  EXPECT_EQ(lstm.weight_space_bytes(), (w_ih.size() + w_hh.size() + b_ih.size() + b_hh.size()) * sizeof(uint16_t));
+  auto d_x = to_device(to_float(x), gpu.stream);
+  auto d_w_ih = to_device(to_float(w_ih), gpu.stream);
+  auto d_w_hh = to_device(to_float(w_hh), gpu.stream);
+  auto d_b_ih = to_device(to_float(b_ih), gpu.stream);
+  auto d_b_hh = to_device(to_float(b_hh), gpu.stream);
+  auto d_dy = to_device(to_float(dy), gpu.stream);
+  DeviceBuffer<float> d_y(y.size()), d_dx(dx.size());
+  auto zeros = [&](size_t n) { return to_device(std::vector<float>(n, 0.0f), gpu.stream); };
+  auto d_dw_ih = zeros(w_ih.size()), d_dw_hh = zeros(w_hh.size()), d_db_ih = zeros(b_ih.size()),
+       d_db_hh = zeros(b_hh.size());
+  cuda::bilstm_forward(d_y.data(), lstm, d_x.data(), d_w_ih.data(), d_w_hh.data(), d_b_ih.data(), d_b_hh.data(), B, T,
+                       D, H, gpu.stream);
+  cuda::bilstm_backward(d_dx.data(), d_dw_ih.data(), d_dw_hh.data(), d_db_ih.data(), d_db_hh.data(), lstm, d_y.data(),
+                        d_dy.data(), d_x.data(), B, T, D, H, gpu.stream);
+  const std::vector<float> got_y = to_host(d_y, y.size(), gpu.stream);
+  for (size_t i = 0; i < y.size(); ++i) {
+    ASSERT_NEAR(got_y[i], y[i], 2 * kBf16Unit * T) << "bf16 y [" << i << "]";
+    // y comes back from cuDNN's bfloat16 output: widening it is exact, so it is a bfloat16 value.
+    ASSERT_EQ(got_y[i], round_to_bf16(got_y[i])) << "bf16 y [" << i << "] is not a bfloat16 value";
+  }
+  const double gradient = 4 * kBf16Unit * T;
+  expect_relative(to_host(d_dx, dx.size(), gpu.stream), dx, gradient, "bf16 lstm dx");
+  expect_relative(to_host(d_dw_ih, dw_ih.size(), gpu.stream), dw_ih, gradient, "bf16 lstm dweight_ih");
+  expect_relative(to_host(d_dw_hh, dw_hh.size(), gpu.stream), dw_hh, gradient, "bf16 lstm dweight_hh");
+  expect_relative(to_host(d_db_ih, db_ih.size(), gpu.stream), db_ih, gradient, "bf16 lstm dbias_ih");
+  expect_relative(to_host(d_db_hh, db_hh.size(), gpu.stream), db_hh, gradient, "bf16 lstm dbias_hh");
+}
+
+TEST(CudaBf16, BiLstmMatchesCpuOnRoundedOperands) {
+  SKIP_WITHOUT_GPU();
+  check_bf16_bilstm(3, 5, 4, 3, 81);   // odd H
+  check_bf16_bilstm(2, 6, 32, 16, 82);
+}
+
+// ---- the whole step against the CPU engine's bf16 reference --------------------------------
+
+// Whether every pooled maximum of the batch is unambiguous at bfloat16 resolution: its runner-up
+// is more than 8 ub of it below, in y computed in double from the parameters rounded to bfloat16
+// (close to what both bf16 paths compute; 8 ub also covers where they differ from it). The
+// device compares bfloat16 y (ties go to the first), the CPU FP32 y; a near-tie may route a
+// gradient to a different position, an O(1) difference that no rounding bound covers, so the
+// comparison is made on batches without one.
+bool pooled_maxima_unambiguous(const ModelConfig& config, const ParameterBuffer<float>& params, const Batch& batch) {
+  ParameterBuffer<double> params_d(config);
+  std::transform(params.data.begin(), params.data.end(), params_d.data.begin(),
+                 [](float p) { return static_cast<double>(round_to_bf16(p)); });
+  Activations<double> activations;
+  activations.reserve(config, batch.size);
+  model_forward(activations, params_d, batch, 1, false);
+  const int T = config.seq_len, C = 2 * config.hidden;
+  const bool over_features = config.pool == PoolMode::feature;
+  const int windows = over_features ? T : C, window = over_features ? C : T;
+  for (int b = 0; b < batch.size; ++b) {
+    for (int f = 0; f < windows; ++f) {
+      double first = -HUGE_VAL, second = -HUGE_VAL;
+      for (int k = 0; k < window; ++k) {
+        const int t = over_features ? f : k, c = over_features ? k : f;
+        const double v = activations.y[(static_cast<size_t>(b) * T + t) * C + c];
+        if (v > first) {
+          second = first;
+          first = v;
+        } else if (v > second) {
+          second = v;
+        }
+      }
+      if (first - second <= 8 * kBf16Unit * std::max(std::fabs(first), 0x1.0p-4)) return false;
+    }
+  }
+  return true;
+}
+
+struct StepResult {
+  double loss = 0;
+  std::vector<float> logits;
+  ParameterBuffer<float> grads;
+};
+
+StepResult gradients_on(Device device, Precision precision, const ParameterBuffer<float>& initial, const Batch& batch) {
+  ParameterBuffer<float> params = initial;
+  OptimizerState optimizer(OptimizerConfig{}, params.config);
+  EngineOptions options{4, 1, {}};
+  options.precision = precision;
+  const std::unique_ptr<Engine> engine = make_engine(device, params, &optimizer, options);
+  StepResult result{0, std::vector<float>(static_cast<size_t>(batch.size) * params.config.num_labels),
+                    ParameterBuffer<float>(params.config)};
+  result.loss = engine->compute_gradients(batch, result.logits.data());
+  engine->download_gradients(result.grads);
+  return result;
+}
+
+double largest_gap(const StepResult& a, const StepResult& b) {
+  const std::vector<double> reference(b.grads.data.begin(), b.grads.data.end());
+  return std::max(relative_gap(a.grads.data, reference), std::fabs(a.loss - b.loss) / std::max(1.0, b.loss));
+}
+
+TEST(CudaBf16, LossAndEveryGradientMatchCpuBf16Reference) {
+  SKIP_WITHOUT_GPU();
+  for (BlendMode blend : {BlendMode::mean, BlendMode::scalar_mean}) {
+    for (PoolMode pool : {PoolMode::feature, PoolMode::time}) {
+      const std::string what = cat(to_string(blend), "/", to_string(pool));
+      const ModelConfig config = small_config(blend, pool);
+      ParameterBuffer<float> params(config);
+      initialize_parameters(params, 7);
+      Random random(91);
+      Batch batch;
+      bool found = false;
+      for (int attempt = 0; attempt < 64 && !found; ++attempt) {
+        batch = testing::random_batch(2, config.seq_len, static_cast<int>(config.vocab_size), config.num_labels,
+                                      random);
+        found = pooled_maxima_unambiguous(config, params, batch);
+      }
+      ASSERT_TRUE(found) << what << ": no batch of 64 without a near-tie in the max-pool";
+
+      const StepResult cpu = gradients_on(Device::cpu, Precision::bf16_emulated, params, batch);
+      const StepResult cpu_fp32 = gradients_on(Device::cpu, Precision::fp32, params, batch);
+      const StepResult gpu = gradients_on(Device::cuda, Precision::bf16, params, batch);
+      // Neither side may be FP32 in disguise.
+      ASSERT_GT(largest_gap(cpu, cpu_fp32), kFp32Parity)
+          << what << ": the CPU engine's bf16-emulated step equals its FP32 one (is the CPU bf16 reference in?)";
+      EXPECT_GT(largest_gap(gpu, cpu_fp32), kFp32Parity) << what << ": the CUDA bf16 step equals FP32's";
+
+      EXPECT_NEAR(gpu.loss, cpu.loss, 2 * kBf16Unit * std::max(1.0, cpu.loss)) << what;
+      const std::vector<double> cpu_logits(cpu.logits.begin(), cpu.logits.end());
+      expect_relative(gpu.logits, cpu_logits, 2 * kBf16Unit, "bf16 logits " + what);
+      for (const TensorSlot& slot : parameter_layout(config)) {
+        const auto begin = static_cast<std::ptrdiff_t>(slot.offset), end = begin + static_cast<std::ptrdiff_t>(slot.numel);
+        const std::vector<float> got(gpu.grads.data.begin() + begin, gpu.grads.data.begin() + end);
+        const std::vector<double> want(cpu.grads.data.begin() + begin, cpu.grads.data.begin() + end);
+        expect_relative(got, want, 8 * kBf16Unit, "bf16 " + slot.name + " (" + what + ")");
+      }
+    }
+  }
+}
+
+// ---- training: graphs, summary, refusal --------------------------------------------------------
+
+// bf16 training steps replayed from captured graphs give the eager steps' bits, and the master
+// weights move in FP32 (most are not bfloat16 values after training).
+TEST(CudaBf16, CapturedGraphsGiveTheEagerBits) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature, 6);
+  const std::vector<Batch> batches = testing::training_batches(config, 12, 101);
+  ParameterBuffer<float> initial(config);
+  initialize_parameters(initial, 4);
+  OptimizerConfig adam;
+  adam.learning_rate = 3e-3f;
+  std::vector<float> weights[2];
+  std::vector<double> losses[2];
+  for (int run = 0; run < 2; ++run) {
+    CudaOptions options;
+    options.graphs = run == 0;
+    CudaModel model(config, adam, 4, options, {}, Precision::bf16);
+    EXPECT_NE(model.summary().find("precision bf16"), std::string::npos) << model.summary();
+    model.upload_parameters(initial);
+    for (const Batch& batch : batches) losses[run].push_back(model.train_step(batch));
+    if (run == 0) {
+      EXPECT_GT(model.graph_replays(), 0) << model.graphs_off_reason();
+    }
+    ParameterBuffer<float> out(config);
+    model.download_parameters(out);
+    weights[run].assign(out.data.begin(), out.data.end());
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_TRUE(weights[0] == weights[1]) << "graph replay changed the bf16 step's arithmetic";
+  const auto not_bf16 = std::count_if(weights[0].begin(), weights[0].end(), [](float w) { return w != round_to_bf16(w); });
+  EXPECT_GT(not_bf16, static_cast<std::ptrdiff_t>(weights[0].size() / 2)) << "the master weights look bfloat16";
+}
+
+TEST(CudaBf16, EmulatedPrecisionIsRefusedOnCuda) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature);
+  ParameterBuffer<float> params(config);
+  EngineOptions options{2, 1, {}};
+  options.precision = Precision::bf16_emulated;
+  try {
+    make_engine(Device::cuda, params, nullptr, options);
+    FAIL() << "make_engine(cuda, bf16-emulated) did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bf16-emulated"), std::string::npos) << e.what();
+  }
+}
+
+#else  // no CUDA backend: the same test names, each skipped with the reason.
+
+TEST(CudaBf16, DenseGemmsRoundOperandsAndAccumulateInFp32) { SKIP_WITHOUT_GPU(); }
+TEST(CudaBf16, BiLstmMatchesCpuOnRoundedOperands) { SKIP_WITHOUT_GPU(); }
+TEST(CudaBf16, LossAndEveryGradientMatchCpuBf16Reference) { SKIP_WITHOUT_GPU(); }
+TEST(CudaBf16, CapturedGraphsGiveTheEagerBits) { SKIP_WITHOUT_GPU(); }
+TEST(CudaBf16, EmulatedPrecisionIsRefusedOnCuda) { SKIP_WITHOUT_GPU(); }
+
+#endif
+
+}  // namespace
+}  // namespace enhanced
