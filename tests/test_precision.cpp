@@ -167,17 +167,19 @@ std::vector<double> reference_bilstm_bf16(const std::vector<float>& x, const std
   return y;
 }
 
+// n floats uniform in [-scale, scale].
+std::vector<float> random_floats(Random& random, size_t n, double scale) {
+  std::vector<float> v(n);
+  for (float& e : v) e = static_cast<float>(random.uniform(-scale, scale));
+  return v;
+}
+
 void expect_bilstm_matches_reference(Precision precision) {
   Random random(9);
   const int B = 5, T = 7, D = 6, H = 9;
-  auto random_floats = [&](size_t n, double scale) {
-    std::vector<float> v(n);
-    for (float& e : v) e = static_cast<float>(random.uniform(-scale, scale));
-    return v;
-  };
-  const std::vector<float> x = random_floats(static_cast<size_t>(B) * T * D, 1.0);
-  const std::vector<float> w_ih = random_floats(8 * H * D, 0.5), w_hh = random_floats(8 * H * H, 0.5);
-  const std::vector<float> b_ih = random_floats(8 * H, 0.5), b_hh = random_floats(8 * H, 0.5);
+  const std::vector<float> x = random_floats(random, static_cast<size_t>(B) * T * D, 1.0);
+  const std::vector<float> w_ih = random_floats(random, 8 * H * D, 0.5), w_hh = random_floats(random, 8 * H * H, 0.5);
+  const std::vector<float> b_ih = random_floats(random, 8 * H, 0.5), b_hh = random_floats(random, 8 * H, 0.5);
   std::vector<float> y(static_cast<size_t>(B) * T * 2 * H), gates(static_cast<size_t>(B) * T * 8 * H),
       cell(static_cast<size_t>(B) * T * 2 * H);
   BiLstmState<float> saved{gates.data(), cell.data(), nullptr};
@@ -227,15 +229,10 @@ constexpr double kFp32Noise = 1e-5;
 TEST(Bf16Lstm, GradientsMatchFp32WithinTheBf16Bound) {
   Random random(13);
   const int B = 4, T = 10, D = 8, H = 16;
-  auto random_floats = [&](size_t n, double scale) {
-    std::vector<float> v(n);
-    for (float& e : v) e = static_cast<float>(random.uniform(-scale, scale));
-    return v;
-  };
   const size_t P = static_cast<size_t>(B) * T;
-  const std::vector<float> x = random_floats(P * D, 1.0), dy = random_floats(P * 2 * H, 1.0);
-  const std::vector<float> w_ih = random_floats(8 * H * D, 0.4), w_hh = random_floats(8 * H * H, 0.4);
-  const std::vector<float> b_ih = random_floats(8 * H, 0.4), b_hh = random_floats(8 * H, 0.4);
+  const std::vector<float> x = random_floats(random, P * D, 1.0), dy = random_floats(random, P * 2 * H, 1.0);
+  const std::vector<float> w_ih = random_floats(random, 8 * H * D, 0.4), w_hh = random_floats(random, 8 * H * H, 0.4);
+  const std::vector<float> b_ih = random_floats(random, 8 * H, 0.4), b_hh = random_floats(random, 8 * H, 0.4);
   struct Gradients {
     std::vector<float> y, dx, dw_ih, dw_hh, db_ih, db_hh;
   };
