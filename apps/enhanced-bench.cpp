@@ -288,6 +288,7 @@ std::vector<Timing> time_engine(Engine& engine, const Batch& batch, const BenchO
 struct Measured {
   std::vector<Timing> timings;
   double initial_loss = 0;
+  double initial_max_abs_logit = 0;  // what a loss comparison's tolerance scales with (bench/peers.py)
   std::string summary;   // the engine's one line
   bool cpu = true;       // the CPU's sgemm rate is the yardstick for the CPU engine only
   int threads = 1;
@@ -308,7 +309,7 @@ void print_json(const Measured& m, const BenchOptions& o, const ModelConfig& c, 
                      {"blend", o.blend}, {"pool", o.pool}, {"optimizer", o.optimizer}, {"lazy_embedding", o.lazy},
                      {"precision", o.precision}, {"cpu_avx512_bf16", cpu_bf16_support().avx512_bf16},
                      {"cpu_amx_bf16", cpu_bf16_support().amx_bf16},
-                     {"initial_loss", m.initial_loss}, {"train_gflop", train_flop}, {"forward_gflop", forward_flop},
+                     {"initial_loss", m.initial_loss}, {"initial_max_abs_logit", m.initial_max_abs_logit}, {"train_gflop", train_flop}, {"forward_gflop", forward_flop},
                      {"train_gflops_achieved", train_flop / m.timings[0].median()},
                      {"forward_gflops_achieved", forward_flop / m.timings[1].median()}, {"gemm_gflops", gemm_rate},
                      {"loader_samples_per_s", loader_rate}, {"peak_rss_mib", peak_rss_mib},
@@ -391,7 +392,9 @@ int run_bench(BenchOptions& o) {
   EngineOptions engine_options{o.shapes.batch, m.threads, o.cuda};
   engine_options.precision = parse_precision(o.precision);
   const std::unique_ptr<Engine> engine = make_engine(chosen, params, &optimizer, engine_options);
-  m.initial_loss = engine->forward(batch, nullptr);
+  std::vector<float> logits(static_cast<size_t>(batch.size) * c.num_labels);
+  m.initial_loss = engine->forward(batch, logits.data());
+  for (const float logit : logits) m.initial_max_abs_logit = std::max(m.initial_max_abs_logit, std::fabs(double{logit}));
   m.timings = time_engine(*engine, batch, o);
   m.batch = o.shapes.batch;
   if (!o.skip_loader) {

@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   add_precision_option(app, precision);
   return run_app(app, argc, argv, [&] {
     finish_cuda_options(cuda_options, cuda_flags);
-    const Precision arithmetic = parse_precision(precision);
+    const Precision chosen_precision = parse_precision(precision);
     const int thread_count = configure_cpu_threads(threads);
     const Device chosen = resolve_device(device, !json);
     const Dataset dataset = Dataset::open(data);
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     check_has_labels(dataset, "--data", "enhanced-predict gives an unlabeled set's predictions");
     ParameterBuffer<float> params = load_model_for_data(checkpoint, model_flags, dataset, true);
     const InferenceEngine inference = make_inference_engine(chosen, params, dataset, batch_size, thread_count, cuda_options,
-                                                            arithmetic);
+                                                            chosen_precision);
     if (!json) std::fprintf(stderr, "engine: %s\n", inference.engine->summary().c_str());
     const EvalResult result = evaluate(*inference.engine, dataset, inference.batch, !predictions.empty());
     if (!predictions.empty()) write_predictions(predictions, result);

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   add_precision_option(app, precision);
   return run_app(app, argc, argv, [&] {
     finish_cuda_options(cuda_options, cuda_flags);
-    const Precision arithmetic = parse_precision(precision);
+    const Precision chosen_precision = parse_precision(precision);
     check_predict_outputs(outputs, data);  // bad output names fail before any work
     const int thread_count = configure_cpu_threads(threads);
     const Device chosen = resolve_device(device, !quiet);
@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     if (top_k > params.config.num_labels)
       fail("--top-k ", top_k, " is more than ", checkpoint, "'s ", params.config.num_labels, " labels");
     const InferenceEngine inference = make_inference_engine(chosen, params, dataset, batch_size, thread_count, cuda_options,
-                                                            arithmetic);
+                                                            chosen_precision);
     if (!quiet) std::fprintf(stderr, "engine: %s\n", inference.engine->summary().c_str());
     const PredictStats stats = predict(*inference.engine, dataset, inference.batch, top_k, outputs, !quiet);
     if (!quiet)

@@ -90,12 +90,15 @@ def main():
     forward = torch.compile(model, mode="reduce-overhead") if args.compile else model
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
 
-    def train_step():
+    def step():  # one training step, the forward and loss under autocast when --bf16
         optimizer.zero_grad(set_to_none=True)
         with autocast():
             step_loss = F.cross_entropy(forward(ids, offsets, counts, cur, B, T).float(), labels)
         step_loss.backward()
         optimizer.step()
+
+    def train_step():
+        step()
         sync()
 
     def inference_step():
@@ -110,11 +113,7 @@ def main():
 
     def train_steps():
         for _ in range(pipelined):
-            optimizer.zero_grad(set_to_none=True)
-            with autocast():
-                step_loss = F.cross_entropy(forward(ids, offsets, counts, cur, B, T).float(), labels)
-            step_loss.backward()
-            optimizer.step()
+            step()
         sync()
 
     inference = timed(inference_step, args.warmup, args.repeats)  # before training moves the weights

@@ -33,7 +33,8 @@ CpuBf16Support cpu_bf16_support();
 // "" when --precision can run on this CPU, else one line saying why not (naming the CPU).
 std::string cpu_precision_unavailable_reason(Precision precision);
 
-// bfloat16 by round-to-nearest-even (NaN stays a quiet NaN): the rounding every bf16 path uses.
+// bfloat16 by round-to-nearest-even (NaN stays a quiet NaN; subnormals kept): the rounding every
+// bf16 path uses. (VDPBF16PS itself treats subnormal inputs and results as zero.)
 inline uint16_t to_bf16_bits(float value) {
   uint32_t bits;
   __builtin_memcpy(&bits, &value, sizeof bits);
@@ -49,6 +50,8 @@ inline float from_bf16_bits(uint16_t bits) {
 }
 // value rounded to the nearest bfloat16, as a float (the reference path's operands).
 inline float round_to_bf16(float value) { return from_bf16_bits(to_bf16_bits(value)); }
+// A double through float first: nearest for doubles that hold floats (the tests' operands), not
+// for every double.
 inline double round_to_bf16(double value) { return round_to_bf16(static_cast<float>(value)); }
 
 }  // namespace enhanced

@@ -42,8 +42,9 @@ class CudaModel {
   // class_weights (L, or empty: unweighted): the training loss's (train_step, enqueue_train_step,
   // compute_gradients); forward stays unweighted (EngineOptions::class_weights).
   // precision: fp32, or bf16 (the LSTM's and the dense layer's GEMMs in bfloat16 with FP32
-  // accumulation; parameters, gradients, optimizer moments, loss and everything between the layers
-  // stay FP32; needs compute capability 8.0). bf16_emulated is an Error (a CPU reference path).
+  // accumulation; parameters, gradients, optimizer moments, loss and the buffers between the
+  // layers are FP32, though the LSTM's y and dx come back holding bf16 values (cuDNN's bf16 data);
+  // needs compute capability 8.0). bf16_emulated is an Error (a CPU reference path).
   CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch,
             const CudaOptions& options = {}, const std::vector<float>& class_weights = {},
             Precision precision = Precision::fp32);

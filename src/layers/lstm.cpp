@@ -1,5 +1,6 @@
 #include "layers/lstm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -73,14 +74,10 @@ inline void round_in_place(Real* values, int n) {
   for (int i = 0; i < n; ++i) values[i] = static_cast<Real>(round_to_bf16(values[i]));
 }
 
-// dst (rows, columns) = source, contiguous, rounded to bfloat16 when round.
-inline void copy_rows(float* dst, const float* source, size_t ld_source, int rows, int columns, bool round) {
-  for (int r = 0; r < rows; ++r) {
-    const float* in = source + r * ld_source;
-    float* out = dst + static_cast<size_t>(r) * columns;
-    if (!round) std::memcpy(out, in, columns * sizeof(float));
-    else for (int j = 0; j < columns; ++j) out[j] = round_to_bf16(in[j]);
-  }
+// dst[0, n) = source[0, n), rounded to bfloat16 when round.
+inline void copy_row(float* dst, const float* source, int n, bool round) {
+  if (!round) std::memcpy(dst, source, n * sizeof(float));
+  else for (int j = 0; j < n; ++j) dst[j] = round_to_bf16(source[j]);
 }
 
 // The product C (M, N) = A (M, K, row stride lda) B for an operand B packed once (K x N, element
@@ -188,8 +185,8 @@ class StepProjection<float> {
     operand_.resize(static_cast<size_t>(batch) * k);
     for (int b = 0; b < batch; ++b) {
       float* row = operand_.data() + static_cast<size_t>(b) * k;
-      copy_rows(row, x + static_cast<size_t>(b) * ld_x, 0, 1, input_, round_);
-      if (h_prev) copy_rows(row + input_, h_prev + static_cast<size_t>(b) * ld_h, 0, 1, hidden_, round_);
+      copy_row(row, x + static_cast<size_t>(b) * ld_x, input_, round_);
+      if (h_prev) copy_row(row + input_, h_prev + static_cast<size_t>(b) * ld_h, hidden_, round_);
       else std::memset(row + input_, 0, hidden_ * sizeof(float));
     }
     packed_.multiply(gates, ld_gates, operand_.data(), k, batch);

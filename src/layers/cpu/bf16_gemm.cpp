@@ -47,6 +47,27 @@ ENHANCED_BF16_TARGET inline void tile(float* c, int ldc, const uint16_t* a, int 
   }
 }
 
+// multiply's body, compiled for AVX512-BF16: called only once available() has said yes, so no
+// AVX-512 instruction can run ahead of the check.
+ENHANCED_BF16_TARGET void multiply_avx512_bf16(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed,
+                                               int m, int n, int k, bool accumulate) {
+  constexpr int kRows = 8;  // 16 accumulators of AVX-512's 32 registers
+  const int panels = (n + kPanelWidth - 1) / kPanelWidth;
+  const size_t padded_k = static_cast<size_t>((k + 1) / 2 * 2);
+  for (int p = 0; p < panels; ++p) {
+    const uint16_t* panel = packed + static_cast<size_t>(p) * kPanelWidth * padded_k;
+    const int columns = std::min(kPanelWidth, n - p * kPanelWidth);
+    float* c_panel = c + static_cast<size_t>(p) * kPanelWidth;
+    int row = 0;
+    for (; row + kRows <= m; row += kRows)
+      tile<kRows>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda, panel, k,
+                  columns, accumulate);
+    for (; row < m; ++row)
+      tile<1>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda, panel, k,
+              columns, accumulate);
+  }
+}
+
 }  // namespace
 
 bool available() {
@@ -88,24 +109,10 @@ void convert_rows(uint16_t* dst, int ld_dst, const float* source, int ld_source,
   }
 }
 
-ENHANCED_BF16_TARGET void multiply(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m,
-                                   int n, int k, bool accumulate) {
+void multiply(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m, int n, int k,
+              bool accumulate) {
   if (!available()) fail("internal: the bf16 kernels need AVX512-BF16, which this CPU lacks");
-  constexpr int kRows = 8;  // 16 accumulators of AVX-512's 32 registers
-  const int panels = (n + kPanelWidth - 1) / kPanelWidth;
-  const size_t padded_k = static_cast<size_t>((k + 1) / 2 * 2);
-  for (int p = 0; p < panels; ++p) {
-    const uint16_t* panel = packed + static_cast<size_t>(p) * kPanelWidth * padded_k;
-    const int columns = std::min(kPanelWidth, n - p * kPanelWidth);
-    float* c_panel = c + static_cast<size_t>(p) * kPanelWidth;
-    int row = 0;
-    for (; row + kRows <= m; row += kRows)
-      tile<kRows>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda, panel, k,
-                  columns, accumulate);
-    for (; row < m; ++row)
-      tile<1>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda, panel, k,
-              columns, accumulate);
-  }
+  multiply_avx512_bf16(c, ldc, a, lda, packed, m, n, k, accumulate);
 }
 
 }  // namespace enhanced::bf16_gemm
