@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "enhanced/batch.h"
+#include "enhanced/communicator.h"
 #include "enhanced/device.h"
 #include "enhanced/model.h"
 #include "enhanced/engine.h"
@@ -40,8 +41,14 @@ class CudaModel {
   // options.rnn_algorithm = automatic times cuDNN's LSTM algorithms here (a few ms).
   // class_weights (L, or empty: unweighted): the training loss's (train_step, enqueue_train_step,
   // compute_gradients); forward stays unweighted (EngineOptions::class_weights).
+  // data_parallel (null: alone): the ranks of a data-parallel run (docs/distributed.md), even
+  // one: training steps and compute_gradients then compute this rank's shard of each batch
+  // (shard_of) and exchange the gradients over NCCL, so that every rank holds the whole batch's
+  // gradient and loss; forward stays this rank's (evaluation shards itself). The device must be
+  // this rank's already (select_rank_device). Needs a build with NCCL.
   CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch,
-            const CudaOptions& options = {}, const std::vector<float>& class_weights = {});
+            const CudaOptions& options = {}, const std::vector<float>& class_weights = {},
+            Communicator* data_parallel = nullptr);
   ~CudaModel();
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
@@ -87,8 +94,8 @@ class CudaModel {
   // One synchronous training step. Returns the mean loss. When the loss is not finite it is
   // returned and the weights stay unchanged (the caller stops, as the CPU trainer does); a
   // non-finite gradient norm with a finite loss throws Error (as optimizer_step). Either way
-  // the halt is cleared. logits_host (B, L), when not null, receives the logits. The rate is the
-  // optimizer config's learning_rate.
+  // the halt is cleared. logits_host (B, L), when not null, receives the logits (data-parallel:
+  // the shard's). The rate is the optimizer config's learning_rate.
   double train_step(const Batch& batch, float* logits_host = nullptr);
 
   // Forward and backward only (no optimizer step): leaves the gradients for download_gradients.
