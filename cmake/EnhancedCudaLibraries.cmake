@@ -123,7 +123,7 @@ if(CMAKE_CUDA_COMPILER AND (NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::cudart OR 
   endforeach()
 endif()
 
-# ---- cuDNN (required by the backend) and NCCL (optional: nothing links it yet) ----
+# ---- cuDNN (required by the backend) and NCCL (optional: the CUDA engine's exchange between ranks) ----
 enhanced_find_cuda_package(CUDNN ENHANCED_CUDNN_ROOT cudnn.h cudnn cudnn libcudnn.so.9)
 enhanced_find_cuda_package(NCCL ENHANCED_NCCL_ROOT nccl.h nccl nccl libnccl.so.2)
 if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY AND NOT TARGET enhanced::nccl)

@@ -199,6 +199,23 @@ TEST(Distributed, ADifferentFileOnOneRankIsOneError) {
   EXPECT_FALSE(fs::exists(s.dir / "run" / "last.safetensors"));
 }
 
+// A run that diverges stops every rank at the same step (the ranks' sums are the same), and the
+// one line that says so comes from rank 0 alone, whether a non-finite loss (exit 3) or a
+// non-finite gradient with a finite loss (exit 1, reported through fail_as) stopped it.
+TEST(Distributed, DivergenceIsReportedOnceByRankZero) {
+  SKIP_WITHOUT_MPI();
+  const RunSetup s = setup("diverge");
+  const AppResult r = train(2, s.flags + "--optimizer sgd --lr 1e38 --epochs 3 --out " + (s.dir / "run").string());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  // "error: non-finite loss ..." or "error: rank 0 (host): non-finite gradient ...".
+  const bool loss = r.output.find("error: non-finite loss") != std::string::npos;
+  const bool gradient = r.output.find("error: rank 0 (") != std::string::npos &&
+                        r.output.find("non-finite gradient") != std::string::npos;
+  EXPECT_TRUE(loss || gradient) << r.output;
+  EXPECT_EQ(r.output.find("non-finite"), r.output.rfind("non-finite")) << "one error line\n" << r.output;
+  EXPECT_EQ(r.output.find("error: rank 1"), std::string::npos) << r.output;
+}
+
 // kill -9 of one rank brings the whole job down within a bounded time (measured: about a
 // second here; 30 s is the bound asserted), the last checkpoint stays loadable, and --resume
 // with the same N ends with the bits of the uninterrupted run.

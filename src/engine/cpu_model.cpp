@@ -204,7 +204,13 @@ class CpuEngine final : public Engine {
       totals_.halted_value = loss;
       return;
     }
-    optimizer_step(params_, *optimizer_, grads_, rows_, learning_rate);  // a non-finite gradient throws
+    try {
+      optimizer_step(params_, *optimizer_, grads_, rows_, learning_rate);  // a non-finite gradient throws
+    } catch (const Error& e) {
+      // Every rank holds the same gradient and meets the same error: rank 0 alone reports it.
+      if (!communicator_) throw;
+      communicator_->fail_as(0, e.what());
+    }
     clear_gradients();
     totals_.correct += correct;
     totals_.loss_sum += loss * batch.size;

@@ -5,10 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <vector>
 
+#include "engine/cuda_exchange.h"
+#include "enhanced/data_parallel.h"
 #include "kernels/layers.h"
 #include "kernels/step_totals.h"
+#include "steps/softmax_xent_steps.h"
 
 namespace enhanced {
 
@@ -32,12 +36,14 @@ struct DeviceParameters : ParameterTensors<float> {
   }
 };
 
-// The batch block, pinned on the host and on the device, int32 units: the step's scalars, then
-// offsets (P_max + 1), cur words (P_max), labels (B_max), identifier ids (capacity). Fixed
-// offsets for every batch size, so a graph captured for a slot finds its batch at the same
-// addresses on every replay.
-constexpr size_t kHeaderInts = 8;
-static_assert(sizeof(StepScalars) <= kHeaderInts * sizeof(int32_t), "the step scalars must fit the header");
+// The batch block, pinned on the host and on the device, int32 units: the step's scalars and, in
+// a data-parallel run, the whole batch's denominators (at kWholeInts), then offsets (P_max + 1),
+// cur words (P_max), labels (B_max), identifier ids (capacity). Fixed offsets for every batch
+// size, so a graph captured for a slot finds its batch at the same addresses on every replay.
+constexpr size_t kWholeInts = 8;
+constexpr size_t kHeaderInts = 16;
+static_assert(sizeof(StepScalars) <= kWholeInts * sizeof(int32_t), "the step scalars must fit the header");
+static_assert(sizeof(cuda::WholeBatch) <= (kHeaderInts - kWholeInts) * sizeof(int32_t), "so must the denominators");
 
 struct BatchLayout {
   size_t offsets = 0, cur = 0, labels = 0, ids = 0;  // in int32 units from the block's start
@@ -62,6 +68,7 @@ struct Slot {
 struct StepGraph {
   int batch = 0;
   int slot = 0;
+  int phase = 0;  // 0: the whole step; data-parallel: 1 before the collectives, 2 after them
   uint64_t generation = 0;
   int eager_runs = 0;
   cuda::UniqueGraphExec exec;
@@ -115,34 +122,53 @@ struct CudaModel::Impl {
   int64_t replays = 0;
   std::string device_name;
 
+  // Data-parallel (null alone): the exchange over the ranks, this rank's shard of the step's
+  // batch, the training loss's class weights on the host (the whole batch's denominator), and
+  // the step's loss share and correct count, summed over the ranks.
+  std::unique_ptr<CudaGradientExchange> exchange;
+  Batch shard;
+  std::vector<float> class_weights_host;
+  DeviceBuffer<double> shard_sums;
+
   struct BatchView {
     int size = 0, positions = 0;
     const StepScalars* scalars = nullptr;
+    const cuda::WholeBatch* whole = nullptr;  // a shard of a data-parallel step (null: the whole batch)
     const int32_t *offsets = nullptr, *cur = nullptr, *labels = nullptr, *identifiers = nullptr;
   };
 
   cudaStream_t s() const { return stream.get(); }
   uint16_t* dense_scratch() { return dense_bf16.size() ? dense_bf16.data() : nullptr; }  // null: FP32 GEMMs
   int F() const { return config.pooled_features(); }
-  uint64_t generation() const { return batch_generation + embedding_workspace.generation() + lstm->generation(); }
+  uint64_t generation() const {
+    return batch_generation + embedding_workspace.generation() + lstm->generation() +
+           (exchange ? exchange->generation() : 0);
+  }
 
+  // The gradient's touched rows: this backward's, or in a data-parallel run the union of the
+  // ranks' (which the exchange leaves non-zero).
   cuda::StepRange range(bool rows_only) const {
     cuda::StepRange r;
     r.total = parameter_count(config);
     r.table = static_cast<size_t>(config.vocab_size) * config.embedding_dim;
     r.dim = config.embedding_dim;
     r.rows_only = rows_only;
-    r.rows = embedding_workspace.touched_rows();
-    r.row_count = embedding_workspace.touched_count();
-    r.max_rows = embedding_workspace.entry_capacity();
+    r.rows = exchange ? exchange->rows() : embedding_workspace.touched_rows();
+    r.row_count = exchange ? exchange->row_count() : embedding_workspace.touched_count();
+    r.max_rows = exchange ? exchange->max_rows() : embedding_workspace.entry_capacity();
     return r;
   }
 
   void validate(const Batch& batch) const;
   void allocate_batch_blocks();
   void grow_ids(size_t ids);
+  const Batch& shard_of_step(const Batch& batch, cuda::WholeBatch& whole);
   BatchView enqueue(const Batch& batch, StepKind kind, float learning_rate);
   void run_step(const BatchView& b, StepKind kind, int slot);
+  template <class Body>
+  void run_graph(const BatchView& b, int slot, int phase, const Body& body);
+  void shard_pass(const BatchView& b);
+  void merge_pass(const BatchView& b, StepKind kind);
   void run_eager(const BatchView& b, StepKind kind);
   void forward_pass(const BatchView& b, bool with_gradient);
   void backward_pass(const BatchView& b);
@@ -200,10 +226,15 @@ void CudaModel::Impl::grow_ids(size_t ids) {
 }
 
 CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind kind, float learning_rate) {
-  validate(batch);
+  validate(batch);  // the whole batch: in a data-parallel run every rank finds a bad one alike
   if (kind == StepKind::train) check_step_learning_rate(learning_rate, steps + 1);
-  const size_t P = static_cast<size_t>(batch.positions());
-  const size_t ids = batch.identifier_ids.size();
+  // A data-parallel step computes this rank's shard of the batch; forward (evaluation) is given
+  // its shard by the caller already.
+  cuda::WholeBatch whole;
+  const bool sharded = exchange && kind != StepKind::forward;
+  const Batch& part = sharded ? shard_of_step(batch, whole) : batch;
+  const size_t P = static_cast<size_t>(part.positions());
+  const size_t ids = part.identifier_ids.size();
   if (ids > id_capacity) grow_ids(ids);
 
   const int index = next_slot;
@@ -214,10 +245,11 @@ CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind
   int32_t* at = slot.staging.data();
   const StepScalars header = cuda::step_scalars(optimizer, steps + 1, learning_rate);
   std::memcpy(at, &header, sizeof header);
-  std::memcpy(at + layout.offsets, batch.identifier_offsets.data(), (P + 1) * sizeof(int32_t));
-  std::memcpy(at + layout.cur, batch.cur_word_ids.data(), P * sizeof(int32_t));
-  std::memcpy(at + layout.labels, batch.labels.data(), batch.labels.size() * sizeof(int32_t));
-  if (ids) std::memcpy(at + layout.ids, batch.identifier_ids.data(), ids * sizeof(int32_t));
+  std::memcpy(at + kWholeInts, &whole, sizeof whole);
+  std::memcpy(at + layout.offsets, part.identifier_offsets.data(), (P + 1) * sizeof(int32_t));
+  if (P) std::memcpy(at + layout.cur, part.cur_word_ids.data(), P * sizeof(int32_t));
+  if (part.size) std::memcpy(at + layout.labels, part.labels.data(), part.labels.size() * sizeof(int32_t));
+  if (ids) std::memcpy(at + layout.ids, part.identifier_ids.data(), ids * sizeof(int32_t));
   // The device block is free once the step that read it finished.
   if (slot.used) ENHANCED_CUDA_CHECK(cudaStreamWaitEvent(copy_stream.get(), slot.consumed, 0));
   ENHANCED_CUDA_CHECK(cudaMemcpyAsync(slot.block.data(), at, (layout.ids + ids) * sizeof(int32_t),
@@ -227,10 +259,11 @@ CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind
   slot.used = true;  // from here the next use of the slot must wait for this one
 
   BatchView view;
-  view.size = batch.size;
+  view.size = part.size;
   view.positions = static_cast<int>(P);
   const int32_t* block = slot.block.data();
   view.scalars = reinterpret_cast<const StepScalars*>(block);
+  if (sharded) view.whole = reinterpret_cast<const cuda::WholeBatch*>(block + kWholeInts);
   view.offsets = block + layout.offsets;
   view.cur = block + layout.cur;
   view.labels = block + layout.labels;
@@ -249,27 +282,49 @@ CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind
 // A training step replays its (batch size, slot) graph; the first run of a shape is eager (it
 // also brings every kernel in, which capture must not do), the second is captured. A capture
 // that fails turns graphs off for this model, with the reason, and the step runs eagerly.
+//
+// A data-parallel step is two graphs with the NCCL collectives between them, eager on the same
+// stream: NCCL can be captured (>= 2.9), but only when every rank captures the same collectives
+// alike, and here capture is each rank's own affair (a rank's shard size picks its graphs and
+// its cuDNN workspace growth, a failed capture turns one rank's graphs off).
 void CudaModel::Impl::run_step(const BatchView& b, StepKind kind, int slot) {
-  if (kind != StepKind::train || !graphs_off.empty()) return run_eager(b, kind);
-  auto found = std::find_if(graphs.begin(), graphs.end(),
-                            [&](const StepGraph& g) { return g.batch == b.size && g.slot == slot; });
+  if (!b.whole) {
+    if (kind != StepKind::train) return run_eager(b, kind);
+    return run_graph(b, slot, 0, [&] { run_eager(b, kind); });
+  }
+  const auto before = [&] { shard_pass(b); };
+  const auto after = [&] { merge_pass(b, kind); };
+  const size_t table = static_cast<size_t>(config.vocab_size) * config.embedding_dim;
+  if (kind == StepKind::train) run_graph(b, slot, 1, before);
+  else before();
+  exchange->communicate(grads.data.data() + table, grads.data.size() - table, shard_sums.data(), 2, s());
+  if (kind == StepKind::train) run_graph(b, slot, 2, after);
+  else after();
+}
+
+template <class Body>
+void CudaModel::Impl::run_graph(const BatchView& b, int slot, int phase, const Body& body) {
+  if (!graphs_off.empty()) return body();
+  auto found = std::find_if(graphs.begin(), graphs.end(), [&](const StepGraph& g) {
+    return g.batch == b.size && g.slot == slot && g.phase == phase;
+  });
   if (found == graphs.end()) {
-    graphs.push_back(StepGraph{b.size, slot, generation(), 0, {}});
+    graphs.push_back(StepGraph{b.size, slot, phase, generation(), 0, {}});
     found = graphs.end() - 1;
   }
   StepGraph& graph = *found;
-  if (graph.generation != generation()) graph = StepGraph{b.size, slot, generation(), 0, {}};
+  if (graph.generation != generation()) graph = StepGraph{b.size, slot, phase, generation(), 0, {}};
   if (graph.exec) {
     ENHANCED_CUDA_CHECK(cudaGraphLaunch(graph.exec, s()));
-    ++replays;
+    if (phase < 2) ++replays;
     return;
   }
-  if (graph.eager_runs++ == 0) return run_eager(b, kind);
+  if (graph.eager_runs++ == 0) return body();
   cudaGraph_t captured = nullptr;
   ENHANCED_CUDA_CHECK(cudaStreamBeginCapture(s(), cudaStreamCaptureModeThreadLocal));
   std::string failure;
   try {
-    run_eager(b, kind);
+    body();
   } catch (const Error& e) {
     failure = e.what();
   }
@@ -285,11 +340,11 @@ void CudaModel::Impl::run_step(const BatchView& b, StepKind kind, int slot) {
     static_cast<void>(cudaGetLastError());
     graphs_off = "capture failed: " + failure;
     graphs.clear();
-    return run_eager(b, kind);
+    return body();
   }
   graph.exec = cuda::UniqueGraphExec(exec);
   ENHANCED_CUDA_CHECK(cudaGraphLaunch(graph.exec, s()));
-  ++replays;
+  if (phase < 2) ++replays;
 }
 
 void CudaModel::Impl::run_eager(const BatchView& b, StepKind kind) {
@@ -312,7 +367,7 @@ void CudaModel::Impl::forward_pass(const BatchView& b, bool with_gradient) {
   // Training steps and compute_gradients weigh the loss by class; evaluation does not.
   const float* weights = with_gradient && class_weights.size() ? class_weights.data() : nullptr;
   cuda::softmax_cross_entropy(with_gradient ? act.dlogits : nullptr, act.sample_losses, scalars.data(),
-                              act.logits, b.labels, weights, B, c.num_labels, s());
+                              act.logits, b.labels, weights, B, c.num_labels, s(), b.whole);
 }
 
 // The embedding backward sorts room for the most ids a slot holds (the batch's own count is read
@@ -338,7 +393,8 @@ void CudaModel::Impl::step(const BatchView& b) {
   double* loss = scalars.data();
   double* norm = scalars.data() + 1;
   double* partials = scalars.data() + 2;
-  cuda::account_step(totals.data(), loss, act.logits, b.labels, b.scalars, b.size, config.num_labels, s());
+  if (b.whole) cuda::account_reduced_step(totals.data(), loss, shard_sums.data(), b.whole, b.scalars, s());
+  else cuda::account_step(totals.data(), loss, act.logits, b.labels, b.scalars, b.size, config.num_labels, s());
   cuda::gradient_norm(norm, clip_scale.data(), partials, grads.data.data(), &totals.data()->halted, range(true),
                       o.clip_norm, s());
   const cuda::StepRange visited = range(rows_only(o));
@@ -352,6 +408,61 @@ void CudaModel::Impl::step(const BatchView& b) {
                     o.weight_decay_embedding, s());
   }
   cuda::finish_step(totals.data(), norm, b.scalars, s());
+}
+
+// Data-parallel: the step's batch as every rank sees it decides the row bound (the most rows any
+// rank's shard can touch: its positions' current words plus its identifier ids, at most V), so
+// every rank sizes its collectives alike; returns this rank's shard (shard_of, as the CPU engine)
+// and, in `whole`, the whole batch's loss denominators, summed in its sample order.
+const Batch& CudaModel::Impl::shard_of_step(const Batch& batch, cuda::WholeBatch& whole) {
+  const int ranks = exchange->size();
+  const size_t T = static_cast<size_t>(config.seq_len);
+  int64_t most = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const Shard part = shard_of(batch.size, r, ranks);
+    const size_t p0 = static_cast<size_t>(part.first) * T, p1 = p0 + static_cast<size_t>(part.count) * T;
+    most = std::max<int64_t>(most, static_cast<int64_t>(p1 - p0) + batch.identifier_offsets[p1] -
+                                       batch.identifier_offsets[p0]);
+  }
+  most = std::min<int64_t>(most, config.vocab_size);
+  if (most > exchange->bound()) {
+    // Rare (the bound starts at 5 rows a position): the union's rows are forgotten, so clear their
+    // gradients first; graphs holding the old buffers are recaptured (the generation changes).
+    drain();
+    cuda::zero_gradients(grads.data.data(), range(true), s());
+    exchange->reserve(most + most / 2, s());
+    ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
+  }
+  const Shard mine = shard_of(batch.size, exchange->rank(), ranks);
+  slice_batch(shard, batch, mine.first, mine.count);
+  whole.batch = batch.size;
+  whole.total_weight = steps::total_class_weight(
+      batch.labels.data(), class_weights_host.empty() ? nullptr : class_weights_host.data(), batch.size);
+  return shard;
+}
+
+// Before the collectives: this rank's forward and backward over its shard (none when it is empty,
+// but its previous rows still clear), its loss share and correct count, its rows packed.
+void CudaModel::Impl::shard_pass(const BatchView& b) {
+  if (b.size > 0) {
+    forward_pass(b, true);
+    cuda::shard_totals(shard_sums.data(), scalars.data(), act.logits, b.labels, b.size, config.num_labels, s());
+    backward_pass(b);
+    exchange->pack(grads.embedding, embedding_workspace.touched_rows(), embedding_workspace.touched_count(), s());
+  } else {
+    cuda::zero_gradients(grads.data.data(), range(true), s());
+    cuda::shard_totals(shard_sums.data(), nullptr, nullptr, nullptr, 0, config.num_labels, s());
+    exchange->pack(grads.embedding, nullptr, nullptr, s());
+  }
+}
+
+// After the collectives: every rank's rows added in rank order, then the optimizer step on the
+// whole batch's gradient (or, for compute_gradients, the whole batch's loss into scalars[0]).
+void CudaModel::Impl::merge_pass(const BatchView& b, StepKind kind) {
+  exchange->merge(grads.embedding, s());
+  if (kind == StepKind::train) return step(b);
+  ENHANCED_CUDA_CHECK(
+      cudaMemcpyAsync(scalars.data(), shard_sums.data(), sizeof(double), cudaMemcpyDeviceToDevice, s()));
 }
 
 void CudaModel::Impl::wait_and_read(const BatchView& b, float* logits_out) {
@@ -387,7 +498,8 @@ void check_precision(Precision precision) {
 }  // namespace
 
 CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch,
-                     const CudaOptions& options, const std::vector<float>& class_weights, Precision precision)
+                     const CudaOptions& options, const std::vector<float>& class_weights, Precision precision,
+                     Communicator* data_parallel)
     : impl_(std::make_unique<Impl>()) {
   config.validate();
   check_class_weights(class_weights, config.num_labels);
@@ -451,11 +563,23 @@ CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer
   ENHANCED_CUDA_CHECK(cudaGetDevice(&device));
   ENHANCED_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
   m.device_name = properties.name;
+  if (data_parallel) {
+    m.exchange = std::make_unique<CudaGradientExchange>(*data_parallel, c.vocab_size, c.embedding_dim, m.s());
+    const int64_t shard_positions = static_cast<int64_t>(std::max(1, shard_of(max_batch, 0, data_parallel->size()).count)) *
+                                    c.seq_len;
+    m.exchange->reserve(std::min<int64_t>(c.vocab_size, 5 * shard_positions), m.s());  // 4 ids a position + its word
+    m.shard_sums.resize(2);
+    ENHANCED_CUDA_CHECK(cudaMemsetAsync(m.shard_sums.data(), 0, m.shard_sums.bytes(), m.s()));
+    m.class_weights_host = class_weights;
+  }
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(m.s()));
 }
 
 CudaModel::~CudaModel() {
   if (!impl_) return;
+  // Unwinding an error in a data-parallel run: a collective may wait for a rank that will never
+  // join it; aborting the NCCL communicator first lets the synchronisation below return.
+  if (impl_->exchange && std::uncaught_exceptions() > 0) impl_->exchange.reset();
   if (impl_->copy_stream.get()) static_cast<void>(cudaStreamSynchronize(impl_->copy_stream.get()));
   if (impl_->stream.get()) static_cast<void>(cudaStreamSynchronize(impl_->stream.get()));
 }
@@ -477,7 +601,10 @@ std::string CudaModel::summary() const {
              m.precision == Precision::bf16 ? "; precision bf16 (cuDNN LSTM bfloat16 data, FP32 math; cuBLAS bfloat16 "
                                               "dense, FP32 accumulation; FP32 master weights)"
                                             : "; precision fp32",
-             m.options.tf32 && m.precision != Precision::bf16 ? "; TF32 allowed" : "");
+             m.options.tf32 && m.precision != Precision::bf16 ? "; TF32 allowed" : "",
+             m.exchange ? cat("; data-parallel: rank ", m.exchange->rank(), " of ", m.exchange->size(), ", NCCL ",
+                              nccl_version(), " (collectives between two graphs)")
+                        : std::string());
 }
 
 namespace {

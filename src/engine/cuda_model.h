@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "enhanced/batch.h"
+#include "enhanced/communicator.h"
 #include "enhanced/device.h"
 #include "enhanced/model.h"
 #include "enhanced/engine.h"
@@ -45,9 +46,14 @@ class CudaModel {
   // accumulation; parameters, gradients, optimizer moments, loss and the buffers between the
   // layers are FP32, though the LSTM's y and dx come back holding bf16 values (cuDNN's bf16 data);
   // needs compute capability 8.0). bf16_emulated is an Error (a CPU reference path).
+  // data_parallel (null: alone): the ranks of a data-parallel run (docs/distributed.md), even
+  // one: training steps and compute_gradients then compute this rank's shard of each batch
+  // (shard_of) and exchange the gradients over NCCL, so that every rank holds the whole batch's
+  // gradient and loss; forward stays this rank's (evaluation shards itself). The device must be
+  // this rank's already (select_rank_device). Needs a build with NCCL.
   CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer, int max_batch,
             const CudaOptions& options = {}, const std::vector<float>& class_weights = {},
-            Precision precision = Precision::fp32);
+            Precision precision = Precision::fp32, Communicator* data_parallel = nullptr);
   ~CudaModel();
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
@@ -94,8 +100,8 @@ class CudaModel {
   // One synchronous training step. Returns the mean loss. When the loss is not finite it is
   // returned and the weights stay unchanged (the caller stops, as the CPU trainer does); a
   // non-finite gradient norm with a finite loss throws Error (as optimizer_step). Either way
-  // the halt is cleared. logits_host (B, L), when not null, receives the logits. The rate is the
-  // optimizer config's learning_rate.
+  // the halt is cleared. logits_host (B, L), when not null, receives the logits (data-parallel:
+  // the shard's). The rate is the optimizer config's learning_rate.
   double train_step(const Batch& batch, float* logits_host = nullptr);
 
   // Forward and backward only (no optimizer step): leaves the gradients for download_gradients.

@@ -38,10 +38,8 @@ std::unique_ptr<Engine> make_engine(Device device, ParameterBuffer<float>& param
   if (device == Device::cpu)
     return allocating(cat("allocating the CPU engine's gradients and activations for batches of up to ", options.max_batch),
                       [&] { return make_cpu_engine(params, optimizer, options); });
-  if (options.communicator && options.communicator->size() > 1)
-    fail("data-parallel training runs on the CPU only so far (--device cpu): the CUDA engine has no NCCL exchange yet "
-         "(docs/distributed.md)");
 #ifdef ENHANCED_HAVE_CUDA
+  // With more than one rank: this rank's GPU and the NCCL exchange (a build without NCCL refuses there).
   return make_cuda_engine(params, optimizer, options);
 #else
   fail("this build has no CUDA backend");

@@ -1,7 +1,8 @@
-// Error checking and RAII for the CUDA backend. Every CUDA, cuBLAS and cuDNN call goes through
-// one of the ENHANCED_*_CHECK macros, which throw enhanced::Error naming the call text, the file
-// and line, and the library's own message (for cuDNN also cudnnGetLastErrorString). Owners of
-// device memory, handles and descriptors free them in destructors that never throw.
+// Error checking and RAII for the CUDA backend. Every CUDA, cuBLAS, cuDNN and NCCL call goes
+// through one of the ENHANCED_*_CHECK macros, which throw enhanced::Error naming the call text,
+// the file and line, and the library's own message (for cuDNN also cudnnGetLastErrorString, for
+// NCCL ncclGetLastError). Owners of device memory, handles and descriptors free them in
+// destructors that never throw. The NCCL member exists in builds with NCCL (ENHANCED_HAVE_NCCL).
 //
 // Host-compilable (no CUDA syntax): tests and host code may include it.
 #pragma once
@@ -9,6 +10,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
+#ifdef ENHANCED_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -52,6 +56,15 @@ inline const char* cublas_status_text(cublasStatus_t status) {
        detail[0] ? ": " : "", detail);
 }
 
+#ifdef ENHANCED_HAVE_NCCL
+// NCCL's own message for the status, then its last error's detail (a peer's failure, a timeout).
+[[noreturn]] inline void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line) {
+  const char* detail = ncclGetLastError(nullptr);
+  fail(file, ":", line, ": NCCL error ", static_cast<int>(status), " (", ncclGetErrorString(status), ") in ", call,
+       detail && detail[0] ? ": " : "", detail ? detail : "");
+}
+#endif
+
 }  // namespace enhanced::cuda
 
 #define ENHANCED_CUDA_CHECK(call)                                                                     \
@@ -74,6 +87,15 @@ inline const char* cublas_status_text(cublasStatus_t status) {
     if (enhanced_status_ != CUDNN_STATUS_SUCCESS)                                                     \
       ::enhanced::cuda::throw_cudnn_error(enhanced_status_, #call, __FILE__, __LINE__);               \
   } while (0)
+
+#ifdef ENHANCED_HAVE_NCCL
+#define ENHANCED_NCCL_CHECK(call)                                                                     \
+  do {                                                                                                \
+    const ncclResult_t enhanced_status_ = (call);                                                     \
+    if (enhanced_status_ != ncclSuccess)                                                              \
+      ::enhanced::cuda::throw_nccl_error(enhanced_status_, #call, __FILE__, __LINE__);                \
+  } while (0)
+#endif
 
 // After a kernel launch: launch-configuration errors surface here, execution errors at the next
 // synchronising call.

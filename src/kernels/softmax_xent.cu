@@ -15,11 +15,12 @@ __global__ void total_weight_kernel(double* __restrict__ total, const int32_t* _
 }
 
 // One thread per sample row (L is small); the same three passes as the CPU layer. total_weight:
-// the batch's total class weight (read only with class_weights).
+// the batch's total class weight (read only with class_weights); whole (nullable): the whole
+// batch's denominators instead (a shard's share, as the CPU layer's LossDenominator).
 __global__ void softmax_xent_kernel(float* __restrict__ dlogits, float* __restrict__ sample_losses,
                                     const float* __restrict__ logits, const int32_t* __restrict__ labels,
                                     const float* __restrict__ class_weights, const double* __restrict__ total_weight,
-                                    int batch, int num_labels) {
+                                    const WholeBatch* __restrict__ whole, int batch, int num_labels) {
   const int b = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (b >= batch) return;
   const float* row = logits + static_cast<int64_t>(b) * num_labels;
@@ -32,19 +33,20 @@ __global__ void softmax_xent_kernel(float* __restrict__ dlogits, float* __restri
   if (sample_losses) sample_losses[b] = log_sum - (row[label] - shift);
   if (dlogits) {
     float* grad = dlogits + static_cast<int64_t>(b) * num_labels;
-    const float share =
-        steps::loss_share<float>(class_weights, label, class_weights ? *total_weight : 0.0, batch);
+    const double weight_sum = whole ? whole->total_weight : class_weights ? *total_weight : 0.0;
+    const float share = steps::loss_share<float>(class_weights, label, weight_sum, whole ? whole->batch : batch);
     for (int l = 0; l < num_labels; ++l) grad[l] = expf(row[l] - shift - log_sum) * share;
     grad[label] -= share;
   }
 }
 
 // The (weighted) mean in double, summed in sample order (one thread: B is at most a few
-// thousand). With class_weights, *mean_loss holds the total weight on entry.
+// thousand). With class_weights, *mean_loss holds the total weight on entry; whole (nullable):
+// the whole batch's total weight divides instead.
 __global__ void mean_loss_kernel(double* __restrict__ mean_loss, const float* __restrict__ sample_losses,
                                  const int32_t* __restrict__ labels, const float* __restrict__ class_weights,
-                                 int batch) {
-  const double total_weight = class_weights ? *mean_loss : static_cast<double>(batch);
+                                 const WholeBatch* __restrict__ whole, int batch) {
+  const double total_weight = whole ? whole->total_weight : class_weights ? *mean_loss : static_cast<double>(batch);
   double total = 0.0;
   for (int b = 0; b < batch; ++b)
     total += steps::sample_weight(class_weights, labels[b]) * static_cast<double>(sample_losses[b]);
@@ -55,19 +57,19 @@ __global__ void mean_loss_kernel(double* __restrict__ mean_loss, const float* __
 
 void softmax_cross_entropy(float* dlogits, float* sample_losses, double* mean_loss, const float* logits,
                            const int32_t* labels, const float* class_weights, int batch, int num_labels,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, const WholeBatch* whole) {
   if (batch == 0) return;
-  if (class_weights) {
+  if (class_weights && !whole) {
     if (!mean_loss) fail("internal: the weighted softmax_cross_entropy needs mean_loss for the total weight");
     total_weight_kernel<<<1, 1, 0, stream>>>(mean_loss, labels, class_weights, batch);
     ENHANCED_CUDA_CHECK_LAUNCH();
   }
   softmax_xent_kernel<<<static_cast<unsigned>((batch + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      dlogits, sample_losses, logits, labels, class_weights, mean_loss, batch, num_labels);
+      dlogits, sample_losses, logits, labels, class_weights, mean_loss, whole, batch, num_labels);
   ENHANCED_CUDA_CHECK_LAUNCH();
   if (mean_loss) {
     if (!sample_losses) fail("internal: softmax_cross_entropy needs sample_losses to compute the mean loss");
-    mean_loss_kernel<<<1, 1, 0, stream>>>(mean_loss, sample_losses, labels, class_weights, batch);
+    mean_loss_kernel<<<1, 1, 0, stream>>>(mean_loss, sample_losses, labels, class_weights, whole, batch);
     ENHANCED_CUDA_CHECK_LAUNCH();
   }
 }

@@ -9,13 +9,25 @@
 
 namespace enhanced::cuda {
 
+// The whole batch's denominators when the call sees one rank's shard of it (data-parallel
+// training: the CPU layer's LossDenominator), read on the device so that a captured graph serves
+// every step. total_weight: the whole batch's total class weight, summed in its sample order
+// (its size when unweighted).
+struct WholeBatch {
+  double total_weight = 0;
+  int32_t batch = 0;
+  int32_t reserved = 0;
+};
+
 // mean_loss (1, double) = mean over the batch, summed in sample order; dlogits (B, L) =
 // (softmax - onehot) / B when not null; sample_losses (B, unweighted) when not null (needed for
 // mean_loss: pass a buffer of B floats). class_weights (L, device, nullable): the CPU layer's
 // weighted loss (torch CrossEntropyLoss(weight=)); it needs mean_loss, which holds the batch's
-// total weight between the two kernels.
+// total weight between the two kernels. whole (device, nullable; last, as the CPU layer's): the
+// batch is a shard of `whole`; the gradient rows and *mean_loss are then its share of the whole
+// batch's mean (the shares summed over the ranks give the whole mean).
 void softmax_cross_entropy(float* dlogits, float* sample_losses, double* mean_loss, const float* logits,
                            const int32_t* labels, const float* class_weights, int batch, int num_labels,
-                           cudaStream_t stream);
+                           cudaStream_t stream, const WholeBatch* whole = nullptr);
 
 }  // namespace enhanced::cuda

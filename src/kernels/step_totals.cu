@@ -8,9 +8,9 @@ namespace {
 
 constexpr int kAccountThreads = 256;
 
-__global__ void account_kernel(DeviceTotals* __restrict__ totals, const double* __restrict__ mean_loss,
-                               const float* __restrict__ logits, const int32_t* __restrict__ labels,
-                               const StepScalars* __restrict__ scalars, int batch, int num_labels) {
+// The samples whose first largest logit is the label, in thread 0 of a block of kAccountThreads.
+__device__ int block_correct(const float* __restrict__ logits, const int32_t* __restrict__ labels, int batch,
+                             int num_labels) {
   using Reduce = cub::BlockReduce<int, kAccountThreads>;
   __shared__ typename Reduce::TempStorage storage;
   int correct = 0;
@@ -21,9 +21,13 @@ __global__ void account_kernel(DeviceTotals* __restrict__ totals, const double* 
       if (row[l] > row[best]) best = l;
     correct += best == labels[b];
   }
-  const int total = Reduce(storage).Sum(correct);
-  if (threadIdx.x != 0 || totals->halted) return;
-  const double loss = *mean_loss;
+  return Reduce(storage).Sum(correct);
+}
+
+// One step's loss, samples and correct predictions into the totals, or the halt.
+__device__ void account(DeviceTotals* __restrict__ totals, double loss, int64_t batch, int64_t correct,
+                        const StepScalars* __restrict__ scalars) {
+  if (totals->halted) return;
   if (!isfinite(loss)) {
     totals->halted = static_cast<int32_t>(Halt::loss);
     totals->halted_step = scalars->step;
@@ -32,7 +36,30 @@ __global__ void account_kernel(DeviceTotals* __restrict__ totals, const double* 
   }
   totals->loss_sum = __dadd_rn(totals->loss_sum, __dmul_rn(loss, static_cast<double>(batch)));
   totals->samples += batch;
-  totals->correct += total;
+  totals->correct += correct;
+}
+
+__global__ void account_kernel(DeviceTotals* __restrict__ totals, const double* __restrict__ mean_loss,
+                               const float* __restrict__ logits, const int32_t* __restrict__ labels,
+                               const StepScalars* __restrict__ scalars, int batch, int num_labels) {
+  const int correct = block_correct(logits, labels, batch, num_labels);
+  if (threadIdx.x == 0) account(totals, *mean_loss, batch, correct, scalars);
+}
+
+__global__ void shard_totals_kernel(double* __restrict__ sums, const double* __restrict__ loss_share,
+                                    const float* __restrict__ logits, const int32_t* __restrict__ labels, int batch,
+                                    int num_labels) {
+  const int correct = block_correct(logits, labels, batch, num_labels);
+  if (threadIdx.x != 0) return;
+  sums[0] = batch > 0 ? *loss_share : 0.0;
+  sums[1] = static_cast<double>(correct);
+}
+
+__global__ void account_reduced_kernel(DeviceTotals* __restrict__ totals, double* __restrict__ mean_loss,
+                                       const double* __restrict__ sums, const WholeBatch* __restrict__ whole,
+                                       const StepScalars* __restrict__ scalars) {
+  *mean_loss = sums[0];
+  account(totals, sums[0], whole->batch, static_cast<int64_t>(sums[1]), scalars);
 }
 
 __global__ void finish_step_kernel(DeviceTotals* __restrict__ totals, const double* __restrict__ norm,
@@ -52,6 +79,18 @@ __global__ void finish_step_kernel(DeviceTotals* __restrict__ totals, const doub
 void account_step(DeviceTotals* totals, const double* mean_loss, const float* logits, const int32_t* labels,
                   const StepScalars* scalars, int batch, int num_labels, cudaStream_t stream) {
   account_kernel<<<1, kAccountThreads, 0, stream>>>(totals, mean_loss, logits, labels, scalars, batch, num_labels);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+}
+
+void shard_totals(double* sums, const double* loss_share, const float* logits, const int32_t* labels, int batch,
+                  int num_labels, cudaStream_t stream) {
+  shard_totals_kernel<<<1, kAccountThreads, 0, stream>>>(sums, loss_share, logits, labels, batch, num_labels);
+  ENHANCED_CUDA_CHECK_LAUNCH();
+}
+
+void account_reduced_step(DeviceTotals* totals, double* mean_loss, const double* sums, const WholeBatch* whole,
+                          const StepScalars* scalars, cudaStream_t stream) {
+  account_reduced_kernel<<<1, 1, 0, stream>>>(totals, mean_loss, sums, whole, scalars);
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 

@@ -370,7 +370,10 @@ class TrainingRun {
       if (log_now) log_interval();
       if (valid_now) validate_between_epochs();
       if (checkpoint_now) save();
-      else if (comm_.size() > 1 && position_.step % o_.check_every == 0) check_replicas(comm_, params_, position_.step);
+      else if (comm_.size() > 1 && position_.step % o_.check_every == 0) {
+        engine_->sync_to_host();  // a GPU engine's weights are on the device
+        check_replicas(comm_, params_, position_.step);
+      }
       if (position_.step == total_steps_ || monitor_.stop) {
         epoch_done = epoch_end;
         break;
@@ -390,8 +393,9 @@ class TrainingRun {
     // The halted step's index in this epoch: every collect happens within one epoch.
     const int64_t batch_index = position_.batch_in_epoch - (position_.step - totals.halted_step) - 1;
     if (totals.halted == Halt::loss) return stop_non_finite(totals.halted_value, totals.halted_step, batch_index);
-    fail("non-finite gradient (norm ", totals.halted_value, ") at step ", totals.halted_step,
-         "; weights left unchanged");
+    // Every rank's engine halted alike (the same reduced gradient): rank 0 alone reports it.
+    comm_.fail_as(0, cat("non-finite gradient (norm ", totals.halted_value, ") at step ", totals.halted_step,
+                         "; weights left unchanged"));
   }
 
   void write_metrics(const nlohmann::json& line) {
