@@ -207,9 +207,9 @@ TEST(Bf16Lstm, FastKernelsMatchAnIndependentRoundedReference) {
 }
 
 // Norm-wise relative difference of two tensors.
-double relative_difference(const float* value, const float* reference, size_t n) {
+double relative_difference(const std::vector<float>& value, const std::vector<float>& reference) {
   double difference = 0, norm = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < reference.size(); ++i) {
     difference += std::pow(static_cast<double>(value[i]) - reference[i], 2);
     norm += std::pow(static_cast<double>(reference[i]), 2);
   }
@@ -227,35 +227,62 @@ double relative_difference(const float* value, const float* reference, size_t n)
 constexpr double kBf16Bound = 6 * kBf16UnitRoundoff;
 constexpr double kFp32Noise = 1e-5;
 
+// A random BiLSTM layer's inputs, weights and output gradient (B, T, D, H as bilstm_forward's).
+struct LstmCase {
+  int B, T, D, H;
+  std::vector<float> x, dy, w_ih, w_hh, b_ih, b_hh;
+  size_t positions() const { return static_cast<size_t>(B) * T; }
+};
+
+LstmCase random_lstm_case(uint64_t seed, int B, int T, int D, int H) {
+  Random random(seed);
+  LstmCase c{B, T, D, H, {}, {}, {}, {}, {}, {}};
+  c.x = random_floats(random, c.positions() * D, 1.0);
+  c.dy = random_floats(random, c.positions() * 2 * H, 1.0);
+  c.w_ih = random_floats(random, 8 * H * D, 0.4);
+  c.w_hh = random_floats(random, 8 * H * H, 0.4);
+  c.b_ih = random_floats(random, 8 * H, 0.4);
+  c.b_hh = random_floats(random, 8 * H, 0.4);
+  return c;
+}
+
+// What one forward and backward of the layer leave: y, the gates (on exit, their gradients) and
+// the gradients.
+struct LstmRun {
+  std::vector<float> y, gates, dx, dw_ih, dw_hh, db_ih, db_hh;
+};
+
+LstmRun run_bilstm(const LstmCase& c, Precision precision, int threads) {
+  const size_t P = c.positions();
+  LstmRun r{std::vector<float>(P * 2 * c.H), std::vector<float>(P * 8 * c.H), std::vector<float>(P * c.D),
+            std::vector<float>(c.w_ih.size()), std::vector<float>(c.w_hh.size()), std::vector<float>(c.b_ih.size()),
+            std::vector<float>(c.b_hh.size())};
+  std::vector<float> cell(P * 2 * c.H), scratch(bilstm_backward_scratch_size(c.B, c.T, c.D, c.H));
+  BiLstmState<float> saved{r.gates.data(), cell.data(), scratch.data()};
+  bilstm_forward(r.y.data(), saved, c.x.data(), c.w_ih.data(), c.w_hh.data(), c.b_ih.data(), c.b_hh.data(), c.B, c.T,
+                 c.D, c.H, threads, precision);
+  bilstm_backward(r.dx.data(), r.dw_ih.data(), r.dw_hh.data(), r.db_ih.data(), r.db_hh.data(), saved, r.y.data(),
+                  c.dy.data(), c.x.data(), c.w_ih.data(), c.w_hh.data(), c.B, c.T, c.D, c.H, threads, precision);
+  return r;
+}
+
+// The tensors two runs are compared on.
+std::vector<std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>>> compared(
+    const LstmRun& a, const LstmRun& b) {
+  return {{"y", {&a.y, &b.y}},
+          {"dx", {&a.dx, &b.dx}},
+          {"dweight_ih", {&a.dw_ih, &b.dw_ih}},
+          {"dweight_hh", {&a.dw_hh, &b.dw_hh}},
+          {"dbias_ih", {&a.db_ih, &b.db_ih}}};
+}
+
 // The layer alone, with a fixed dy: the max-pool after it would route the gradient by an argmax
 // that a rounding can flip (a different function, not an error of the arithmetic).
 TEST(Bf16Lstm, GradientsMatchFp32WithinTheBf16Bound) {
-  Random random(13);
-  const int B = 4, T = 10, D = 8, H = 16;
-  const size_t P = static_cast<size_t>(B) * T;
-  const std::vector<float> x = random_floats(random, P * D, 1.0), dy = random_floats(random, P * 2 * H, 1.0);
-  const std::vector<float> w_ih = random_floats(random, 8 * H * D, 0.4), w_hh = random_floats(random, 8 * H * H, 0.4);
-  const std::vector<float> b_ih = random_floats(random, 8 * H, 0.4), b_hh = random_floats(random, 8 * H, 0.4);
-  struct Gradients {
-    std::vector<float> y, dx, dw_ih, dw_hh, db_ih, db_hh;
-  };
-  auto run = [&](Precision precision) {
-    Gradients g{std::vector<float>(P * 2 * H), std::vector<float>(P * D), std::vector<float>(w_ih.size()),
-                std::vector<float>(w_hh.size()), std::vector<float>(b_ih.size()), std::vector<float>(b_hh.size())};
-    std::vector<float> gates(P * 8 * H), cell(P * 2 * H), scratch(bilstm_backward_scratch_size(B, T, D, H));
-    BiLstmState<float> saved{gates.data(), cell.data(), scratch.data()};
-    bilstm_forward(g.y.data(), saved, x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(), B, T, D, H, 2,
-                   precision);
-    bilstm_backward(g.dx.data(), g.dw_ih.data(), g.dw_hh.data(), g.db_ih.data(), g.db_hh.data(), saved, g.y.data(),
-                    dy.data(), x.data(), w_ih.data(), w_hh.data(), B, T, D, H, 2, precision);
-    return g;
-  };
-  const Gradients fp32 = run(Precision::fp32), bf16 = run(Precision::bf16_emulated);
-  const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>> tensors[] = {
-      {"y", {&bf16.y, &fp32.y}},         {"dx", {&bf16.dx, &fp32.dx}},       {"dweight_ih", {&bf16.dw_ih, &fp32.dw_ih}},
-      {"dweight_hh", {&bf16.dw_hh, &fp32.dw_hh}}, {"dbias_ih", {&bf16.db_ih, &fp32.db_ih}}};
-  for (const auto& [name, pair] : tensors) {
-    const double relative = relative_difference(pair.first->data(), pair.second->data(), pair.first->size());
+  const LstmCase c = random_lstm_case(13, 4, 10, 8, 16);
+  const LstmRun fp32 = run_bilstm(c, Precision::fp32, 2), bf16 = run_bilstm(c, Precision::bf16_emulated, 2);
+  for (const auto& [name, pair] : compared(bf16, fp32)) {
+    const double relative = relative_difference(*pair.first, *pair.second);
     std::printf("%-11s relative difference %.3g (bound %.3g)\n", name, relative, kBf16Bound);
     EXPECT_LT(relative, kBf16Bound) << name;
     EXPECT_GT(relative, kFp32Noise) << name << ": no sign of bfloat16 rounding";
@@ -267,19 +294,12 @@ TEST(Bf16Lstm, GradientsMatchFp32WithinTheBf16Bound) {
 // and dx must then be the products of those with the rounded [x | h_{t-1}] and W_ih, to FP32
 // sums' noise. An operand left unrounded would be off by up to 2^-8, far above that noise.
 TEST(Bf16Lstm, BackwardMultipliesRoundedOperands) {
-  Random random(17);
-  const int B = 3, T = 6, D = 5, H = 8, G8 = 8 * H;
-  const size_t P = static_cast<size_t>(B) * T;
-  const std::vector<float> x = random_floats(random, P * D, 1.0), dy = random_floats(random, P * 2 * H, 1.0);
-  const std::vector<float> w_ih = random_floats(random, 8 * H * D, 0.4), w_hh = random_floats(random, 8 * H * H, 0.4);
-  const std::vector<float> b_ih = random_floats(random, 8 * H, 0.4), b_hh = random_floats(random, 8 * H, 0.4);
-  std::vector<float> y(P * 2 * H), gates(P * G8), cell(P * 2 * H), scratch(bilstm_backward_scratch_size(B, T, D, H));
-  std::vector<float> dx(P * D), dw_ih(w_ih.size()), dw_hh(w_hh.size()), db_ih(b_ih.size()), db_hh(b_hh.size());
-  BiLstmState<float> saved{gates.data(), cell.data(), scratch.data()};
-  bilstm_forward(y.data(), saved, x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(), B, T, D, H, 1,
-                 Precision::bf16_emulated);
-  bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), saved, y.data(), dy.data(),
-                  x.data(), w_ih.data(), w_hh.data(), B, T, D, H, 1, Precision::bf16_emulated);
+  const LstmCase c = random_lstm_case(17, 3, 6, 5, 8);
+  const int B = c.B, T = c.T, D = c.D, H = c.H, G8 = 8 * H;
+  const size_t P = c.positions();
+  const std::vector<float>&x = c.x, &w_ih = c.w_ih;
+  const LstmRun r = run_bilstm(c, Precision::bf16_emulated, 1);
+  const std::vector<float>&y = r.y, &gates = r.gates, &dx = r.dx, &dw_ih = r.dw_ih, &dw_hh = r.dw_hh;
   for (const float g : gates) ASSERT_EQ(bits_of(g) & 0xffffu, 0u) << "a gate gradient left unrounded: " << g;
   // expect(value, terms): value against the double sum of terms (pairs a, b), within 2 P FP32
   // roundings of sum |a b|.
@@ -322,26 +342,10 @@ TEST(Bf16Lstm, BackwardMultipliesRoundedOperands) {
 // that falls the other way after that: an engineering margin of 2^-10 norm-wise, a quarter of u.
 TEST(Bf16Lstm, FastKernelsMatchTheReferenceThroughForwardAndBackward) {
   SKIP_WITHOUT_AVX512_BF16();
-  Random random(19);
-  const int B = 8, T = 70, D = 7, H = 16;
-  const size_t P = static_cast<size_t>(B) * T;
-  const std::vector<float> x = random_floats(random, P * D, 1.0), dy = random_floats(random, P * 2 * H, 1.0);
-  const std::vector<float> w_ih = random_floats(random, 8 * H * D, 0.4), w_hh = random_floats(random, 8 * H * H, 0.4);
-  const std::vector<float> b_ih = random_floats(random, 8 * H, 0.4), b_hh = random_floats(random, 8 * H, 0.4);
-  auto run = [&](Precision precision) {
-    std::vector<float> y(P * 2 * H), gates(P * 8 * H), cell(P * 2 * H), scratch(bilstm_backward_scratch_size(B, T, D, H));
-    std::vector<float> dx(P * D), dw_ih(w_ih.size()), dw_hh(w_hh.size()), db_ih(b_ih.size()), db_hh(b_hh.size());
-    BiLstmState<float> saved{gates.data(), cell.data(), scratch.data()};
-    bilstm_forward(y.data(), saved, x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(), B, T, D, H, 2,
-                   precision);
-    bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), saved, y.data(), dy.data(),
-                    x.data(), w_ih.data(), w_hh.data(), B, T, D, H, 2, precision);
-    return std::vector<std::vector<float>>{y, dx, dw_ih, dw_hh, db_ih};
-  };
-  const auto fast = run(Precision::bf16), reference = run(Precision::bf16_emulated);
-  const char* names[] = {"y", "dx", "dweight_ih", "dweight_hh", "dbias_ih"};
-  for (size_t i = 0; i < fast.size(); ++i)
-    EXPECT_LT(relative_difference(fast[i].data(), reference[i].data(), fast[i].size()), 0x1.0p-10) << names[i];
+  const LstmCase c = random_lstm_case(19, 8, 70, 7, 16);
+  const LstmRun fast = run_bilstm(c, Precision::bf16, 2), reference = run_bilstm(c, Precision::bf16_emulated, 2);
+  for (const auto& [name, pair] : compared(fast, reference))
+    EXPECT_LT(relative_difference(*pair.first, *pair.second), 0x1.0p-10) << name;
 }
 
 // The whole model's logits: the forward through the LSTM (one rounded GEMM a step, the error
@@ -367,7 +371,7 @@ TEST(Bf16Engine, LogitsMatchFp32WithinTheBf16Bound) {
     return logits;
   };
   const std::vector<float> fp32 = logits_in(Precision::fp32), bf16 = logits_in(Precision::bf16_emulated);
-  const double relative = relative_difference(bf16.data(), fp32.data(), fp32.size());
+  const double relative = relative_difference(bf16, fp32);
   std::printf("logits relative difference %.3g (bound %.3g)\n", relative, kBf16Bound);
   EXPECT_LT(relative, kBf16Bound);
   EXPECT_GT(relative, kFp32Noise) << "no sign of bfloat16 rounding";
