@@ -13,6 +13,7 @@
 #include "enhanced/batch.h"
 #include "enhanced/device.h"
 #include "enhanced/model.h"
+#include "enhanced/precision.h"
 #include "enhanced/random.h"
 #include "gradcheck.h"
 
@@ -108,6 +109,26 @@ inline void expect_sum_close(std::span<const float> gpu, std::span<const double>
     ASSERT_NEAR(gpu[i], ref[i], tolerance) << what << " [" << i << "]";
   }
 }
+
+// v with each element rounded to the nearest bfloat16 (the operands --precision bf16 multiplies).
+inline std::vector<double> rounded(std::vector<double> v) {
+  for (double& x : v) x = round_to_bf16(x);
+  return v;
+}
+
+// Largest |a - b| relative to the largest |b|.
+inline double relative_gap(std::span<const float> a, std::span<const double> b) {
+  double scale = 1e-30, worst = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    scale = std::max(scale, std::fabs(b[i]));
+    worst = std::max(worst, std::fabs(a[i] - b[i]));
+  }
+  return worst / scale;
+}
+
+// The FP32 parity tests' relative tolerance (test_cuda_parity.cpp): a bf16 result must differ
+// from FP32's by more, or bf16 did not run.
+constexpr double kFp32Parity = 1e-4;
 
 inline void expect_relative(std::span<const float> gpu, std::span<const double> ref, double relative,
                      const std::string& what) {

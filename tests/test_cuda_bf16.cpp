@@ -20,6 +20,7 @@
 // - the BiLSTM alone against the double CPU layer on the same rounded x and weights, which does
 //   not round h, dy or the gate gradients inside: y within 2 ub * T (|y| < 1), gradients 4 ub * T
 //   relative to the largest magnitude
+// (The dense GEMMs are checked by check_dense in test_cuda_parity.cpp, with Precision::bf16.)
 // Each comparison also checks that bf16 is really on: the results differ from FP32 by more than
 // the FP32 parity tolerance, so agreement with the rounded reference is not vacuous.
 #include <gtest/gtest.h>
@@ -36,7 +37,6 @@
 #include "enhanced/engine.h"
 #include "enhanced/precision.h"
 #include "gradcheck.h"
-#include "layers/dense.h"
 #include "layers/lstm.h"
 
 #ifdef ENHANCED_HAVE_CUDA
@@ -52,7 +52,6 @@ namespace {
 using cuda::DeviceBuffer;
 using testing::absolute;
 using testing::expect_relative;
-using testing::expect_sum_close;
 using testing::Gpu;
 using testing::random_floats;
 using testing::small_config;
@@ -61,69 +60,12 @@ using testing::to_float;
 using testing::to_host;
 
 constexpr double kBf16Unit = 0x1.0p-8;  // bfloat16's unit roundoff: 8 significant bits
-constexpr double kFp32Parity = 1e-4;    // test_cuda_parity.cpp's FP32 relative tolerance
+using testing::kFp32Parity;
+using testing::relative_gap;
+using testing::rounded;
 
-std::vector<double> rounded(std::vector<double> v) {
-  for (double& x : v) x = round_to_bf16(x);
-  return v;
-}
-
-// Largest |a - b| relative to the largest |b|.
-double relative_gap(std::span<const float> a, std::span<const double> b) {
-  double scale = 1e-30, worst = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    scale = std::max(scale, std::fabs(b[i]));
-    worst = std::max(worst, std::fabs(a[i] - b[i]));
-  }
-  return worst / scale;
-}
-
-// ---- dense (cuBLAS bf16 GEMMs) -------------------------------------------------------------
-
-TEST(CudaBf16, DenseGemmsRoundOperandsAndAccumulateInFp32) {
-  SKIP_WITHOUT_GPU();
-  Gpu gpu;
-  Random random(71);
-  const int B = 5, F = 37, L = 4;  // odd sizes: no tile happens to fit
-  const std::vector<double> in = random_floats(static_cast<size_t>(B) * F, random);
-  const std::vector<double> w = random_floats(static_cast<size_t>(L) * F, random);
-  const std::vector<double> bias = random_floats(L, random);
-  const std::vector<double> dout = random_floats(static_cast<size_t>(B) * L, random);
-  const std::vector<double> dw0 = random_floats(w.size(), random), db0 = random_floats(L, random);
-  // The reference: the double layer on the operands rounded to bfloat16; bias and its gradient FP32.
-  const std::vector<double> in_r = rounded(in), w_r = rounded(w), dout_r = rounded(dout);
-  std::vector<double> out(static_cast<size_t>(B) * L), out_mag(out.size()), out_fp32(out.size());
-  dense_forward(out.data(), in_r.data(), w_r.data(), bias.data(), B, F, L);
-  dense_forward(out_mag.data(), absolute(in_r).data(), absolute(w_r).data(), absolute(bias).data(), B, F, L);
-  dense_forward(out_fp32.data(), in.data(), w.data(), bias.data(), B, F, L);
-  std::vector<double> din(in.size()), dw = dw0, db = db0;
-  dense_backward(din.data(), dw.data(), db.data(), dout_r.data(), in_r.data(), w_r.data(), B, F, L);
-  std::vector<double> db_exact = db0, unused_din(in.size()), unused_dw = dw0;
-  dense_backward(unused_din.data(), unused_dw.data(), db_exact.data(), dout.data(), in.data(), w.data(), B, F, L);
-  std::vector<double> din_mag(in.size()), dw_mag = absolute(dw0), db_mag = absolute(db0);
-  dense_backward(din_mag.data(), dw_mag.data(), db_mag.data(), absolute(dout).data(), absolute(in_r).data(),
-                 absolute(w_r).data(), B, F, L);
-
-  auto d_in = to_device(to_float(in), gpu.stream);
-  auto d_w = to_device(to_float(w), gpu.stream);
-  auto d_b = to_device(to_float(bias), gpu.stream);
-  auto d_dout = to_device(to_float(dout), gpu.stream);
-  auto d_dw = to_device(to_float(dw0), gpu.stream);
-  auto d_db = to_device(to_float(db0), gpu.stream);
-  DeviceBuffer<float> d_out(out.size()), d_din(din.size());
-  DeviceBuffer<uint16_t> scratch(cuda::dense_bf16_scratch_size(B, F, L));
-  cuda::dense_forward(d_out.data(), d_in.data(), d_w.data(), d_b.data(), B, F, L, gpu.cublas, gpu.stream,
-                      scratch.data());
-  cuda::dense_backward(d_din.data(), d_dw.data(), d_db.data(), d_dout.data(), d_in.data(), d_w.data(), B, F, L,
-                       gpu.cublas, gpu.stream, scratch.data());
-  const std::vector<float> got_out = to_host(d_out, out.size(), gpu.stream);
-  expect_sum_close(got_out, out, out_mag, F + 1, "bf16 dense out");
-  expect_sum_close(to_host(d_din, din.size(), gpu.stream), din, din_mag, L, "bf16 dense din");
-  expect_sum_close(to_host(d_dw, dw.size(), gpu.stream), dw, dw_mag, B + 1, "bf16 dense dweight");
-  // The bias gradient is a sum of the FP32 dout, not a GEMM: no rounding.
-  expect_sum_close(to_host(d_db, db.size(), gpu.stream), db_exact, db_mag, B + 1, "bf16 dense dbias");
-  EXPECT_GT(relative_gap(got_out, out_fp32), kFp32Parity) << "the dense output is FP32's: bf16 GEMMs did not run";
-}
+// The dense layer's bf16 GEMMs: CudaBf16.DenseGemmsRoundOperandsAndAccumulateInFp32, with its FP32
+// twin in test_cuda_parity.cpp (check_dense).
 
 // ---- the BiLSTM (cuDNN bfloat16 data, FP32 math) ---------------------------------------------
 

@@ -60,8 +60,11 @@ using testing::absolute;
 using testing::expect_relative;
 using testing::expect_sum_close;
 using testing::Gpu;
+using testing::kFp32Parity;
 using testing::kUnit;
 using testing::random_floats;
+using testing::relative_gap;
+using testing::rounded;
 using testing::to_device;
 using testing::to_double;
 using testing::to_float;
@@ -158,23 +161,33 @@ void check_maxpool(int B, int T, int C, PoolMode mode, uint64_t seed) {
   EXPECT_EQ(to_host(d_dy, dy.size(), gpu.stream), dy);
 }
 
-void check_dense(int B, int F, int L, uint64_t seed) {
+// The dense kernels against the double layer. bf16: cuBLAS's bfloat16 GEMMs against the double
+// layer on the operands rounded to bfloat16 (their products are exact in FP32, so the FP32
+// summation bound holds unchanged); the bias gradient is a sum of the FP32 dout, never rounded.
+void check_dense(int B, int F, int L, uint64_t seed, Precision precision = Precision::fp32) {
   Gpu gpu;
   Random random(seed);
+  const bool bf16 = precision == Precision::bf16;
+  const std::string what = bf16 ? "bf16 dense " : "dense ";
   const std::vector<double> in = random_floats(static_cast<size_t>(B) * F, random);
   const std::vector<double> w = random_floats(static_cast<size_t>(L) * F, random);
   const std::vector<double> bias = random_floats(L, random);
   const std::vector<double> dout = random_floats(static_cast<size_t>(B) * L, random);
+  const std::vector<double> in_r = bf16 ? rounded(in) : in, w_r = bf16 ? rounded(w) : w;
+  const std::vector<double> dout_r = bf16 ? rounded(dout) : dout;
   std::vector<double> out(static_cast<size_t>(B) * L), out_mag(out.size());
-  dense_forward(out.data(), in.data(), w.data(), bias.data(), B, F, L);
-  dense_forward(out_mag.data(), absolute(in).data(), absolute(w).data(), absolute(bias).data(), B, F, L);
+  dense_forward(out.data(), in_r.data(), w_r.data(), bias.data(), B, F, L);
+  dense_forward(out_mag.data(), absolute(in_r).data(), absolute(w_r).data(), absolute(bias).data(), B, F, L);
   // dW and db start from a random value to check "+=".
   const std::vector<double> dw0 = random_floats(w.size(), random), db0 = random_floats(L, random);
   std::vector<double> din(in.size()), dw = dw0, db = db0;
-  dense_backward(din.data(), dw.data(), db.data(), dout.data(), in.data(), w.data(), B, F, L);
+  dense_backward(din.data(), dw.data(), db.data(), dout_r.data(), in_r.data(), w_r.data(), B, F, L);
+  std::vector<double> db_exact = db0;  // in the batch order of the layer's own sum
+  for (int b = 0; b < B; ++b)
+    for (int l = 0; l < L; ++l) db_exact[l] += dout[static_cast<size_t>(b) * L + l];
   std::vector<double> din_mag(in.size()), dw_mag = absolute(dw0), db_mag = absolute(db0);
-  dense_backward(din_mag.data(), dw_mag.data(), db_mag.data(), absolute(dout).data(), absolute(in).data(),
-                 absolute(w).data(), B, F, L);
+  dense_backward(din_mag.data(), dw_mag.data(), db_mag.data(), absolute(dout).data(), absolute(in_r).data(),
+                 absolute(w_r).data(), B, F, L);
   auto d_in = to_device(to_float(in), gpu.stream);
   auto d_w = to_device(to_float(w), gpu.stream);
   auto d_b = to_device(to_float(bias), gpu.stream);
@@ -182,13 +195,20 @@ void check_dense(int B, int F, int L, uint64_t seed) {
   auto d_dw = to_device(to_float(dw0), gpu.stream);
   auto d_db = to_device(to_float(db0), gpu.stream);
   DeviceBuffer<float> d_out(out.size()), d_din(din.size());
-  cuda::dense_forward(d_out.data(), d_in.data(), d_w.data(), d_b.data(), B, F, L, gpu.cublas, gpu.stream);
+  DeviceBuffer<uint16_t> scratch(bf16 ? cuda::dense_bf16_scratch_size(B, F, L) : 1);
+  uint16_t* bf16_scratch = bf16 ? scratch.data() : nullptr;
+  cuda::dense_forward(d_out.data(), d_in.data(), d_w.data(), d_b.data(), B, F, L, gpu.cublas, gpu.stream, bf16_scratch);
   cuda::dense_backward(d_din.data(), d_dw.data(), d_db.data(), d_dout.data(), d_in.data(), d_w.data(), B, F, L,
-                       gpu.cublas, gpu.stream);
-  expect_sum_close(to_host(d_out, out.size(), gpu.stream), out, out_mag, F + 1, "dense out");
-  expect_sum_close(to_host(d_din, din.size(), gpu.stream), din, din_mag, L, "dense din");
-  expect_sum_close(to_host(d_dw, dw.size(), gpu.stream), dw, dw_mag, B + 1, "dense dweight");
-  expect_sum_close(to_host(d_db, db.size(), gpu.stream), db, db_mag, B + 1, "dense dbias");
+                       gpu.cublas, gpu.stream, bf16_scratch);
+  const std::vector<float> got_out = to_host(d_out, out.size(), gpu.stream);
+  expect_sum_close(got_out, out, out_mag, F + 1, what + "out");
+  expect_sum_close(to_host(d_din, din.size(), gpu.stream), din, din_mag, L, what + "din");
+  expect_sum_close(to_host(d_dw, dw.size(), gpu.stream), dw, dw_mag, B + 1, what + "dweight");
+  expect_sum_close(to_host(d_db, db.size(), gpu.stream), db_exact, db_mag, B + 1, what + "dbias");
+  if (!bf16) return;
+  std::vector<double> out_fp32(out.size());
+  dense_forward(out_fp32.data(), in.data(), w.data(), bias.data(), B, F, L);
+  EXPECT_GT(relative_gap(got_out, out_fp32), kFp32Parity) << "the dense output is FP32's: bf16 GEMMs did not run";
 }
 
 TEST(CudaParity, EmbeddingBlendMatchesCpu) {
@@ -251,6 +271,11 @@ TEST(CudaParity, DenseMatchesCpu) {
   check_dense(3, 7, 4, 7);
   check_dense(1, 400, 5, 8);
   check_dense(5, 1, 1, 9);
+}
+
+TEST(CudaBf16, DenseGemmsRoundOperandsAndAccumulateInFp32) {
+  SKIP_WITHOUT_GPU();
+  check_dense(5, 37, 4, 71, Precision::bf16);  // odd sizes: no tile happens to fit
 }
 
 TEST(CudaParity, SoftmaxCrossEntropyMatchesCpu) {
