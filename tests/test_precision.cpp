@@ -1,5 +1,6 @@
 // --precision bf16 (enhanced/precision.h): the rounding, the CPU detection, the AVX512-BF16
-// kernels against the reference path (skipped without the instructions), the LSTM's bf16
+// kernels against the reference path (on the instructions where the CPU has them, on SIMDe's
+// model of them on every CPU), the LSTM's bf16
 // arithmetic against an independent double implementation that rounds the same operands, and
 // the engine's bf16 gradients against FP32 within a bound derived from bfloat16's precision.
 #include <gtest/gtest.h>
@@ -7,12 +8,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "engine/cpu_model.h"
 #include "enhanced/common.h"
 #include "enhanced/engine.h"
 #include "enhanced/precision.h"
+#include "bf16_isa_model.h"
 #include "enhanced/random.h"
 #include "gradcheck.h"
 #include "layers/cpu/bf16_gemm.h"
@@ -98,11 +101,51 @@ TEST(Precision, DetectionAgreesWithTheCompilerAndRefusesClearly) {
               support.amx_bf16 ? "yes" : "no");
 }
 
-#define SKIP_WITHOUT_AVX512_BF16() \
-  if (!bf16_gemm::available()) GTEST_SKIP() << "this CPU has no AVX512-BF16: the fast bf16 kernels cannot run here"
+// Where the fast kernels run: on the CPU's AVX512-BF16 instructions, or on SIMDe's model of
+// them (bf16_isa_model.h), the same kernel source on any CPU. Each test runs on both.
+enum class KernelSource { instructions, simde_model };
 
-TEST(Bf16Gemm, MatchesTheReferencePathOnRandomShapes) {
-  SKIP_WITHOUT_AVX512_BF16();
+class Bf16Kernels : public ::testing::TestWithParam<KernelSource> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == KernelSource::instructions) {
+      if (!bf16_gemm::available())
+        GTEST_SKIP() << "this CPU has no AVX512-BF16: the kernels run here only on SIMDe's model of it";
+    } else {
+      if (testing::bf16_isa_model_kernel() == nullptr)
+        GTEST_SKIP() << "built without SIMDe (libsimde-dev, which scripts/setup installs): no model of AVX512-BF16";
+      model_.emplace();
+    }
+  }
+  std::optional<testing::ScopedBf16IsaModel> model_;
+};
+
+INSTANTIATE_TEST_SUITE_P(, Bf16Kernels, ::testing::Values(KernelSource::instructions, KernelSource::simde_model),
+                         [](const ::testing::TestParamInfo<KernelSource>& source) {
+                           return source.param == KernelSource::instructions ? "Instructions" : "SimdeModel";
+                         });
+
+TEST(Bf16IsaModel, IsUsedOnlyWhileSet) {
+  if (testing::bf16_isa_model_kernel() == nullptr) GTEST_SKIP() << "built without SIMDe (libsimde-dev)";
+  const bool instructions = cpu_bf16_support().avx512_bf16;
+  EXPECT_EQ(bf16_gemm::available(), instructions);
+  {
+    testing::ScopedBf16IsaModel model;
+    EXPECT_TRUE(bf16_gemm::available());
+  }
+  EXPECT_EQ(bf16_gemm::available(), instructions);
+  if (!instructions) {
+    const float a[2] = {1, 1};
+    float c = 0;
+    std::vector<uint16_t> packed(bf16_gemm::packed_size(2, 1));
+    bf16_gemm::pack_rows(packed.data(), 2, 0, a, 2, 1, 1, 1);
+    const uint16_t a_bf16[2] = {to_bf16_bits(1), to_bf16_bits(1)};
+    EXPECT_THROW(bf16_gemm::multiply(&c, 1, a_bf16, 2, packed.data(), 1, 1, 2, false), Error)
+        << "the kernel ran without the instructions or the model";
+  }
+}
+
+TEST_P(Bf16Kernels, MatchTheReferencePathOnRandomShapes) {
   Random random(5);
   for (int trial = 0; trial < 40; ++trial) {
     const int m = 1 + static_cast<int>(random.below(20)), n = 1 + static_cast<int>(random.below(100));
@@ -112,15 +155,19 @@ TEST(Bf16Gemm, MatchesTheReferencePathOnRandomShapes) {
     for (float& v : a) v = static_cast<float>(random.uniform(-2, 2));
     for (float& v : b) v = static_cast<float>(random.uniform(-2, 2));
     std::vector<float> a_rounded(a.size());
-    std::vector<uint16_t> a_bf16(a.size());
-    for (size_t i = 0; i < a.size(); ++i) a_rounded[i] = round_to_bf16(a[i]), a_bf16[i] = to_bf16_bits(a[i]);
+    // A's bfloat16 rows one element apart, that element a NaN: the kernel must keep to its rows
+    // (an odd K's last pair included) and never multiply what lies past K.
+    const int lda = k + 1;
+    std::vector<uint16_t> a_bf16(static_cast<size_t>(m) * lda, to_bf16_bits(std::numeric_limits<float>::quiet_NaN()));
+    for (size_t i = 0; i < a.size(); ++i)
+      a_rounded[i] = round_to_bf16(a[i]), a_bf16[i / k * lda + i % k] = to_bf16_bits(a[i]);
     std::vector<float> packed(small_gemm::packed_size(k, n));
     small_gemm::pack(packed.data(), b.data(), k, n, 1, static_cast<size_t>(n), true);
     std::vector<uint16_t> packed_bf16(bf16_gemm::packed_size(k, n));
     bf16_gemm::pack_rows(packed_bf16.data(), k, 0, b.data(), k, n, 1, static_cast<size_t>(n));
     std::vector<float> reference(static_cast<size_t>(m) * n, 0.5f), fast(reference);
     small_gemm::multiply(reference.data(), n, a_rounded.data(), k, packed.data(), m, n, k, accumulate);
-    bf16_gemm::multiply(fast.data(), n, a_bf16.data(), k, packed_bf16.data(), m, n, k, accumulate);
+    bf16_gemm::multiply(fast.data(), n, a_bf16.data(), lda, packed_bf16.data(), m, n, k, accumulate);
     for (int i = 0; i < m; ++i)
       for (int j = 0; j < n; ++j) {
         // The products are exact in both (no subnormals at this scale); each side's sum errs by
@@ -201,8 +248,7 @@ TEST(Bf16Lstm, EmulatedMatchesAnIndependentRoundedReference) {
   expect_bilstm_matches_reference(Precision::bf16_emulated);
 }
 
-TEST(Bf16Lstm, FastKernelsMatchAnIndependentRoundedReference) {
-  SKIP_WITHOUT_AVX512_BF16();
+TEST_P(Bf16Kernels, MatchAnIndependentRoundedReferenceInTheLstm) {
   expect_bilstm_matches_reference(Precision::bf16);
 }
 
@@ -340,8 +386,7 @@ TEST(Bf16Lstm, BackwardMultipliesRoundedOperands) {
 // whose dx halves pass the kernels' 256-row conversion chunks and whose D is odd. The two differ
 // by FP32 sums' order, VDPBF16PS's flushing of subnormals and the rare bfloat16 rounding of h
 // that falls the other way after that: an engineering margin of 2^-10 norm-wise, a quarter of u.
-TEST(Bf16Lstm, FastKernelsMatchTheReferenceThroughForwardAndBackward) {
-  SKIP_WITHOUT_AVX512_BF16();
+TEST_P(Bf16Kernels, MatchTheReferenceThroughTheLstmsForwardAndBackward) {
   const LstmCase c = random_lstm_case(19, 8, 70, 7, 16);
   const LstmRun fast = run_bilstm(c, Precision::bf16, 2), reference = run_bilstm(c, Precision::bf16_emulated, 2);
   for (const auto& [name, pair] : compared(fast, reference))

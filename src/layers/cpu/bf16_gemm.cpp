@@ -3,77 +3,35 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include "enhanced/common.h"
 #include "enhanced/precision.h"
 
 namespace enhanced::bf16_gemm {
-namespace {
-
+namespace native {
+// Compiled for AVX512-BF16 function by function (not the whole file, whose packing must run on any
+// CPU): multiply calls it only once the CPU has said yes, so no AVX-512 instruction runs ahead of
+// the check.
 #define ENHANCED_BF16_TARGET __attribute__((target("avx512f,avx512bf16")))
+#include "layers/cpu/bf16_gemm_kernel.inc"
+#undef ENHANCED_BF16_TARGET
+}  // namespace native
 
-// A's elements 2i and 2i + 1 of one row as one 32-bit word (the second zero past K).
-inline uint32_t pair_at(const uint16_t* row, int i, int k) {
-  const uint32_t low = row[2 * i];
-  const uint32_t high = 2 * i + 1 < k ? row[2 * i + 1] : 0u;
-  return low | (high << 16);
-}
-
-// kRows rows of A against one panel: the tile of C (kRows x 32) in 2 * kRows registers.
-template <int kRows>
-ENHANCED_BF16_TARGET inline void tile(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* panel, int k,
-                                      int columns, bool accumulate) {
-  __m512 sum[kRows][2];  // fully unrolled, so the tile lives in registers
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) sum[r][0] = sum[r][1] = _mm512_setzero_ps();
-  const int pairs = (k + 1) / 2;
-  for (int i = 0; i < pairs; ++i) {
-    const uint16_t* b = panel + static_cast<size_t>(i) * 2 * kPanelWidth;
-    const __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + kPanelWidth);
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      const __m512i a_pair = _mm512_set1_epi32(static_cast<int>(pair_at(a + static_cast<size_t>(r) * lda, i, k)));
-      sum[r][0] = _mm512_dpbf16_ps(sum[r][0], (__m512bh)a_pair, (__m512bh)b0);
-      sum[r][1] = _mm512_dpbf16_ps(sum[r][1], (__m512bh)a_pair, (__m512bh)b1);
-    }
-  }
-  for (int r = 0; r < kRows; ++r) {
-    float* row = c + static_cast<size_t>(r) * ldc;
-    float values[kPanelWidth];
-    _mm512_storeu_ps(values, sum[r][0]);
-    _mm512_storeu_ps(values + 16, sum[r][1]);
-    for (int j = 0; j < columns; ++j) row[j] = accumulate ? row[j] + values[j] : values[j];
-  }
-}
-
-// multiply's body, compiled for AVX512-BF16: called only once available() has said yes, so no
-// AVX-512 instruction can run ahead of the check.
-ENHANCED_BF16_TARGET void multiply_avx512_bf16(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed,
-                                               int m, int n, int k, bool accumulate) {
-  constexpr int kRows = 8;  // 16 accumulators of AVX-512's 32 registers
-  const int panels = (n + kPanelWidth - 1) / kPanelWidth;
-  const size_t padded_k = static_cast<size_t>((k + 1) / 2 * 2);
-  for (int p = 0; p < panels; ++p) {
-    const uint16_t* panel = packed + static_cast<size_t>(p) * kPanelWidth * padded_k;
-    const int columns = std::min(kPanelWidth, n - p * kPanelWidth);
-    float* c_panel = c + static_cast<size_t>(p) * kPanelWidth;
-    int row = 0;
-    for (; row + kRows <= m; row += kRows)
-      tile<kRows>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda, panel, k,
-                  columns, accumulate);
-    for (; row < m; ++row)
-      tile<1>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda, panel, k,
-              columns, accumulate);
-  }
-}
-
-}  // namespace
-
-bool available() {
+namespace {
+bool cpu_has_the_instructions() {
   static const bool has = cpu_bf16_support().avx512_bf16;
   return has;
 }
+std::atomic<Kernel> model_kernel{nullptr};
+}  // namespace
+
+bool available() { return cpu_has_the_instructions() || model_kernel.load() != nullptr; }
+
+void set_model_kernel_for_tests(Kernel kernel) { model_kernel.store(kernel); }
 
 size_t packed_size(int k, int n) {
   const size_t panels = static_cast<size_t>((n + kPanelWidth - 1) / kPanelWidth);
@@ -111,8 +69,12 @@ void convert_rows(uint16_t* dst, int ld_dst, const float* source, int ld_source,
 
 void multiply(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m, int n, int k,
               bool accumulate) {
-  if (!available()) fail("internal: the bf16 kernels need AVX512-BF16, which this CPU lacks");
-  multiply_avx512_bf16(c, ldc, a, lda, packed, m, n, k, accumulate);
+  if (const Kernel model = model_kernel.load(std::memory_order_relaxed)) {
+    model(c, ldc, a, lda, packed, m, n, k, accumulate);
+    return;
+  }
+  if (!cpu_has_the_instructions()) fail("internal: the bf16 kernels need AVX512-BF16, which this CPU lacks");
+  native::multiply_kernel(c, ldc, a, lda, packed, m, n, k, accumulate);
 }
 
 }  // namespace enhanced::bf16_gemm

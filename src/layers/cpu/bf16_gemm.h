@@ -12,8 +12,18 @@ namespace enhanced::bf16_gemm {
 
 inline constexpr int kPanelWidth = 32;
 
-// Whether this CPU runs the kernels (AVX512-BF16 and the OS's ZMM state).
+// multiply's kernel: C (M x N, row stride ldc) (+)= A (M x K, row stride lda) * packed (K x N).
+using Kernel = void (*)(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m, int n, int k,
+                        bool accumulate);
+
+// Whether multiply can run: this CPU has AVX512-BF16 (and the OS keeps the ZMM state), or a test
+// has set a model kernel.
 bool available();
+
+// For tests: multiply runs `kernel` instead of the instructions, on any CPU, until it is set back
+// to nullptr. The tests pass the same kernel source compiled against SIMDe's portable model of
+// AVX512-BF16 (tests/bf16_isa_model.h). Not to be changed while a multiply runs.
+void set_model_kernel_for_tests(Kernel kernel);
 
 // uint16_t elements needed to pack a K x N operand (K rounded up to even, N to whole panels).
 size_t packed_size(int k, int n);
@@ -29,7 +39,8 @@ void pack_rows(uint16_t* packed, int total_k, int row_offset, const float* sourc
 void convert_rows(uint16_t* dst, int ld_dst, const float* source, int ld_source, int rows, int columns);
 
 // C (M x N, row stride ldc) = A (M x K, row stride lda, bfloat16) * packed (K x N), or += when
-// accumulate. Fails unless available().
+// accumulate: through the model kernel where a test has set one, else the instructions. Fails
+// unless available().
 void multiply(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m, int n, int k,
               bool accumulate);
 
