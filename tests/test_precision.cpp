@@ -338,13 +338,14 @@ TEST(Bf16Lstm, GradientsMatchFp32WithinTheBf16Bound) {
 // What the backward multiplies, recomputed in double from its own outputs: on exit the gates
 // hold the gate gradients, which bf16 rounds (every later use is a GEMM); the weight gradients
 // and dx must then be the products of those with the rounded [x | h_{t-1}] and W_ih, to FP32
-// sums' noise. An operand left unrounded would be off by up to 2^-8, far above that noise.
-TEST(Bf16Lstm, BackwardMultipliesRoundedOperands) {
-  const LstmCase c = random_lstm_case(17, 3, 6, 5, 8);
+// sums' noise. An operand left unrounded would be off by up to 2^-8, far above that noise. P =
+// 600 passes the fast path's 512-position chunks of the weight gradients' K.
+void expect_backward_multiplies_rounded_operands(Precision precision) {
+  const LstmCase c = random_lstm_case(17, 3, 200, 5, 8);
   const int B = c.B, T = c.T, D = c.D, H = c.H, G8 = 8 * H;
   const size_t P = c.positions();
   const std::vector<float>&x = c.x, &w_ih = c.w_ih;
-  const LstmRun r = run_bilstm(c, Precision::bf16_emulated, 1);
+  const LstmRun r = run_bilstm(c, precision, 1);
   const std::vector<float>&y = r.y, &gates = r.gates, &dx = r.dx, &dw_ih = r.dw_ih, &dw_hh = r.dw_hh;
   for (const float g : gates) ASSERT_EQ(bits_of(g) & 0xffffu, 0u) << "a gate gradient left unrounded: " << g;
   // expect(value, terms): value against the double sum of terms (pairs a, b), within 2 P FP32
@@ -380,6 +381,14 @@ TEST(Bf16Lstm, BackwardMultipliesRoundedOperands) {
       for (int row = 0; row < G8; ++row) terms.push_back({gates[p * G8 + row], round_to_bf16(w_ih[static_cast<size_t>(row) * D + d])});
       expect_product(dx[p * D + d], terms, "dx");
     }
+}
+
+TEST(Bf16Lstm, BackwardMultipliesRoundedOperands) {
+  expect_backward_multiplies_rounded_operands(Precision::bf16_emulated);
+}
+
+TEST_P(Bf16Kernels, MultiplyRoundedOperandsInTheBackward) {
+  expect_backward_multiplies_rounded_operands(Precision::bf16);
 }
 
 // The fast kernels against the reference path through a whole forward and backward, on a shape

@@ -42,8 +42,7 @@ inline int step_time(int direction, int step, int seq_len) { return direction ==
 
 // How the layer multiplies (enhanced/precision.h): FP32; bfloat16 operands through the FP32
 // kernels, rounded as they are packed and gathered (the reference, any CPU); or bfloat16 operands
-// through the AVX512-BF16 kernels (bf16_gemm). The weight gradients' one large GEMM is BLAS's
-// sgemm on rounded operands in both bf16 modes.
+// through the AVX512-BF16 kernels (bf16_gemm), the weight gradients' large GEMM included.
 enum class Arithmetic { fp32, bf16_reference, bf16_fast };
 
 template <class Real>
@@ -64,7 +63,7 @@ std::vector<float>& packing_buffer(int slot = 0) {
   return buffers[slot];
 }
 std::vector<uint16_t>& bf16_buffer(int slot = 0) {
-  thread_local std::vector<uint16_t> buffers[3];  // slot 2: an A operand's rows, converted
+  thread_local std::vector<uint16_t> buffers[4];  // 2: an A operand's rows, converted; 3: [x | h]^T
   return buffers[slot];
 }
 
@@ -295,6 +294,74 @@ void gather_step_inputs(Real* operand, const Real* x, const Real* y, int directi
   }
 }
 
+// The fast path's [x_t | h_{t-1}] transposed: operand_t (D + H, P) in bfloat16, so that the
+// weight gradients' K = P runs along its rows, as bf16_gemm's A operand wants. A block of 64
+// positions at a time keeps the rows read in cache while their columns are scattered.
+void gather_step_inputs_transposed(uint16_t* operand_t, const float* x, const float* y, int direction, int batch,
+                                   int seq_len, int input, int hidden) {
+  const int H = hidden, C = 2 * hidden;
+  const size_t P = static_cast<size_t>(batch) * seq_len;
+  constexpr size_t kBlock = 64;
+  for (size_t first = 0; first < P; first += kBlock) {
+    const size_t last = std::min(P, first + kBlock);
+    for (int d = 0; d < input; ++d)
+      for (size_t p = first; p < last; ++p) operand_t[d * P + p] = to_bf16_bits(x[p * input + d]);
+    for (size_t p = first; p < last; ++p) {
+      const int t = static_cast<int>(p % seq_len), t_prev = direction == 0 ? t - 1 : t + 1;
+      const float* h = t_prev < 0 || t_prev >= seq_len ? nullptr : y + (p - t + t_prev) * C + direction * H;
+      for (int k = 0; k < H; ++k) operand_t[(input + k) * P + p] = h ? to_bf16_bits(h[k]) : uint16_t{0};
+    }
+  }
+}
+
+// product (D + H, 4H) = operand_t (D + H, P) dgates (P, 4H) on the bf16 kernels, K = P in chunks:
+// dgates is packed a chunk at a time (so the packed panels stay in cache) and each chunk's
+// product is added to the last.
+void multiply_transposed_bf16(float* product, const uint16_t* operand_t, const float* dgates, int ld_dgates,
+                              int positions, int width, int gates4) {
+  constexpr int kChunk = 512;
+  std::vector<uint16_t>& packed = bf16_buffer(1);
+  packed.resize(bf16_gemm::packed_size(std::min(kChunk, positions), gates4));
+  for (int first = 0; first < positions; first += kChunk) {
+    const int k = std::min(kChunk, positions - first);
+    bf16_gemm::pack_rows(packed.data(), k, 0, dgates + static_cast<size_t>(first) * ld_dgates, k, gates4, 1,
+                         static_cast<size_t>(ld_dgates));
+    bf16_gemm::multiply(product, gates4, operand_t + first, positions, packed.data(), width, gates4, k, first > 0);
+  }
+}
+
+// One direction's dW_ih (4H, D) and dW_hh (4H, H) += the halves of dgates^T (4H, P)
+// [x | h_{t-1}] (P, D + H), one GEMM (K = P) so that the large dgates operand is packed once:
+// BLAS into product (4H, D + H) from operand (P, D + H), or in the fast path the bf16 kernels
+// into product's transpose (D + H, 4H).
+template <class Real>
+void add_weight_gradients(Real* dw_ih, Real* dw_hh, Real* product, Real* operand, const Real* dgates, int ld_dgates,
+                          const Real* x, const Real* y, int direction, int batch, int seq_len, int input, int hidden,
+                          Arithmetic arithmetic) {
+  const int G4 = 4 * hidden, W = input + hidden, positions = batch * seq_len;
+  bool transposed = false;
+  if constexpr (std::is_same<Real, float>::value) {
+    if (arithmetic == Arithmetic::bf16_fast) {
+      std::vector<uint16_t>& operand_t = bf16_buffer(3);
+      operand_t.resize(static_cast<size_t>(W) * positions);
+      gather_step_inputs_transposed(operand_t.data(), x, y, direction, batch, seq_len, input, hidden);
+      multiply_transposed_bf16(product, operand_t.data(), dgates, ld_dgates, positions, W, G4);
+      transposed = true;
+    }
+  }
+  if (!transposed) {
+    gather_step_inputs(operand, x, y, direction, batch, seq_len, input, hidden, rounds(arithmetic));
+    gemm(true, false, G4, W, positions, Real(1), dgates, ld_dgates, operand, W, Real(0), product, W);
+  }
+  auto at = [&](int j, int w) {
+    return transposed ? product[static_cast<size_t>(w) * G4 + j] : product[static_cast<size_t>(j) * W + w];
+  };
+  for (int j = 0; j < G4; ++j) {
+    for (int d = 0; d < input; ++d) dw_ih[static_cast<size_t>(j) * input + d] += at(j, d);
+    for (int k = 0; k < hidden; ++k) dw_hh[static_cast<size_t>(j) * hidden + k] += at(j, input + k);
+  }
+}
+
 }  // namespace
 
 template <class Real>
@@ -315,7 +382,7 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
     Real* dh_recurrent = scratch + direction * per_direction;  // (B, H)
     Real* dc_carry = dh_recurrent + state;                     // (B, H)
     Real* operand = dc_carry + state;                          // (P, D + H)
-    Real* dweight = operand + static_cast<size_t>(positions) * W;  // (4H, D + H)
+    Real* dweight = operand + static_cast<size_t>(positions) * W;  // (4H, D + H) or, bf16_fast, (D + H, 4H)
     Real* dbias_sum = dweight + static_cast<size_t>(G4) * W;       // (4H)
     std::memset(dbias_sum, 0, G4 * sizeof(Real));
     std::memset(dh_recurrent, 0, state * sizeof(Real));
@@ -338,16 +405,9 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
         recurrent_backward(dh_recurrent, gates + static_cast<size_t>(t) * G8 + direction * G4, seq_len * G8, batch);
       }
     }
-    // [dW_ih | dW_hh] (4H, D + H) = dgates^T (4H, P) [x | h_{t-1}] (P, D + H) in one GEMM, so the
-    // large dgates operand is packed once.
-    gather_step_inputs(operand, x, y, direction, batch, seq_len, input, H, rounds(arithmetic));
-    gemm(true, false, G4, W, positions, Real(1), gates + direction * G4, G8, operand, W, Real(0), dweight, W);
-    Real* dw_ih = dweight_ih + static_cast<size_t>(direction) * G4 * input;
-    Real* dw_hh = dweight_hh + static_cast<size_t>(direction) * G4 * H;
-    for (int j = 0; j < G4; ++j) {
-      for (int d = 0; d < input; ++d) dw_ih[static_cast<size_t>(j) * input + d] += dweight[static_cast<size_t>(j) * W + d];
-      for (int k = 0; k < H; ++k) dw_hh[static_cast<size_t>(j) * H + k] += dweight[static_cast<size_t>(j) * W + input + k];
-    }
+    add_weight_gradients(dweight_ih + static_cast<size_t>(direction) * G4 * input,
+                         dweight_hh + static_cast<size_t>(direction) * G4 * H, dweight, operand, gates + direction * G4,
+                         G8, x, y, direction, batch, seq_len, input, H, arithmetic);
     for (int j = 0; j < G4; ++j) {
       dbias_ih[direction * G4 + j] += dbias_sum[j];
       dbias_hh[direction * G4 + j] += dbias_sum[j];
