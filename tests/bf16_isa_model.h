@@ -1,27 +1,27 @@
-// bf16_gemm's AVX512-BF16 kernel compiled against SIMDe's portable model of the instructions
-// (Debian's libsimde-dev), so that the tests run it on every CPU: set it with
-// bf16_gemm::set_model_kernel_for_tests. Absent (nullptr) where the build found no SIMDe.
-//
-// The model computes what the instructions compute, the order of the two FP32 additions in
-// VDPBF16PS's lane aside (SIMDe adds the pair's two exact products, then the sum; the
-// instruction adds them one after the other) and its flushing of subnormal inputs and outputs to
-// zero, which SIMDe does not do: the tests that use it compare within FP32 sums' noise, as they
-// compare the instructions.
+// bf16_gemm's kernels compiled against models of their instructions, so that the tests run them
+// on every CPU (set one with bf16_gemm::set_kernel_for_tests):
+// - AVX512-BF16: the kernel against SIMDe's portable definitions of the intrinsics (Debian's
+//   libsimde-dev); absent (nullptr) where the build found no SIMDe. SIMDe adds the two exact
+//   products of a VDPBF16PS lane first, then the sum (the instruction adds them one after the
+//   other), and flushes no subnormal (the instruction flushes them to zero).
+// - AMX-BF16: the kernel against amx_model.h, this project's scalar model of the tile
+//   intrinsics (SIMDe has none), which also checks the tiles' shapes.
+// So the tests that use them compare within FP32 sums' noise, as they compare the instructions.
 #pragma once
 
 #include "layers/cpu/bf16_gemm.h"
 
 namespace enhanced::testing {
 
-bf16_gemm::Kernel bf16_isa_model_kernel();
+bf16_gemm::Kernel bf16_model_kernel(bf16_gemm::Isa isa);
 
-// Sets the model kernel for a scope; the instructions (or nothing) again after it.
-class ScopedBf16IsaModel {
+// Sets a kernel for a scope; the process's own choice again after it.
+class ScopedBf16Kernel {
  public:
-  ScopedBf16IsaModel() { bf16_gemm::set_model_kernel_for_tests(bf16_isa_model_kernel()); }
-  ~ScopedBf16IsaModel() { bf16_gemm::set_model_kernel_for_tests(nullptr); }
-  ScopedBf16IsaModel(const ScopedBf16IsaModel&) = delete;
-  ScopedBf16IsaModel& operator=(const ScopedBf16IsaModel&) = delete;
+  explicit ScopedBf16Kernel(bf16_gemm::Kernel kernel) { bf16_gemm::set_kernel_for_tests(kernel); }
+  ~ScopedBf16Kernel() { bf16_gemm::set_kernel_for_tests(nullptr); }
+  ScopedBf16Kernel(const ScopedBf16Kernel&) = delete;
+  ScopedBf16Kernel& operator=(const ScopedBf16Kernel&) = delete;
 };
 
 }  // namespace enhanced::testing

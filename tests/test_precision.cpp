@@ -1,14 +1,16 @@
 // --precision bf16 (enhanced/precision.h): the rounding, the CPU detection, the AVX512-BF16
-// kernels against the reference path (on the instructions where the CPU has them, on SIMDe's
-// model of them on every CPU), the LSTM's bf16
+// and AMX-BF16 kernels against the reference path (on the instructions where the CPU has them,
+// on models of them on every CPU), the LSTM's bf16
 // arithmetic against an independent double implementation that rounds the same operands, and
 // the engine's bf16 gradients against FP32 within a bound derived from bfloat16's precision.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/cpu_model.h"
@@ -101,47 +103,71 @@ TEST(Precision, DetectionAgreesWithTheCompilerAndRefusesClearly) {
               support.amx_bf16 ? "yes" : "no");
 }
 
-// Where the fast kernels run: on the CPU's AVX512-BF16 instructions, or on SIMDe's model of
-// them (bf16_isa_model.h), the same kernel source on any CPU. Each test runs on both.
-enum class KernelSource { instructions, simde_model };
+// Where the fast kernels run: on the CPU's instructions (AVX512-BF16, AMX-BF16), or on models of
+// them (bf16_isa_model.h), the same kernel sources on any CPU. Each test runs on all four.
+struct KernelSource {
+  bf16_gemm::Isa isa;
+  bool model;
+};
+
+void PrintTo(const KernelSource& source, std::ostream* out) {
+  *out << (source.isa == bf16_gemm::Isa::amx_bf16 ? "AMX-BF16" : "AVX512-BF16") << (source.model ? " model" : "");
+}
 
 class Bf16Kernels : public ::testing::TestWithParam<KernelSource> {
  protected:
   void SetUp() override {
-    if (GetParam() == KernelSource::instructions) {
-      if (!bf16_gemm::available())
-        GTEST_SKIP() << "this CPU has no AVX512-BF16: the kernels run here only on SIMDe's model of it";
-    } else {
-      if (testing::bf16_isa_model_kernel() == nullptr)
-        GTEST_SKIP() << "built without SIMDe (libsimde-dev, which scripts/setup installs): no model of AVX512-BF16";
-      model_.emplace();
-    }
+    const KernelSource source = GetParam();
+    const char* isa = source.isa == bf16_gemm::Isa::amx_bf16 ? "AMX-BF16" : "AVX512-BF16";
+    const bf16_gemm::Kernel kernel =
+        source.model ? testing::bf16_model_kernel(source.isa) : bf16_gemm::native_kernel(source.isa);
+    if (kernel == nullptr && source.model)
+      GTEST_SKIP() << "built without SIMDe (libsimde-dev, which scripts/setup installs): no model of " << isa;
+    if (kernel == nullptr)
+      GTEST_SKIP() << "this CPU (or the OS) does not run " << isa << ": its kernel runs here only on a model of it";
+    kernel_.emplace(kernel);
   }
-  std::optional<testing::ScopedBf16IsaModel> model_;
+  std::optional<testing::ScopedBf16Kernel> kernel_;
 };
 
-INSTANTIATE_TEST_SUITE_P(, Bf16Kernels, ::testing::Values(KernelSource::instructions, KernelSource::simde_model),
+INSTANTIATE_TEST_SUITE_P(, Bf16Kernels,
+                         ::testing::Values(KernelSource{bf16_gemm::Isa::avx512_bf16, false},
+                                           KernelSource{bf16_gemm::Isa::amx_bf16, false},
+                                           KernelSource{bf16_gemm::Isa::avx512_bf16, true},
+                                           KernelSource{bf16_gemm::Isa::amx_bf16, true}),
                          [](const ::testing::TestParamInfo<KernelSource>& source) {
-                           return source.param == KernelSource::instructions ? "Instructions" : "SimdeModel";
+                           const bool amx = source.param.isa == bf16_gemm::Isa::amx_bf16;
+                           return std::string(amx ? "Amx" : "Avx512Bf16") + (source.param.model ? "Model" : "");
                          });
 
-TEST(Bf16IsaModel, IsUsedOnlyWhileSet) {
-  if (testing::bf16_isa_model_kernel() == nullptr) GTEST_SKIP() << "built without SIMDe (libsimde-dev)";
-  const bool instructions = cpu_bf16_support().avx512_bf16;
-  EXPECT_EQ(bf16_gemm::available(), instructions);
-  {
-    testing::ScopedBf16IsaModel model;
-    EXPECT_TRUE(bf16_gemm::available());
+TEST(Bf16KernelChoice, AmxFirstThenAvx512Bf16AndATestsKernelOnlyWhileSet) {
+  const CpuBf16Support support = cpu_bf16_support();
+  const std::string native = bf16_gemm::kernel_name();
+  const char* expected = bf16_gemm::native_kernel(bf16_gemm::Isa::amx_bf16)      ? "amx-bf16"
+                         : bf16_gemm::native_kernel(bf16_gemm::Isa::avx512_bf16) ? "avx512-bf16"
+                                                                                 : "none";
+  if (std::getenv("ENHANCED_BF16_KERNEL") == nullptr) {
+    EXPECT_EQ(native, expected);
   }
-  EXPECT_EQ(bf16_gemm::available(), instructions);
-  if (!instructions) {
-    const float a[2] = {1, 1};
+  EXPECT_EQ(bf16_gemm::native_kernel(bf16_gemm::Isa::avx512_bf16) != nullptr, support.avx512_bf16);
+  if (!support.amx_bf16) {
+    EXPECT_EQ(bf16_gemm::native_kernel(bf16_gemm::Isa::amx_bf16), nullptr);
+  }
+  EXPECT_EQ(bf16_gemm::available(), native != "none");
+  {
+    testing::ScopedBf16Kernel model(testing::bf16_model_kernel(bf16_gemm::Isa::amx_bf16));
+    EXPECT_TRUE(bf16_gemm::available());
+    EXPECT_STREQ(bf16_gemm::kernel_name(), "a test's kernel");
+  }
+  EXPECT_EQ(bf16_gemm::kernel_name(), native);
+  if (native == "none") {
+    const float b[2] = {1, 1};
     float c = 0;
     std::vector<uint16_t> packed(bf16_gemm::packed_size(2, 1));
-    bf16_gemm::pack_rows(packed.data(), 2, 0, a, 2, 1, 1, 1);
+    bf16_gemm::pack_rows(packed.data(), 2, 0, b, 2, 1, 1, 1);
     const uint16_t a_bf16[2] = {to_bf16_bits(1), to_bf16_bits(1)};
     EXPECT_THROW(bf16_gemm::multiply(&c, 1, a_bf16, 2, packed.data(), 1, 1, 2, false), Error)
-        << "the kernel ran without the instructions or the model";
+        << "a kernel ran without the instructions or a model";
   }
 }
 
@@ -166,6 +192,16 @@ TEST_P(Bf16Kernels, MatchTheReferencePathOnRandomShapes) {
     std::vector<uint16_t> packed_bf16(bf16_gemm::packed_size(k, n));
     bf16_gemm::pack_rows(packed_bf16.data(), k, 0, b.data(), k, n, 1, static_cast<size_t>(n));
     std::vector<float> reference(static_cast<size_t>(m) * n, 0.5f), fast(reference);
+    {  // A call on NaNs first: what a kernel keeps from a call (AMX's A block) must not leak.
+      const int k_before = k + 37;
+      const uint16_t nan = to_bf16_bits(std::numeric_limits<float>::quiet_NaN());
+      std::vector<uint16_t> nans(static_cast<size_t>(m) * k_before, nan);
+      std::vector<uint16_t> packed_zeros(bf16_gemm::packed_size(k_before, n));
+      const std::vector<float> zeros(static_cast<size_t>(k_before) * n, 0.0f);
+      bf16_gemm::pack_rows(packed_zeros.data(), k_before, 0, zeros.data(), k_before, n, 1, static_cast<size_t>(n));
+      std::vector<float> discarded(static_cast<size_t>(m) * n);
+      bf16_gemm::multiply(discarded.data(), n, nans.data(), k_before, packed_zeros.data(), m, n, k_before, false);
+    }
     small_gemm::multiply(reference.data(), n, a_rounded.data(), k, packed.data(), m, n, k, accumulate);
     bf16_gemm::multiply(fast.data(), n, a_bf16.data(), lda, packed_bf16.data(), m, n, k, accumulate);
     for (int i = 0; i < m; ++i)

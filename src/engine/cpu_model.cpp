@@ -13,6 +13,7 @@
 #include "engine/data_parallel.h"
 #include "enhanced/common.h"
 #include "enhanced/data_parallel.h"
+#include "layers/cpu/bf16_gemm.h"
 #include "layers/cpu/blas.h"
 #include "layers/dense.h"
 #include "layers/embedding_blend.h"
@@ -179,7 +180,8 @@ class CpuEngine final : public Engine {
 
   const ModelConfig& config() const override { return params_.config; }
   std::string summary() const override {
-    const std::string arithmetic = precision_ == Precision::fp32 ? "" : cat(", ", to_string(precision_));
+    std::string arithmetic = precision_ == Precision::fp32 ? "" : cat(", ", to_string(precision_));
+    if (precision_ == Precision::bf16) arithmetic += cat(" (", bf16_gemm::kernel_name(), " kernels)");
     if (communicator_) return cat("cpu, ", threads_, " threads a rank, ", communicator_->size(), " ranks", arithmetic);
     return cat("cpu, ", threads_, " threads", arithmetic);
   }

@@ -1,6 +1,7 @@
-// The bf16 twin of small_gemm for CPUs with AVX512-BF16: C (M x N) (+)= A (M x K) B (K x N), A
-// and B in bfloat16, C in FP32. B is packed once into 32-column panels of K/2 rows of column
-// pairs (element (k, n) and (k + 1, n) side by side, as VDPBF16PS reads them); A is row-major
+// The bf16 twin of small_gemm for CPUs with AVX512-BF16 or AMX-BF16: C (M x N) (+)= A (M x K)
+// B (K x N), A and B in bfloat16, C in FP32. B is packed once into 32-column panels of K/2 rows
+// of column pairs (element (k, n) and (k + 1, n) side by side, as VDPBF16PS and TDPBF16PS read
+// them), K padded with zero rows to a multiple of 32 (one AMX tile's depth); A is row-major
 // bfloat16. Each product of two bfloat16 numbers is exact in FP32, so the results differ from the
 // reference path (small_gemm on operands rounded to bfloat16) only by the order of FP32 sums.
 #pragma once
@@ -12,20 +13,33 @@ namespace enhanced::bf16_gemm {
 
 inline constexpr int kPanelWidth = 32;
 
+// K as packed: rounded up to a multiple of 32.
+inline size_t padded_depth(int k) { return static_cast<size_t>((k + 31) / 32 * 32); }
+
 // multiply's kernel: C (M x N, row stride ldc) (+)= A (M x K, row stride lda) * packed (K x N).
 using Kernel = void (*)(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m, int n, int k,
                         bool accumulate);
 
-// Whether multiply can run: this CPU has AVX512-BF16 (and the OS keeps the ZMM state), or a test
-// has set a model kernel.
+// The instructions a kernel runs on.
+enum class Isa { avx512_bf16, amx_bf16 };
+
+// The kernel for those instructions where this process runs them, else nullptr. AMX needs the
+// CPU's AMX-BF16 and the kernel's leave to use the tile data (arch_prctl, asked once).
+Kernel native_kernel(Isa isa);
+
+// Whether multiply can run, and on what ("amx-bf16", "avx512-bf16", "a test's kernel" or
+// "none"): a test's kernel where one is set, else AMX where the process runs it, else
+// AVX512-BF16. ENHANCED_BF16_KERNEL=avx512-bf16 keeps a CPU with AMX on AVX512-BF16 (to measure
+// one against the other); any other value than that or amx-bf16 is an error.
 bool available();
+const char* kernel_name();
 
-// For tests: multiply runs `kernel` instead of the instructions, on any CPU, until it is set back
-// to nullptr. The tests pass the same kernel source compiled against SIMDe's portable model of
-// AVX512-BF16 (tests/bf16_isa_model.h). Not to be changed while a multiply runs.
-void set_model_kernel_for_tests(Kernel kernel);
+// For tests: multiply runs `kernel` (a native one, or the same kernel sources compiled against
+// models of the instructions: tests/bf16_isa_model.h) until it is set back to nullptr. Not to be
+// changed while a multiply runs.
+void set_kernel_for_tests(Kernel kernel);
 
-// uint16_t elements needed to pack a K x N operand (K rounded up to even, N to whole panels).
+// uint16_t elements needed to pack a K x N operand (K to padded_depth, N to whole panels).
 size_t packed_size(int k, int n);
 
 // Packs rows [row_offset, row_offset + k) of a total_k-row operand whose element (k, n) is
@@ -39,8 +53,7 @@ void pack_rows(uint16_t* packed, int total_k, int row_offset, const float* sourc
 void convert_rows(uint16_t* dst, int ld_dst, const float* source, int ld_source, int rows, int columns);
 
 // C (M x N, row stride ldc) = A (M x K, row stride lda, bfloat16) * packed (K x N), or += when
-// accumulate: through the model kernel where a test has set one, else the instructions. Fails
-// unless available().
+// accumulate, on the kernel available() names. Fails unless available().
 void multiply(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m, int n, int k,
               bool accumulate);
 
