@@ -6,9 +6,11 @@ usage: peers.py --bench BUILD/apps/enhanced-bench --tf-python .venv-bench/bin/py
                 [-B 64 -T 400 -D 32 -H 128 -V 50000 -L 104] [--repeats 5] [--threads 1,2]
                 [--original-batch 2] [--sweep] [--plots DIR] [--precision fp32|bf16]
 
---precision bf16: the engine's --precision bf16 (bf16-emulated, at FP32 speed and said so, on a
-CPU without AVX512-BF16) against PyTorch under torch.autocast(dtype=torch.bfloat16) and Keras'
-mixed_bfloat16 policy; the losses must then agree within BF16_LOSS_TOLERANCE."""
+--precision bf16: the engine's --precision bf16 (bf16-emulated, at FP32 speed and said so, where
+the engine refuses bf16 on this CPU) against PyTorch under torch.autocast(dtype=torch.bfloat16)
+and Keras' mixed_bfloat16 policy; the losses must then agree within BF16_LOSS_TOLERANCE. Beside
+them, as yardsticks and not peers: the engine's FP32 step and, where it chose AMX, the engine on
+its AVX512-BF16 kernels (ENHANCED_BF16_KERNEL=avx512-bf16)."""
 import argparse
 import json
 import os
@@ -27,17 +29,14 @@ def bf16_loss_tolerance(engine_run):
     return 2 * 12 * BF16_UNIT_ROUNDOFF * engine_run["initial_max_abs_logit"] / abs(engine_run["initial_loss"])
 
 
-def cpu_has_avx512_bf16():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " avx512_bf16" in line for line in f)
-    except OSError:
-        return False
-
-
-def run_json(command):
-    result = subprocess.run(command, capture_output=True, text=True, cwd=HERE)
+def run_json(command, env=None, refusal=None):
+    """The command's one JSON result; with refusal, None where it fails saying that (an engine's
+    one-line refusal of a setting this CPU cannot run)."""
+    result = subprocess.run(command, capture_output=True, text=True, cwd=HERE,
+                            env=dict(os.environ, **env) if env else None)
     if result.returncode != 0:
+        if refusal and refusal in result.stderr:
+            return None
         sys.exit(f"peers.py: {' '.join(command)} failed:\n{result.stderr[-2000:]}")
     try:
         return json.loads(result.stdout)
@@ -45,7 +44,7 @@ def run_json(command):
         return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def engine(args, shapes, case_dir=None, blend="mean", repeats=None, loader=False, extra=()):
+def engine(args, shapes, case_dir=None, blend="mean", repeats=None, loader=False, extra=(), env=None, refusal=None):
     command = [args.bench, "--json", "--device", args.device, "--repeats", str(repeats or args.repeats), "--warmup", "2",
                "--blend", blend,
                "-B", str(shapes["B"]), "-T", str(shapes["T"]), "-D", str(shapes["D"]), "-H", str(shapes["H"]),
@@ -54,7 +53,7 @@ def engine(args, shapes, case_dir=None, blend="mean", repeats=None, loader=False
         command += ["--dump-case", case_dir]
     if not loader:
         command.append("--no-loader")
-    return run_json(command + list(extra))
+    return run_json(command + list(extra), env=env, refusal=refusal)
 
 
 def peer(python, script, case_dir, threads, repeats, extra=()):
@@ -119,12 +118,14 @@ def main():
     if args.precision == "bf16":
         if args.device == "cuda":
             sys.exit("peers.py: --precision bf16 is compared on the CPU only so far")
-        engine_precision = "bf16" if cpu_has_avx512_bf16() else "bf16-emulated"
-        if engine_precision != "bf16":
-            print("engine: this CPU has no AVX512-BF16, so the engine runs bf16-emulated: bf16's arithmetic at FP32 "
-                  "speed (its times are not bf16's)", flush=True)
-        engine_extra, peer_extra = ("--precision", engine_precision), ("--bf16",)
-    mine = engine(args, shapes, case, loader=True, extra=engine_extra)
+        engine_extra, peer_extra = ("--precision", "bf16"), ("--bf16",)
+    # The engine says whether this CPU runs bf16 (its one-line refusal), not this script.
+    mine = engine(args, shapes, case, loader=True, extra=engine_extra, refusal="needs a CPU with bfloat16 instructions")
+    if mine is None:
+        print("engine: this CPU has no bfloat16 instructions, so the engine runs bf16-emulated: bf16's arithmetic at "
+              "FP32 speed (its times are not bf16's)", flush=True)
+        engine_extra = ("--precision", "bf16-emulated")
+        mine = engine(args, shapes, case, loader=True, extra=engine_extra)
     if args.precision == "bf16":
         tolerance = bf16_loss_tolerance(mine)
         print(f"bf16 loss tolerance: {tolerance:.2e} relative", flush=True)
@@ -133,6 +134,10 @@ def main():
         print("engine fp32: timing ...", flush=True)
         fp32 = engine(args, shapes)
         results["peers"]["engine-fp32"] = {"runs": [fp32], "best": best_of_threads([fp32])}
+        if mine.get("cpu_amx_bf16") and engine_extra[-1] == "bf16":  # AMX chosen: its AVX512-BF16 twin beside it
+            print("engine bf16 on the AVX512-BF16 kernels: timing ...", flush=True)
+            avx512 = engine(args, shapes, extra=engine_extra, env={"ENHANCED_BF16_KERNEL": "avx512-bf16"})
+            results["peers"]["engine-bf16-avx512-kernels"] = {"runs": [avx512], "best": best_of_threads([avx512])}
 
     if args.device == "cuda":
         cuda_side_by_side(args, shapes, case, mine)
