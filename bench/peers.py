@@ -134,7 +134,7 @@ def main():
         print("engine fp32: timing ...", flush=True)
         fp32 = engine(args, shapes)
         results["peers"]["engine-fp32"] = {"runs": [fp32], "best": best_of_threads([fp32])}
-        if mine.get("cpu_amx_bf16") and engine_extra[-1] == "bf16":  # AMX chosen: its AVX512-BF16 twin beside it
+        if "amx-bf16 kernels" in mine.get("engine", ""):  # the engine chose AMX: its AVX512-BF16 twin beside it
             print("engine bf16 on the AVX512-BF16 kernels: timing ...", flush=True)
             avx512 = engine(args, shapes, extra=engine_extra, env={"ENHANCED_BF16_KERNEL": "avx512-bf16"})
             results["peers"]["engine-bf16-avx512-kernels"] = {"runs": [avx512], "best": best_of_threads([avx512])}

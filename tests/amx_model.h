@@ -1,9 +1,10 @@
 // A scalar model of the AMX tile intrinsics bf16_gemm_amx.inc uses, for the tests: eight tiles of
 // up to 16 rows of 64 bytes in each thread, configured by _tile_loadconfig (palette 1), with
-// TDPBF16PS as the Intel SDM defines it: C[m][n] += sum over K pairs p of A[m].pair[p] .
-// B[p].pair[n], each pair's two exact products added one after the other in FP32 (the SDM's even
-// element first). Unlike the instruction, it does not flush subnormals, and it checks the
-// operands' shapes, which the instruction leaves to the programmer.
+// TDPBF16PS as the Intrinsics Guide's pseudocode has it: C[m][n] += sum over K pairs p of
+// A[m].pair[p] . B[p].pair[n], each exact product added to C in turn in FP32, the even element
+// first. (The current SDM sums the even and the odd products apart, then adds both to C: another
+// order of FP32 sums, within the tests' tolerances.) Unlike the instruction, it does not flush
+// subnormals, and it checks the operands' shapes, which the instruction leaves to the programmer.
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,10 @@
 // bf16_gemm's kernels compiled against models of their instructions, so that the tests run them
 // on every CPU (set one with bf16_gemm::set_kernel_for_tests):
 // - AVX512-BF16: the kernel against SIMDe's portable definitions of the intrinsics (Debian's
-//   libsimde-dev); absent (nullptr) where the build found no SIMDe. SIMDe adds the two exact
-//   products of a VDPBF16PS lane first, then the sum (the instruction adds them one after the
-//   other), and flushes no subnormal (the instruction flushes them to zero).
+//   libsimde-dev); absent (nullptr) where the build found no SIMDe. SIMDe (with GCC on x86)
+//   adds a VDPBF16PS lane's two exact products to the sum in turn, the even one first (the
+//   instruction adds the odd one first), and flushes no subnormal (the instruction flushes them
+//   to zero).
 // - AMX-BF16: the kernel against amx_model.h, this project's scalar model of the tile
 //   intrinsics (SIMDe has none), which also checks the tiles' shapes.
 // So the tests that use them compare within FP32 sums' noise, as they compare the instructions.

@@ -90,7 +90,8 @@ TEST(Precision, NamesRoundTripAndBadOnesAreRefused) {
 TEST(Precision, DetectionAgreesWithTheCompilerAndRefusesClearly) {
   const CpuBf16Support support = cpu_bf16_support();
   // GCC's libgcc also checks XCR0 before it reports an AVX-512 feature: the two views must agree.
-  EXPECT_EQ(support.avx512_bf16, __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512f"));
+  EXPECT_EQ(support.avx512_bf16, __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512f") &&
+                                     __builtin_cpu_supports("avx512bw"));
   EXPECT_EQ(cpu_precision_unavailable_reason(Precision::fp32), "");
   EXPECT_EQ(cpu_precision_unavailable_reason(Precision::bf16_emulated), "");
   const std::string reason = cpu_precision_unavailable_reason(Precision::bf16);
@@ -174,7 +175,8 @@ TEST(Bf16KernelChoice, AmxFirstThenAvx512Bf16AndATestsKernelOnlyWhileSet) {
 TEST_P(Bf16Kernels, MatchTheReferencePathOnRandomShapes) {
   Random random(5);
   for (int trial = 0; trial < 40; ++trial) {
-    const int m = 1 + static_cast<int>(random.below(20)), n = 1 + static_cast<int>(random.below(100));
+    // m past 32 reaches AMX's second block of rows.
+    const int m = 1 + static_cast<int>(random.below(80)), n = 1 + static_cast<int>(random.below(100));
     const int k = 1 + static_cast<int>(random.below(300));
     const bool accumulate = trial % 2 == 1;
     std::vector<float> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n);
@@ -189,7 +191,9 @@ TEST_P(Bf16Kernels, MatchTheReferencePathOnRandomShapes) {
       a_rounded[i] = round_to_bf16(a[i]), a_bf16[i / k * lda + i % k] = to_bf16_bits(a[i]);
     std::vector<float> packed(small_gemm::packed_size(k, n));
     small_gemm::pack(packed.data(), b.data(), k, n, 1, static_cast<size_t>(n), true);
-    std::vector<uint16_t> packed_bf16(bf16_gemm::packed_size(k, n));
+    // NaNs where the packing must write its pads: a reused buffer holds whatever came before.
+    std::vector<uint16_t> packed_bf16(bf16_gemm::packed_size(k, n),
+                                      to_bf16_bits(std::numeric_limits<float>::quiet_NaN()));
     bf16_gemm::pack_rows(packed_bf16.data(), k, 0, b.data(), k, n, 1, static_cast<size_t>(n));
     std::vector<float> reference(static_cast<size_t>(m) * n, 0.5f), fast(reference);
     {  // A call on NaNs first: what a kernel keeps from a call (AMX's A block) must not leak.

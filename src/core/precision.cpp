@@ -53,12 +53,14 @@ CpuBf16Support cpu_bf16_support() {
   uint32_t eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return support;
   const uint32_t max_subleaf = eax;
-  const bool avx512f = ebx & (1u << 16), amx_bf16 = edx & (1u << 22), amx_tile = edx & (1u << 24);
+  // AVX512BW too: GCC's avx512bf16 target implies it, so the kernel's code may use it.
+  const bool avx512f = ebx & (1u << 16), avx512bw = ebx & (1u << 30);
+  const bool amx_bf16 = edx & (1u << 22), amx_tile = edx & (1u << 24);
   const uint64_t saved = os_saved_state();
   const uint64_t avx512_state = 0xe6;            // SSE, AVX, opmask, ZMM upper halves, ZMM16-31
   const uint64_t amx_state = (1ull << 17) | (1ull << 18);  // TILECFG, TILEDATA
   const bool zmm_saved = (saved & avx512_state) == avx512_state;
-  if (max_subleaf >= 1 && avx512f && zmm_saved && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx))
+  if (max_subleaf >= 1 && avx512f && avx512bw && zmm_saved && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx))
     support.avx512_bf16 = eax & (1u << 5);
   support.amx_bf16 = amx_bf16 && amx_tile && (saved & amx_state) == amx_state;
   return support;

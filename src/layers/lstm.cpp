@@ -320,6 +320,7 @@ void gather_step_inputs_transposed(uint16_t* operand_t, const float* x, const fl
 void multiply_transposed_bf16(float* product, const uint16_t* operand_t, const float* dgates, int ld_dgates,
                               int positions, int width, int gates4) {
   constexpr int kChunk = 512;
+  if (positions == 0) std::memset(product, 0, static_cast<size_t>(width) * gates4 * sizeof(float));
   std::vector<uint16_t>& packed = bf16_buffer(1);
   packed.resize(bf16_gemm::packed_size(std::min(kChunk, positions), gates4));
   for (int first = 0; first < positions; first += kChunk) {

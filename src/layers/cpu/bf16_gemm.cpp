@@ -54,8 +54,13 @@ Choice choose_native() {
   const std::string wanted = asked ? asked : "";
   if (!wanted.empty() && wanted != "amx-bf16" && wanted != "avx512-bf16")
     fail("ENHANCED_BF16_KERNEL must be amx-bf16 or avx512-bf16, got '", wanted, "'");
-  if (wanted != "avx512-bf16")
+  if (wanted != "avx512-bf16") {
     if (const Kernel kernel = native_kernel(Isa::amx_bf16)) return {kernel, "amx-bf16"};
+    if (wanted == "amx-bf16")
+      fail("ENHANCED_BF16_KERNEL=amx-bf16, but ",
+           cpu_bf16_support().amx_bf16 ? "Linux refused this process AMX's tile data (arch_prctl)"
+                                       : "this CPU has no AMX-BF16");
+  }
   if (const Kernel kernel = native_kernel(Isa::avx512_bf16)) return {kernel, "avx512-bf16"};
   return {nullptr, "none"};
 }
@@ -70,9 +75,11 @@ std::atomic<Kernel> test_kernel{nullptr};
 }  // namespace
 
 Kernel native_kernel(Isa isa) {
-  static const bool avx512_bf16 = cpu_bf16_support().avx512_bf16;
-  static const bool amx_bf16 = cpu_bf16_support().amx_bf16 && tile_data_permitted();
-  if (isa == Isa::avx512_bf16) return avx512_bf16 ? &avx512::multiply_kernel : nullptr;
+  if (isa == Isa::avx512_bf16) {
+    static const bool avx512_bf16 = cpu_bf16_support().avx512_bf16;
+    return avx512_bf16 ? &avx512::multiply_kernel : nullptr;
+  }
+  static const bool amx_bf16 = cpu_bf16_support().amx_bf16 && tile_data_permitted();  // asked once, if ever
   return amx_bf16 ? &amx::multiply_kernel : nullptr;
 }
 
