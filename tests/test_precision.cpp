@@ -195,7 +195,11 @@ TEST_P(Bf16Kernels, MatchTheReferencePathOnRandomShapes) {
     std::vector<uint16_t> packed_bf16(bf16_gemm::packed_size(k, n),
                                       to_bf16_bits(std::numeric_limits<float>::quiet_NaN()));
     bf16_gemm::pack_rows(packed_bf16.data(), k, 0, b.data(), k, n, 1, static_cast<size_t>(n));
-    std::vector<float> reference(static_cast<size_t>(m) * n, 0.5f), fast(reference);
+    // C starts random: accumulating must add onto each element's own value.
+    std::vector<float> reference(static_cast<size_t>(m) * n);
+    for (float& v : reference) v = static_cast<float>(random.uniform(-1, 1));
+    const std::vector<float> initial = reference;
+    std::vector<float> fast = reference;
     {  // A call on NaNs first: what a kernel keeps from a call (AMX's A block) must not leak.
       const int k_before = k + 37;
       const uint16_t nan = to_bf16_bits(std::numeric_limits<float>::quiet_NaN());
@@ -212,7 +216,7 @@ TEST_P(Bf16Kernels, MatchTheReferencePathOnRandomShapes) {
       for (int j = 0; j < n; ++j) {
         // The products are exact in both (no subnormals at this scale); each side's sum errs by
         // at most (k + 1) FP32 roundings of sum |a b|, so the two differ by at most twice that.
-        double magnitude = accumulate ? 0.5 : 0.0;
+        double magnitude = accumulate ? std::fabs(initial[static_cast<size_t>(i) * n + j]) : 0.0;
         for (int l = 0; l < k; ++l)
           magnitude += std::fabs(a_rounded[static_cast<size_t>(i) * k + l] * round_to_bf16(b[static_cast<size_t>(l) * n + j]));
         const size_t at = static_cast<size_t>(i) * n + j;
