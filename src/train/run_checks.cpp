@@ -1,11 +1,14 @@
 #include "train/run_checks.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 
 #include "enhanced/common.h"
 #include "enhanced/device.h"
 #include "enhanced/evaluate.h"
 #include "enhanced/memory.h"
+#include "train/schedule.h"
 
 namespace enhanced {
 
@@ -24,6 +27,54 @@ RawTableShape raw_table_shape(const TrainOptions& o, const Dataset& train, const
 
 void check_run_memory(const ModelConfig& config, const TrainOptions& o, uint64_t resident) {
   check_model_fits_memory(config, &o.optimizer, o.batch_size, resolve_device(o.device, false), resident);
+}
+
+void check_model_flags(const TrainOptions& o, const ModelConfig& c, const std::string& source) {
+  const auto conflict = [&](const char* flag, const std::string& given, const std::string& saved) {
+    if (o.given_flags.count(flag) && given != saved)
+      fail(flag, " ", given, " conflicts with ", source, ", whose model has ", saved);
+  };
+  conflict("--hidden", std::to_string(o.hidden), std::to_string(c.hidden));
+  conflict("--embedding-dim", std::to_string(o.embedding_dim), std::to_string(c.embedding_dim));
+  conflict("--vocab-size", std::to_string(o.vocab_size), std::to_string(c.vocab_size));
+  conflict("--num-labels", std::to_string(o.num_labels), std::to_string(c.num_labels));
+  conflict("--blend", o.blend, to_string(c.blend));
+  conflict("--pool", o.pool, to_string(c.pool));
+}
+
+void check_training_controls(const TrainOptions& o) {
+  const ScheduleKind kind = parse_schedule_kind(o.lr_schedule);
+  parse_monitor_metric(o.monitor);
+  if (o.warmup_steps < 0) fail("--warmup-steps must be at least 0, got ", o.warmup_steps);
+  if (!(o.min_lr >= 0) || !(static_cast<float>(o.min_lr) <= o.optimizer.learning_rate))
+    fail("--min-lr must be between 0 and --lr (", o.optimizer.learning_rate, "), got ", o.min_lr);
+  if (kind == ScheduleKind::step && o.lr_step_size < 1)
+    fail("--lr-schedule step needs --lr-step-size of at least 1, got ", o.lr_step_size);
+  if (!(o.lr_factor > 0 && o.lr_factor < 1)) fail("--lr-factor must be between 0 and 1 (exclusive), got ", o.lr_factor);
+  if (o.lr_patience < 0) fail("--lr-patience must be at least 0, got ", o.lr_patience);
+  if (o.early_stopping < 0) fail("--early-stopping must be at least 0, got ", o.early_stopping);
+  if (!(o.min_delta >= 0) || !std::isfinite(o.min_delta)) fail("--min-delta must be at least 0, got ", o.min_delta);
+  if (o.valid_every < 0) fail("--valid-every must be at least 0, got ", o.valid_every);
+  if (o.checkpoint_every < 0) fail("--checkpoint-every must be at least 0, got ", o.checkpoint_every);
+  // A control the schedule does not use would be silently ignored.
+  const auto unused_unless = [&](const char* flag, bool used, const char* where) {
+    if (o.given_flags.count(flag) && !used) fail(flag, " has no effect here: it applies to ", where);
+  };
+  unused_unless("--lr-step-size", kind == ScheduleKind::step, "--lr-schedule step");
+  unused_unless("--lr-patience", kind == ScheduleKind::plateau, "--lr-schedule plateau");
+  unused_unless("--lr-factor", kind == ScheduleKind::step || kind == ScheduleKind::plateau,
+                "--lr-schedule step and plateau");
+  unused_unless("--min-lr", kind != ScheduleKind::constant, "a --lr-schedule other than constant");
+  unused_unless("--min-delta", o.early_stopping > 0 || kind == ScheduleKind::plateau,
+                "--early-stopping and --lr-schedule plateau");
+  if (o.valid_path.empty()) {
+    const char* needs = kind == ScheduleKind::plateau ? "--lr-schedule plateau"
+                        : o.early_stopping > 0        ? "--early-stopping"
+                        : o.valid_every > 0           ? "--valid-every"
+                        : o.given_flags.count("--monitor") ? "--monitor"
+                                                           : nullptr;
+    if (needs) fail(needs, " needs a validation set (--valid)");
+  }
 }
 
 }  // namespace enhanced

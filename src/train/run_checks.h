@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "enhanced/dataset.h"
 #include "enhanced/embedding_table.h"
@@ -23,5 +24,13 @@ RawTableShape raw_table_shape(const TrainOptions& options, const Dataset& train,
 // The run's model at --batch-size fits in this machine's memory (enhanced/memory.h), on the
 // device --device picks; resident: bytes of it already allocated (weights loaded from a file).
 void check_run_memory(const ModelConfig& config, const TrainOptions& options, uint64_t resident);
+
+// With --init-from or --resume, a model flag the user gave must agree with the saved model
+// (`source` names it).
+void check_model_flags(const TrainOptions& options, const ModelConfig& config, const std::string& source);
+
+// The controls that need each other: a schedule's own settings, and a validation set for
+// everything that watches one.
+void check_training_controls(const TrainOptions& options);
 
 }  // namespace enhanced

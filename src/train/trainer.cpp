@@ -24,6 +24,7 @@
 #include "enhanced/loader.h"
 #include "enhanced/progress.h"
 #include "train/run_checks.h"
+#include "train/run_files.h"
 #include "train/class_weights.h"
 #include "train/distributed.h"
 #include "train/run_options.h"
@@ -35,83 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The files a run writes into --out (and scripts/plot-metrics' picture of them).
-const char* const kRunFiles[] = {"optimizer.safetensors", "last.safetensors", "best.safetensors", "metrics.jsonl",
-                                 "metrics.png"};
 
-// A run is its checkpoints: a metrics.jsonl alone (a run killed before its first checkpoint)
-// is not one, and a new run replaces it.
-bool holds_run(const fs::path& dir) {
-  for (const char* file : {"optimizer.safetensors", "last.safetensors", "best.safetensors"})
-    if (fs::exists(dir / file)) return true;
-  return false;
-}
-
-// The output directory of a run: created if need be, and on failure removed again where the run
-// created it and left nothing in it (an empty metrics.jsonl counts as nothing).
-class OutputDirectory {
- public:
-  explicit OutputDirectory(const fs::path& dir) : dir_(dir) {
-    for (fs::path p = fs::absolute(dir); !p.empty() && !fs::exists(p); p = p.parent_path()) {
-      created_.push_back(p);
-      if (p == p.parent_path()) break;
-    }
-    std::error_code error;
-    fs::create_directories(dir, error);
-    if (error) fail(dir.string(), ": cannot create the output directory (", error.message(), ")");
-    const fs::path probe = dir / (".write-test." + std::to_string(::getpid()));
-    std::ofstream out(probe);
-    if (!out) fail(dir.string(), ": output directory is not writable");
-    out.close();
-    fs::remove(probe, error);
-  }
-  OutputDirectory(const OutputDirectory&) = delete;
-  OutputDirectory& operator=(const OutputDirectory&) = delete;
-  ~OutputDirectory() {
-    if (kept_) return;
-    std::error_code error;
-    const fs::path metrics = dir_ / "metrics.jsonl";
-    if (!created_.empty() && fs::exists(metrics, error) && fs::file_size(metrics, error) == 0) fs::remove(metrics, error);
-    for (const fs::path& p : created_) fs::remove(p, error);  // only empty directories go
-  }
-  void keep() { kept_ = true; }
-
- private:
-  fs::path dir_;
-  std::vector<fs::path> created_;  // deepest first
-  bool kept_ = false;
-};
-
-// --out must not hold another run unless it is resumed or replaced: --overwrite removes that
-// run's files (only those), so no stale best.safetensors survives beside a new last.safetensors.
-void prepare_run_files(const TrainOptions& o) {
-  const fs::path dir = o.out_dir;
-  if (o.resume || !holds_run(dir)) return;
-  if (!o.overwrite)
-    fail(o.out_dir, " holds another run (", fs::exists(dir / "optimizer.safetensors") ? "optimizer.safetensors"
-                                                                                       : "its files",
-         "): pass --resume to continue it, or --overwrite to replace it (its checkpoints and metrics are removed)");
-  for (const char* file : kRunFiles) {
-    std::error_code error;
-    fs::remove(dir / file, error);
-    if (error) fail((dir / file).string(), ": cannot remove it for --overwrite (", error.message(), ")");
-  }
-}
-
-// With --init-from or --resume, a model flag the user gave must agree with the saved model
-// (`source` names it).
-void check_model_flags(const TrainOptions& o, const ModelConfig& c, const std::string& source) {
-  const auto conflict = [&](const char* flag, const std::string& given, const std::string& saved) {
-    if (o.given_flags.count(flag) && given != saved)
-      fail(flag, " ", given, " conflicts with ", source, ", whose model has ", saved);
-  };
-  conflict("--hidden", std::to_string(o.hidden), std::to_string(c.hidden));
-  conflict("--embedding-dim", std::to_string(o.embedding_dim), std::to_string(c.embedding_dim));
-  conflict("--vocab-size", std::to_string(o.vocab_size), std::to_string(c.vocab_size));
-  conflict("--num-labels", std::to_string(o.num_labels), std::to_string(c.num_labels));
-  conflict("--blend", o.blend, to_string(c.blend));
-  conflict("--pool", o.pool, to_string(c.pool));
-}
 
 // Sets up the model: from a checkpoint, or from the data (and a pretrained table).
 ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, const Dataset* valid) {
@@ -539,42 +464,6 @@ class TrainingRun {
 };
 
 
-// The controls that need each other: a schedule's own settings, and a validation set for
-// everything that watches one.
-void check_training_controls(const TrainOptions& o) {
-  const ScheduleKind kind = parse_schedule_kind(o.lr_schedule);
-  parse_monitor_metric(o.monitor);
-  if (o.warmup_steps < 0) fail("--warmup-steps must be at least 0, got ", o.warmup_steps);
-  if (!(o.min_lr >= 0) || !(static_cast<float>(o.min_lr) <= o.optimizer.learning_rate))
-    fail("--min-lr must be between 0 and --lr (", o.optimizer.learning_rate, "), got ", o.min_lr);
-  if (kind == ScheduleKind::step && o.lr_step_size < 1)
-    fail("--lr-schedule step needs --lr-step-size of at least 1, got ", o.lr_step_size);
-  if (!(o.lr_factor > 0 && o.lr_factor < 1)) fail("--lr-factor must be between 0 and 1 (exclusive), got ", o.lr_factor);
-  if (o.lr_patience < 0) fail("--lr-patience must be at least 0, got ", o.lr_patience);
-  if (o.early_stopping < 0) fail("--early-stopping must be at least 0, got ", o.early_stopping);
-  if (!(o.min_delta >= 0) || !std::isfinite(o.min_delta)) fail("--min-delta must be at least 0, got ", o.min_delta);
-  if (o.valid_every < 0) fail("--valid-every must be at least 0, got ", o.valid_every);
-  if (o.checkpoint_every < 0) fail("--checkpoint-every must be at least 0, got ", o.checkpoint_every);
-  // A control the schedule does not use would be silently ignored.
-  const auto unused_unless = [&](const char* flag, bool used, const char* where) {
-    if (o.given_flags.count(flag) && !used) fail(flag, " has no effect here: it applies to ", where);
-  };
-  unused_unless("--lr-step-size", kind == ScheduleKind::step, "--lr-schedule step");
-  unused_unless("--lr-patience", kind == ScheduleKind::plateau, "--lr-schedule plateau");
-  unused_unless("--lr-factor", kind == ScheduleKind::step || kind == ScheduleKind::plateau,
-                "--lr-schedule step and plateau");
-  unused_unless("--min-lr", kind != ScheduleKind::constant, "a --lr-schedule other than constant");
-  unused_unless("--min-delta", o.early_stopping > 0 || kind == ScheduleKind::plateau,
-                "--early-stopping and --lr-schedule plateau");
-  if (o.valid_path.empty()) {
-    const char* needs = kind == ScheduleKind::plateau ? "--lr-schedule plateau"
-                        : o.early_stopping > 0        ? "--early-stopping"
-                        : o.valid_every > 0           ? "--valid-every"
-                        : o.given_flags.count("--monitor") ? "--monitor"
-                                                           : nullptr;
-    if (needs) fail(needs, " needs a validation set (--valid)");
-  }
-}
 
 }  // namespace
 
