@@ -117,7 +117,7 @@ def main():
     engine_extra, peer_extra, tolerance = (), (), 1e-4
     if args.precision == "bf16":
         if args.device == "cuda":
-            sys.exit("peers.py: --precision bf16 is compared on the CPU only so far")
+            sys.exit("peers.py: --device cuda compares bf16 always (after FP32 and TF32): drop --precision bf16")
         engine_extra, peer_extra = ("--precision", "bf16"), ("--bf16",)
     # The engine says whether this CPU runs bf16 (its one-line refusal), not this script.
     mine = engine(args, shapes, case, loader=True, extra=engine_extra, refusal="needs a CPU with bfloat16 instructions")
@@ -191,19 +191,28 @@ def main():
 def cuda_side_by_side(args, shapes, case, mine):
     """Like with like on the GPU. FP32: the engine's FP32 (with FMA) against PyTorch with TF32 off
     in cuDNN and cuBLAS (PyTorch's default lets cuDNN's LSTM use TF32), eager and compiled. TF32:
-    the engine's --tf32 against PyTorch with TF32 on in both, eager. A compiled row names what ran:
+    the engine's --tf32 against PyTorch with TF32 on in both, eager. bf16: the engine's
+    --precision bf16 against PyTorch's bf16 autocast, eager (skipped below compute capability 8.0). A compiled row names what ran:
     Dynamo breaks its graph at nn.LSTM unless allow_rnn is set, so the LSTM there is eager cuDNN."""
     all_results = {}
     for precision, engine_extra, peer_extra, rows, tolerance in (
             ("fp32", (), (), (("pytorch-cuda", ()), ("pytorch-cuda-compiled", ("--compile",))), 1e-4),
             # TF32 rounds the LSTM's matrix inputs to 10 bits: the two losses agree less closely.
-            ("tf32", ("--tf32",), ("--tf32",), (("pytorch-cuda", ()),), 5e-3)):
+            ("tf32", ("--tf32",), ("--tf32",), (("pytorch-cuda", ()),), 5e-3),
+            # bf16: the engine's cuDNN bf16 data with FP32 math against PyTorch's autocast; the
+            # tolerance from the engine's largest logit (None: bf16_loss_tolerance).
+            ("bf16", ("--precision", "bf16"), ("--bf16",), (("pytorch-cuda", ()),), None)):
         if precision == "fp32":
             engine_run = mine
         else:
-            case = os.path.join(os.path.abspath(args.out), "case-tf32")
-            print("engine --tf32: timing ...", flush=True)
-            engine_run = engine(args, shapes, case, extra=engine_extra)
+            case = os.path.join(os.path.abspath(args.out), f"case-{precision}")
+            print(f"engine {' '.join(engine_extra)}: timing ...", flush=True)
+            engine_run = engine(args, shapes, case, extra=engine_extra, refusal="needs a GPU of compute capability")
+            if engine_run is None:
+                print(f"engine {' '.join(engine_extra)}: refused on this GPU (compute capability below 8.0)", flush=True)
+                continue
+        if tolerance is None:
+            tolerance = bf16_loss_tolerance(engine_run)
         results = {"shapes": shapes, "engine": engine_run, "peers": {}}
         for name, extra in rows:
             print(f"{name} {precision} ({args.torch_python}) ...", flush=True)
@@ -212,7 +221,7 @@ def cuda_side_by_side(args, shapes, case, mine):
                                                     tolerance)
             label = name + (f" [LSTM {run['lstm']}]" if "--compile" in extra else "")
             results["peers"][label] = {"runs": [run], "best": best_of_threads([run])}
-        print(f"\n{precision.upper()}: engine {'--tf32' if engine_extra else 'FP32 (FMA)'}; PyTorch "
+        print(f"\n{precision.upper()}: engine {' '.join(engine_extra) if engine_extra else 'FP32 (FMA)'}; PyTorch "
               + "; ".join(sorted({r['runs'][0]['precision'] for r in results['peers'].values()})))
         print_table(results)
         all_results[precision] = results
