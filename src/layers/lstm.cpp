@@ -42,7 +42,7 @@ inline int step_time(int direction, int step, int seq_len) { return direction ==
 
 // How the layer multiplies (enhanced/precision.h): FP32; bfloat16 operands through the FP32
 // kernels, rounded as they are packed and gathered (the reference, any CPU); or bfloat16 operands
-// through the AVX512-BF16 kernels (bf16_gemm), the weight gradients' large GEMM included.
+// through the AMX-BF16 or AVX512-BF16 kernels (bf16_gemm), the weight gradients' large GEMM included.
 enum class Arithmetic { fp32, bf16_reference, bf16_fast };
 
 template <class Real>
@@ -274,23 +274,27 @@ namespace {
 // operand (P, D + H) = [x_t | h_{t-1}] of one direction for every position: what each step's
 // gates were computed from (h_{t-1} is zero at a sequence's first step), rounded to bfloat16 when
 // round (the weight gradients' operand).
+// h_{t-1} of position p = (b, t) in a direction: its H values in y (B, T, 2H), or null at the
+// sequence's first step (the zero initial state). What each step's gates were computed from.
+template <class Real>
+const Real* previous_h(const Real* y, size_t p, int direction, int seq_len, int hidden) {
+  const int t = static_cast<int>(p % seq_len), t_prev = direction == 0 ? t - 1 : t + 1;
+  if (t_prev < 0 || t_prev >= seq_len) return nullptr;
+  return y + (p - t + t_prev) * 2 * hidden + static_cast<size_t>(direction) * hidden;
+}
+
 template <class Real>
 void gather_step_inputs(Real* operand, const Real* x, const Real* y, int direction, int batch, int seq_len, int input,
                         int hidden, bool round) {
-  const int H = hidden, W = input + hidden, C = 2 * hidden;
-  for (int b = 0; b < batch; ++b) {
-    for (int t = 0; t < seq_len; ++t) {
-      const size_t p = static_cast<size_t>(b) * seq_len + t;
-      const int t_prev = direction == 0 ? t - 1 : t + 1;
-      Real* row = operand + p * W;
-      std::memcpy(row, x + p * input, input * sizeof(Real));
-      if (t_prev < 0 || t_prev >= seq_len) {
-        std::memset(row + input, 0, H * sizeof(Real));
-      } else {
-        std::memcpy(row + input, y + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H, H * sizeof(Real));
-      }
-      if (round) round_in_place(row, W);
-    }
+  const int W = input + hidden;
+  const size_t P = static_cast<size_t>(batch) * seq_len;
+  for (size_t p = 0; p < P; ++p) {
+    Real* row = operand + p * W;
+    std::memcpy(row, x + p * input, input * sizeof(Real));
+    const Real* h = previous_h(y, p, direction, seq_len, hidden);
+    if (h) std::memcpy(row + input, h, hidden * sizeof(Real));
+    else std::memset(row + input, 0, hidden * sizeof(Real));
+    if (round) round_in_place(row, W);
   }
 }
 
@@ -299,7 +303,6 @@ void gather_step_inputs(Real* operand, const Real* x, const Real* y, int directi
 // positions at a time keeps the rows read in cache while their columns are scattered.
 void gather_step_inputs_transposed(uint16_t* operand_t, const float* x, const float* y, int direction, int batch,
                                    int seq_len, int input, int hidden) {
-  const int H = hidden, C = 2 * hidden;
   const size_t P = static_cast<size_t>(batch) * seq_len;
   constexpr size_t kBlock = 64;
   for (size_t first = 0; first < P; first += kBlock) {
@@ -307,9 +310,8 @@ void gather_step_inputs_transposed(uint16_t* operand_t, const float* x, const fl
     for (int d = 0; d < input; ++d)
       for (size_t p = first; p < last; ++p) operand_t[d * P + p] = to_bf16_bits(x[p * input + d]);
     for (size_t p = first; p < last; ++p) {
-      const int t = static_cast<int>(p % seq_len), t_prev = direction == 0 ? t - 1 : t + 1;
-      const float* h = t_prev < 0 || t_prev >= seq_len ? nullptr : y + (p - t + t_prev) * C + direction * H;
-      for (int k = 0; k < H; ++k) operand_t[(input + k) * P + p] = h ? to_bf16_bits(h[k]) : uint16_t{0};
+      const float* h = previous_h(y, p, direction, seq_len, hidden);
+      for (int k = 0; k < hidden; ++k) operand_t[(input + k) * P + p] = h ? to_bf16_bits(h[k]) : uint16_t{0};
     }
   }
 }
