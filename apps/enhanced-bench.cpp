@@ -315,8 +315,7 @@ void print_json(const Measured& m, const BenchOptions& o, const ModelConfig& c, 
                      {"loader_samples_per_s", loader_rate}, {"peak_rss_mib", peak_rss_mib},
                      {"predict_ms_per_sample", 1e3 * m.predict_sample_s},
                      {"inference_step_ms_per_sample", 1e3 * m.inference_sample_s()}};
-  out["engine"] = m.summary;  // on the CPU in bf16, the kernels it chose (AMX-BF16 or AVX512-BF16)
-  if (!m.cpu) out["cuda"] = m.summary;
+  out["engine"] = m.summary;  // the device's line; on the CPU in bf16, the kernels it chose
   for (const Timing& t : m.timings)
     out["times"][t.name] = {{"min_s", t.min()}, {"median_s", t.median()}, {"max_s", t.max()},
                             {"samples_per_s", s.batch / t.median()}};

@@ -22,8 +22,8 @@ Precision parse_precision(const std::string& name);
 const char* to_string(Precision precision);
 inline bool rounds_to_bf16(Precision precision) { return precision != Precision::fp32; }
 
-// The CPU's bfloat16 instructions, from CPUID and the OS's saved state (XCR0). The CPU kernels
-// use AVX512-BF16; AMX is reported (enhanced-bench --json) but has no kernels of its own yet.
+// The CPU's bfloat16 instructions, from CPUID and the OS's saved state (XCR0). --precision bf16
+// needs AVX512-BF16; where AMX-BF16 is there too, the CPU kernels run on AMX (layers/cpu/bf16_gemm.h).
 struct CpuBf16Support {
   bool avx512_bf16 = false;  // VDPBF16PS and VCVTNE2PS2BF16 (Cooper Lake, Sapphire Rapids, Zen 4)
   bool amx_bf16 = false;     // TDPBF16PS (Sapphire Rapids and later)
