@@ -88,6 +88,8 @@ int main(int argc, char** argv) {
   return run_app(app, argc, argv, [&] {
     finish_cuda_options(cuda_options, cuda_flags);
     const Precision chosen_precision = parse_precision(precision);
+    check_outputs_spare_inputs({{"--predictions", predictions}}, {{"--data", data}, {"--checkpoint", checkpoint}});
+    if (!predictions.empty()) check_output_directory(predictions);
     const int thread_count = configure_cpu_threads(threads);
     const Device chosen = resolve_device(device, !json);
     const Dataset dataset = Dataset::open(data);

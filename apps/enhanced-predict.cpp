@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   return run_app(app, argc, argv, [&] {
     finish_cuda_options(cuda_options, cuda_flags);
     const Precision chosen_precision = parse_precision(precision);
-    check_predict_outputs(outputs, data);  // bad output names fail before any work
+    check_predict_outputs(outputs, {{"--data", data}, {"--checkpoint", checkpoint}});  // before any work
     const int thread_count = configure_cpu_threads(threads);
     const Device chosen = resolve_device(device, !quiet);
     TempFiles temps;

@@ -276,6 +276,47 @@ TEST_F(Predict, CollidingMisnamedOrHomelessOutputsAreRefusedBeforeAnyWork) {
                path("nodir/same.npy") + ": cannot create: directory " + path("nodir") + " does not exist");
 }
 
+// No output of predict or eval may write over an input, by any path to the same file: the very
+// name, a symbolic link, a hard link (the same device and inode under another name). Each is
+// one line before any work, and the input keeps its bytes.
+TEST_F(Predict, OutputsThatNameAnInputByAnyPathAreRefusedAndTheInputKept) {
+  const fs::path inputs = root_ / "inputs";
+  fs::create_directories(inputs);
+  const std::string data = (inputs / "test.ebin").string(), model = (inputs / "model.safetensors").string();
+  fs::copy_file(files_.test_ebin, data, fs::copy_options::overwrite_existing);
+  fs::copy_file(checkpoint(), model, fs::copy_options::overwrite_existing);
+  const std::string data_bytes = testing::read_bytes(data), model_bytes = testing::read_bytes(model);
+  std::error_code ignored;
+  for (const char* name : {"model-link.csv", "model-hard.csv", "data-link.npy"}) fs::remove(inputs / name, ignored);
+  fs::create_symlink(model, inputs / "model-link.csv");
+  fs::create_hard_link(model, inputs / "model-hard.csv");
+  fs::create_symlink(data, inputs / "data-link.npy");
+  const std::string model_link = (inputs / "model-link.csv").string(), model_hard = (inputs / "model-hard.csv").string();
+  const std::string data_link = (inputs / "data-link.npy").string(), model_npy = (inputs / "." / "model.safetensors").string();
+  const auto expect_refused = [&](const std::string& app, const std::string& args, const std::string& message) {
+    const auto run = testing::run_app(app, "--device cpu --threads 2 --data " + data + " --checkpoint " + model + " " + args);
+    EXPECT_EQ(run.exit_code, 1) << app << " " << args << "\n" << run.output;
+    EXPECT_EQ(run.output, "error: " + message + "\n") << app << " " << args;
+    EXPECT_EQ(testing::read_bytes(data), data_bytes) << app << " " << args << " changed --data";
+    EXPECT_EQ(testing::read_bytes(model), model_bytes) << app << " " << args << " changed --checkpoint";
+  };
+  expect_refused("enhanced-eval", "--predictions " + data, data + ": --predictions would overwrite --data (the same file)");
+  expect_refused("enhanced-eval", "--predictions " + model,
+                 model + ": --predictions would overwrite --checkpoint (the same file)");
+  expect_refused("enhanced-eval", "--predictions " + model_link,
+                 model_link + ": --predictions would overwrite --checkpoint (the same file)");
+  expect_refused("enhanced-eval", "--predictions " + model_hard,
+                 model_hard + ": --predictions would overwrite --checkpoint (the same file)");
+  expect_refused("enhanced-predict", "--quiet --out " + model_hard,
+                 model_hard + ": --out would overwrite --checkpoint (the same file)");
+  expect_refused("enhanced-predict", "--quiet --out " + model_link,
+                 model_link + ": --out would overwrite --checkpoint (the same file)");
+  expect_refused("enhanced-predict", "--quiet --logits " + data_link,
+                 data_link + ": --logits would overwrite --data (the same file)");
+  expect_refused("enhanced-predict", "--quiet --probabilities " + model_npy + ".npy --logits " + model_npy + ".npy",
+                 model_npy + ".npy: --logits and --probabilities name the same file");
+}
+
 // A set read from JSON Lines names a sample by its line (1-based), as the parser's errors do.
 TEST_F(Predict, VocabularyErrorOfAJsonLinesSetNamesTheLine) {
   std::vector<test_util::RaggedSample> samples = test_util::random_samples(5, 16, 4, 100);

@@ -86,6 +86,17 @@ void commit_file(const std::string& temporary, const std::string& path);
 // input, or another output, is refused with it.
 bool same_file(const std::string& a, const std::string& b);
 
+// A file an app reads or writes, with the flag that named it.
+struct NamedFile {
+  const char* flag;
+  std::string path;  // "" when the flag was not given
+};
+
+// Refuses, before any work, an output that names one of the app's inputs or another output by
+// any path to the same file (same_file: device and inode where the file exists): "<output>:
+// --predictions would overwrite --data (the same file)". No app writes over what it reads.
+void check_outputs_spare_inputs(const std::vector<NamedFile>& outputs, const std::vector<NamedFile>& inputs);
+
 // Writes the pieces to a temporary file (0644), flushes it to disk and renames it over `path`.
 // Errors name the file.
 void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces);

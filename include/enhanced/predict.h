@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "enhanced/atomic_file.h"
 #include "enhanced/dataset.h"
 
 namespace enhanced {
@@ -25,8 +27,9 @@ struct PredictOutputs {
 };
 
 // Refuses, before any work, outputs that cannot be written as asked: an .npy output without the
-// .npy extension, two outputs naming one file, an output over `input`, or one in a missing folder.
-void check_predict_outputs(const PredictOutputs& outputs, const std::string& input);
+// .npy extension, two outputs naming one file, an output over one of `inputs` (--data,
+// --checkpoint: any path to the same file), or one in a missing folder.
+void check_predict_outputs(const PredictOutputs& outputs, const std::vector<NamedFile>& inputs);
 
 struct PredictStats {
   int64_t samples = 0;

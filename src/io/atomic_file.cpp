@@ -165,4 +165,17 @@ bool same_file(const std::string& a, const std::string& b) {
   return !error_a && !error_b && canonical_a == canonical_b;
 }
 
+void check_outputs_spare_inputs(const std::vector<NamedFile>& outputs, const std::vector<NamedFile>& inputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const NamedFile& out = outputs[i];
+    if (out.path.empty()) continue;
+    for (const NamedFile& in : inputs)
+      if (!in.path.empty() && same_file(out.path, in.path))
+        fail(out.path, ": ", out.flag, " would overwrite ", in.flag, " (the same file)");
+    for (size_t j = 0; j < i; ++j)
+      if (!outputs[j].path.empty() && same_file(out.path, outputs[j].path))
+        fail(out.path, ": ", outputs[j].flag, " and ", out.flag, " name the same file");
+  }
+}
+
 }  // namespace enhanced

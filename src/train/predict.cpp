@@ -105,27 +105,23 @@ PredictionFormat prediction_format(const std::string& out_path) {
   fail(out_path, ": unknown prediction format: --out takes .csv (CSV) or .jsonl / .json (JSON Lines)");
 }
 
-void check_predict_outputs(const PredictOutputs& outputs, const std::string& input) {
+void check_predict_outputs(const PredictOutputs& outputs, const std::vector<NamedFile>& inputs) {
   prediction_format(outputs.top_k);
-  const std::pair<const char*, const std::string*> named[] = {
-      {"--out", &outputs.top_k}, {"--logits", &outputs.logits}, {"--probabilities", &outputs.probabilities}};
-  for (size_t i = 0; i < std::size(named); ++i) {
-    const auto& [flag, path] = named[i];
-    if (path->empty()) continue;
-    if (i > 0 && !ends_with(*path, ".npy")) fail(*path, ": ", flag, " writes NumPy .npy: name the file *.npy");
-    if (same_file(*path, input)) fail(*path, ": output would overwrite the input");
-    for (size_t j = 0; j < i; ++j)
-      if (!named[j].second->empty() && same_file(*path, *named[j].second))
-        fail(*path, ": ", named[j].first, " and ", flag, " name the same file");
-    check_output_directory(*path);
-  }
+  const std::vector<NamedFile> named{
+      {"--out", outputs.top_k}, {"--logits", outputs.logits}, {"--probabilities", outputs.probabilities}};
+  for (size_t i = 1; i < named.size(); ++i)
+    if (!named[i].path.empty() && !ends_with(named[i].path, ".npy"))
+      fail(named[i].path, ": ", named[i].flag, " writes NumPy .npy: name the file *.npy");
+  check_outputs_spare_inputs(named, inputs);
+  for (const NamedFile& output : named)
+    if (!output.path.empty()) check_output_directory(output.path);
 }
 
 PredictStats predict(Engine& engine, const Dataset& dataset, int batch_size, int top_k, const PredictOutputs& outputs,
                      bool progress) {
   const int L = engine.config().num_labels;
   if (top_k < 1 || top_k > L) fail("--top-k ", top_k, " must be in 1..", L, " (the model's labels)");
-  check_predict_outputs(outputs, dataset.path());
+  check_predict_outputs(outputs, {{"--data", dataset.path()}});
   const PredictionFormat format = prediction_format(outputs.top_k);
   TempFiles temps;
   TextSink top(temps, outputs.top_k);
