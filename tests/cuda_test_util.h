@@ -38,6 +38,15 @@ inline std::string gpu_unavailable() {
     if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;               \
   } while (0)
 
+// CudaOptions with cuDNN's standard LSTM algorithm instead of timing them: two models that each
+// time the algorithms may keep different ones (the persistent variants are within noise at test
+// shapes), and timing the persistent kernels under compute-sanitizer can take a step's whole limit.
+inline CudaOptions standard_lstm_options() {
+  CudaOptions options;
+  options.rnn_algorithm = RnnAlgorithm::standard;
+  return options;
+}
+
 inline ModelConfig small_config(BlendMode blend, PoolMode pool, int hidden = 5) {
   ModelConfig c;
   c.vocab_size = 23;

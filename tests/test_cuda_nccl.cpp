@@ -34,6 +34,7 @@ namespace enhanced {
 namespace {
 
 using testing::small_config;
+using testing::standard_lstm_options;
 using testing::training_batches;
 
 #ifdef ENHANCED_HAVE_CUDA
@@ -86,7 +87,7 @@ void check_one_rank(const OneRankCase& c) {
   const std::vector<Batch> batches = training_batches(config, 20, 57);
   ParameterBuffer<float> initial(config);
   initialize_parameters(initial, 21);
-  CudaOptions options;
+  CudaOptions options = standard_lstm_options();  // both models: the same algorithm
   options.graphs = c.graphs;
   Communicator alone;
   CudaModel plain(config, c.optimizer, 4, options, c.class_weights);
@@ -140,8 +141,8 @@ TEST(CudaNccl, OneRankGradientsAndLossEqualThePlainEngine) {
   OptimizerConfig adam;
   const std::vector<float> weights = {1.0f, 0.5f, 3.0f, 1.0f};
   Communicator alone;
-  CudaModel plain(config, adam, 4, {}, weights);
-  CudaModel ranked(config, adam, 4, {}, weights, Precision::fp32, &alone);
+  CudaModel plain(config, adam, 4, standard_lstm_options(), weights);
+  CudaModel ranked(config, adam, 4, standard_lstm_options(), weights, Precision::fp32, &alone);
   plain.upload_parameters(initial);
   ranked.upload_parameters(initial);
   ParameterBuffer<float> want(config), got(config);

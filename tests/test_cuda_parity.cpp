@@ -52,6 +52,7 @@ namespace enhanced {
 namespace {
 
 using testing::small_config;
+using testing::standard_lstm_options;
 using testing::training_batches;
 
 #ifdef ENHANCED_HAVE_CUDA
@@ -386,7 +387,7 @@ TEST(CudaParity, ModelLossAndEveryGradientMatchCpu) {
       const double loss = model_forward(activations, params_d, batch, 1, true);
       model_backward(grads_d, activations, params_d, batch, 1);
 
-      CudaModel model(config, OptimizerConfig{}, 4);
+      CudaModel model(config, OptimizerConfig{}, 4, standard_lstm_options());  // compute-sanitizer runs it
       model.upload_parameters(params);
       std::vector<float> logits(static_cast<size_t>(3) * config.num_labels);
       const double gpu_loss = model.compute_gradients(batch, logits.data());

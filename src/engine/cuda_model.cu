@@ -54,19 +54,24 @@ CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer
   ENHANCED_CUBLAS_CHECK(cublasSetWorkspace(m.cublas, m.cublas_workspace.data(), m.cublas_workspace.bytes()));
   m.cudnn = cuda::make_cudnn(m.s());
   const ModelConfig& c = config;
-  const size_t P = static_cast<size_t>(max_batch) * c.seq_len;
+  // A data-parallel rank computes its shard of every step: sized for it, the LSTM times and keeps
+  // the algorithm that its full steps run (sized for the whole batch, every shard ran standard).
+  m.pass_batch = data_parallel ? shard_of(max_batch, data_parallel->rank(), data_parallel->size()).count : max_batch;
+  m.pass_batch = std::max(1, m.pass_batch);  // a rank whose shard is empty still allocates
+  const int pass_batch = m.pass_batch;
+  const size_t P = static_cast<size_t>(pass_batch) * c.seq_len;
   const size_t L = c.num_labels;
-  const size_t F = static_cast<size_t>(max_batch) * c.pooled_features();
-  m.lstm = std::make_unique<cuda::CudnnBiLstm>(m.cudnn.get(), max_batch, c.seq_len, c.embedding_dim, c.hidden,
+  const size_t F = static_cast<size_t>(pass_batch) * c.pooled_features();
+  m.lstm = std::make_unique<cuda::CudnnBiLstm>(m.cudnn.get(), pass_batch, c.seq_len, c.embedding_dim, c.hidden,
                                                options.tf32, options.rnn_algorithm, precision == Precision::bf16);
   if (precision == Precision::bf16)
-    m.dense_bf16.resize(cuda::dense_bf16_scratch_size(max_batch, c.pooled_features(), c.num_labels));
+    m.dense_bf16.resize(cuda::dense_bf16_scratch_size(pass_batch, c.pooled_features(), c.num_labels));
   m.params.allocate(c, m.s());
   m.grads.allocate(c, m.s());
   const size_t moments = moment_names(optimizer).size();
   if (moments > 0) m.first_moment.allocate(c, m.s());
   if (moments > 1) m.second_moment.allocate(c, m.s());
-  const std::vector<ActivationSlot> activations = activation_layout(c, max_batch, 0, true);
+  const std::vector<ActivationSlot> activations = activation_layout(c, pass_batch, 0, true);
   m.activation_data.resize(activation_count(activations));
   m.act.carve(m.activation_data.data(), activations);
   m.argmax_data.resize(F);
@@ -81,7 +86,7 @@ CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer
     cuda::copy_to_device(m.class_weights.data(), class_weights.data(), class_weights.size(), m.s());
   }
   // Identifier ids: start with room for 4 per position; a batch with more grows the buffers once.
-  m.layout = BatchLayout(P, static_cast<size_t>(max_batch));
+  m.layout = BatchLayout(P, static_cast<size_t>(pass_batch));
   m.id_capacity = 4 * P;
   for (Slot& slot : m.slots) {
     slot.uploaded = cuda::make_event();
@@ -91,7 +96,7 @@ CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer
   m.embedding_workspace.reserve(static_cast<int>(P), static_cast<int64_t>(m.id_capacity), c.vocab_size,
                                 c.embedding_dim, m.s());
   m.scalars_host.resize(2);
-  m.logits_host.resize(max_batch * L);
+  m.logits_host.resize(pass_batch * L);
   if (!options.graphs) m.graphs_off = "turned off (--cuda-graphs off)";
   int device = 0;
   cudaDeviceProp properties{};

@@ -78,7 +78,11 @@ struct CudaModel::Impl {
   OptimizerConfig optimizer;
   CudaOptions options;
   Precision precision = Precision::fp32;  // fp32 or bf16 (bf16-emulated is refused: a CPU path)
-  int max_batch = 0;
+  int max_batch = 0;   // the whole batch a step is given
+  // The most samples one device pass computes: max_batch alone; in a data-parallel run this
+  // rank's shard of a whole batch (shard_of), which is what the LSTM, its chosen algorithm, the
+  // activations and the id buffers are sized for (as the CPU engine sizes its activations).
+  int pass_batch = 0;
   int64_t steps = 0;  // optimizer steps queued (all applied unless a collect says otherwise)
   double last_norm = 0;
 
@@ -91,12 +95,12 @@ struct CudaModel::Impl {
 
   DeviceParameters params, grads, first_moment, second_moment;
 
-  // Activations (device), sized for max_batch: one allocation carved by activation_layout
+  // Activations (device), sized for pass_batch: one allocation carved by activation_layout
   // (cuDNN keeps the LSTM's own state in its reserve space), and argmax's int32 buffer.
   DeviceBuffer<float> activation_data;
   DeviceBuffer<int32_t> argmax_data;
   ActivationTensors<float> act;
-  // bf16: the dense GEMMs' bfloat16 operands (dense_bf16_scratch_size for max_batch); empty in fp32.
+  // bf16: the dense GEMMs' bfloat16 operands (dense_bf16_scratch_size for pass_batch); empty in fp32.
   DeviceBuffer<uint16_t> dense_bf16;
   DeviceBuffer<double> scalars;  // [0] mean loss, [1] gradient norm, [2..258) norm partials
   DeviceBuffer<float> class_weights;  // L, the training loss's (empty: unweighted)

@@ -53,7 +53,7 @@ void CudaModel::Impl::grow_ids(size_t ids) {
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
   id_capacity = ids + ids / 2;
   allocate_batch_blocks();
-  const int max_positions = max_batch * config.seq_len;
+  const int max_positions = pass_batch * config.seq_len;
   embedding_workspace.reserve(max_positions, static_cast<int64_t>(id_capacity), config.vocab_size,
                               config.embedding_dim, s());
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
@@ -67,6 +67,8 @@ CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind
   cuda::WholeBatch whole;
   const bool sharded = exchange && kind != StepKind::forward;
   const Batch& part = sharded ? shard_of_step(batch, whole) : batch;
+  if (part.size > pass_batch)
+    fail("internal: a pass of ", part.size, " samples; this rank's buffers hold its shard, 1..", pass_batch);
   const size_t P = static_cast<size_t>(part.positions());
   const size_t ids = part.identifier_ids.size();
   if (ids > id_capacity) grow_ids(ids);

@@ -129,6 +129,9 @@ struct CudnnBiLstm::Impl {
   int max_batch = 0, seq_len = 0, input = 0, hidden = 0;
   bool tf32 = false;
   bool bf16 = false;  // --precision bf16: bfloat16 data and weight space, FP32 math
+  // FMA (plain FP32), DEFAULT (TF32 allowed) or, for bf16, TENSOR_OP: unless cuDNN refuses that,
+  // when the constructor retries once with DEFAULT and says so in the selection line.
+  cudnnMathType_t math = CUDNN_FMA_MATH;
   UniqueDropoutDesc dropout;
   Variant chosen;    // runs batches of max_batch
   Variant standard;  // runs every other batch size
@@ -246,8 +249,7 @@ void CudnnBiLstm::Impl::configure(Variant& variant, RnnAlgorithm algorithm) {
   }
   ENHANCED_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(variant.rnn, cudnn_algorithm(algorithm), CUDNN_LSTM,
                                                 CUDNN_RNN_DOUBLE_BIAS, CUDNN_BIDIRECTIONAL, CUDNN_LINEAR_INPUT,
-                                                data_type(), CUDNN_DATA_FLOAT /* mathPrec: FP32 math */,
-                                                bf16 ? CUDNN_TENSOR_OP_MATH : tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH,
+                                                data_type(), CUDNN_DATA_FLOAT /* mathPrec: FP32 math */, math,
                                                 input, hidden,
                                                 hidden /* projSize = hidden: no projection */, 1, dropout,
                                                 CUDNN_RNN_PADDED_IO_ENABLED));
@@ -570,8 +572,22 @@ CudnnBiLstm::CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int i
   s.host_lengths.assign(static_cast<size_t>(max_batch), seq_len);
   s.device_lengths.resize(static_cast<size_t>(max_batch));
   copy_to_device(s.device_lengths.data(), s.host_lengths.data(), s.host_lengths.size(), stream);
-  s.configure(s.standard, RnnAlgorithm::standard);
-  s.select(algorithm, stream);
+  s.math = bf16 ? CUDNN_TENSOR_OP_MATH : tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  try {
+    s.configure(s.standard, RnnAlgorithm::standard);
+    s.select(algorithm, stream);
+  } catch (const Error& e) {
+    // cuDNN may refuse tensor-op math with bfloat16 data (at the descriptor or the first step):
+    // the run goes on with default math, which still computes in FP32, rather than failing.
+    if (s.math != CUDNN_TENSOR_OP_MATH) throw;
+    static_cast<void>(cudaGetLastError());
+    const std::string reason = e.what();
+    s.math = CUDNN_DEFAULT_MATH;
+    s.configure(s.standard, RnnAlgorithm::standard);
+    s.select(algorithm, stream);
+    s.selection += cat("; bf16 tensor-op math refused (", reason.substr(0, reason.find('\n')).substr(0, 160),
+                       "): default math");
+  }
   s.describe(max_batch, stream);
 }
 

@@ -23,7 +23,7 @@ class CudnnBiLstm {
   // fastest; a named one is checked the same way and used (an Error when cuDNN refuses it or it
   // disagrees). Either way it runs batches of max_batch; other sizes run the standard one.
   // bf16 (--precision bf16): cuDNN computes in bfloat16 data with FP32 math (mathPrec FLOAT,
-  // tensor-op math), standard algorithm only (automatic picks it; another named one is an
+  // tensor-op math; default math where cuDNN refuses that, as selection() says), standard algorithm only (automatic picks it; another named one is an
   // Error); tf32 then has no effect here. The calls below still take and give FP32 tensors: the
   // conversions to and from bfloat16 happen inside (lstm.cu says which).
   CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int input, int hidden, bool tf32,
