@@ -62,9 +62,9 @@ class TrainControls : public ::testing::Test {
 fs::path TrainControls::root_;
 DemoFiles TrainControls::files_;
 
-// Kills `run` (in directories under `root`) after each of its file writes in turn, until a run gets through all of them, and
-// continues each killed one: resumed where it left a state file, started again (the same command,
-// no --overwrite) where it did not. Each must end exactly as the uninterrupted run: weights,
+// Kills `run` (in directories under `root`) after each of its file writes in turn, until a run
+// gets through all of them, and continues each killed one: resumed where it left a state file,
+// started again (the same command, no --overwrite) where it did not. Each must end exactly as the uninterrupted run: weights,
 // moments, best.safetensors and every metrics line. Returns the kill points, and how many of them
 // were started again.
 std::pair<int, int> kill_after_every_write(const fs::path& root, const std::string& run, const std::string& name) {
