@@ -62,33 +62,57 @@ class TrainControls : public ::testing::Test {
 fs::path TrainControls::root_;
 DemoFiles TrainControls::files_;
 
-// The run being killed after each of its file writes in turn, then resumed, ends exactly as the
-// uninterrupted run: weights, moments, best.safetensors and every metrics line. Among the split
-// points: a checkpoint on an epoch's last step, before that epoch's validation and metrics line;
-// between the state file and last.safetensors of the final save.
-TEST_F(TrainControls, KilledAfterAnyFileWriteAndResumedEqualsTheUninterruptedRun) {
-  const std::string run = flags() + "--optimizer adam --lr 0.02 --epochs 2 --checkpoint-every 2 --valid-every 3 "
-                                    "--log-every 2 --lr-schedule plateau --lr-patience 0 --lr-factor 0.5 ";
-  ASSERT_EQ(run_app("enhanced-train", run + out("whole")).exit_code, 0);
-  // 10 steps: checkpoints at 2, 4, ..., 10 and epoch ends at 5, 10 (step 10 twice: before and
-  // after its epoch's end): 7 saves of two files each, and best.safetensors at each validation
-  // that improves. Killed after each write in turn until a run gets through all of them.
-  int points = 0;
+// Kills `run` (in directories under `root`) after each of its file writes in turn, until a run
+// gets through all of them, and continues each killed one: resumed where it left a state file,
+// started again (the same command, no --overwrite) where it did not. Each must end exactly as the uninterrupted run: weights,
+// moments, best.safetensors and every metrics line. Returns the kill points, and how many of them
+// were started again.
+std::pair<int, int> kill_after_every_write(const fs::path& root, const std::string& run, const std::string& name) {
+  const fs::path whole = root / (name + "-whole");
+  EXPECT_EQ(run_app("enhanced-train", run + " --out " + whole.string()).exit_code, 0);
+  int points = 0, started_again = 0;
   for (int kill_after = 1;; ++kill_after) {
-    const std::string name = "killed-" + std::to_string(kill_after);
+    const fs::path killed_dir = root / (name + "-killed-" + std::to_string(kill_after));
+    const std::string killed_out = " --out " + killed_dir.string();
     ::setenv("ENHANCED_TEST_EXIT_AFTER_WRITE", std::to_string(kill_after).c_str(), 1);
-    const auto killed = run_app("enhanced-train", run + out(name));
+    const auto killed = run_app("enhanced-train", run + killed_out);
     ::unsetenv("ENHANCED_TEST_EXIT_AFTER_WRITE");
     if (killed.exit_code == 0) break;  // fewer writes than kill_after
-    ASSERT_EQ(killed.exit_code, 137) << name << ": " << killed.output;
+    EXPECT_EQ(killed.exit_code, 137) << killed_dir << ": " << killed.output;
+    if (killed.exit_code != 137) break;
     ++points;
-    const auto resumed = run_app("enhanced-train", "--resume --quiet" + out(name));
-    ASSERT_EQ(resumed.exit_code, 0) << name << ": " << resumed.output;
+    const bool has_state = fs::exists(killed_dir / "optimizer.safetensors");
+    started_again += has_state ? 0 : 1;
+    const auto continued = run_app("enhanced-train", has_state ? "--resume --quiet" + killed_out : run + killed_out);
+    EXPECT_EQ(continued.exit_code, 0) << killed_dir << ": " << continued.output;
     for (const char* file : {"last.safetensors", "best.safetensors", "optimizer.safetensors"})
-      EXPECT_TRUE(read_bytes(dir("whole") / file) == read_bytes(dir(name) / file)) << name << ": " << file;
-    EXPECT_EQ(metrics_without_times(dir("whole")), metrics_without_times(dir(name))) << name;
+      EXPECT_TRUE(read_bytes(whole / file) == read_bytes(killed_dir / file)) << killed_dir << ": " << file;
+    EXPECT_EQ(metrics_without_times(whole), metrics_without_times(killed_dir)) << killed_dir;
   }
+  return {points, started_again};
+}
+
+// Among the split points: a checkpoint on an epoch's last step, before that epoch's validation
+// and metrics line; between the state file and last.safetensors of the final save.
+TEST_F(TrainControls, KilledAfterAnyFileWriteAndResumedEqualsTheUninterruptedRun) {
+  // 10 steps: checkpoints at 2, 4, ..., 10 and epoch ends at 5, 10 (step 10 twice: before and
+  // after its epoch's end): 7 saves of two files each, and best.safetensors at each validation
+  // that improves.
+  const auto [points, started_again] = kill_after_every_write(
+      root_, flags() + "--optimizer adam --lr 0.02 --epochs 2 --checkpoint-every 2 --valid-every 3 --log-every 2 "
+                "--lr-schedule plateau --lr-patience 0 --lr-factor 0.5 ", "kill");
   EXPECT_GT(points, 14) << "every save's two files and at least one best.safetensors";
+  EXPECT_EQ(started_again, 0) << "the first write is a state file";
+}
+
+// Checkpoints at epoch ends only: the validations at step 3 and at the first epoch's end (step 5)
+// write best.safetensors before the first state file. A run killed there holds no run: the same
+// command starts it again, without --overwrite.
+TEST_F(TrainControls, KilledBeforeItsFirstStateFileAndStartedAgainEqualsTheUninterruptedRun) {
+  const auto [points, started_again] = kill_after_every_write(
+      root_, flags() + "--optimizer sgd --lr 0.05 --epochs 2 --valid-every 3 --log-every 2 ", "kill-early");
+  EXPECT_GT(points, 5);
+  EXPECT_GE(started_again, 1) << "best.safetensors is written before the first state file";
 }
 
 // Every step's rate is logged; the schedule is the function tests/test_schedule.cpp checks.

@@ -173,8 +173,10 @@ TrainOptions resumed_options(const TrainOptions& caller, const std::string& reco
   }
   if ((caller.given_flags.count("--epochs") || caller.given_flags.count("--steps")) &&
       (caller.epochs != o.epochs || caller.steps != o.steps)) {
-    std::fprintf(stderr, "resume: the run's length changed from %s to %s\n", length_text(o).c_str(),
-                 length_text(caller).c_str());
+    // --steps sets the length whatever --epochs (recorded as 1 by default) says: said only when it changed.
+    if (length_text(o) != length_text(caller))
+      std::fprintf(stderr, "resume: the run's length changed from %s to %s\n", length_text(o).c_str(),
+                   length_text(caller).c_str());
     o.epochs = caller.epochs;
     o.steps = caller.steps;
   }

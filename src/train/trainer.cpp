@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "enhanced/atomic_file.h"
 #include "enhanced/checkpoint.h"
@@ -28,6 +29,7 @@
 #include "train/class_weights.h"
 #include "train/distributed.h"
 #include "train/run_options.h"
+#include "train/run_signals.h"
 #include "train/run_state.h"
 #include "train/schedule.h"
 
@@ -66,7 +68,8 @@ ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, 
   c.vocab_size = o.vocab_size ? o.vocab_size : (table.rows ? table.rows : data_vocab);
   c.hidden = o.hidden;
   c.seq_len = train.seq_len();
-  c.num_labels = o.num_labels ? o.num_labels : std::max(train.num_labels(), valid ? valid->num_labels() : 0);
+  // L comes from the training set: a validation label outside it is an error (check_fits_model).
+  c.num_labels = o.num_labels ? o.num_labels : train.num_labels();
   c.blend = parse_blend_mode(o.blend);
   c.pool = parse_pool_mode(o.pool);
   c.validate();
@@ -185,6 +188,8 @@ class TrainingRun {
     first_step_ = position_.step;
     print_model();
     note_steps_after_the_last_validation();
+    // Several ranks would have to agree on the step to stop at: there a signal ends the job.
+    if (comm_.size() == 1) stop_at_a_step_boundary_on_signals();
     progress_.restart();  // rates and times count the training loop only
     // A run saved after its epoch's last step but before the epoch's end finishes that first.
     if (position_.batch_in_epoch == batches_) end_epoch();
@@ -199,7 +204,7 @@ class TrainingRun {
     if (monitor_.stop) report_early_stop();
     if (!speaks_) return 0;
     std::fprintf(stderr, "done: %lld steps in %s; checkpoints in %s\n", static_cast<long long>(position_.step),
-                 duration_text(progress_.elapsed_seconds()).c_str(), dir_.c_str());
+                 time_text().c_str(), dir_.c_str());
     if (const std::string note = engine_->closing_note(); !note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
     if (comm_.size() > 1)
       std::fprintf(stderr, "%s\n", communication_note(comm_, position_.step - first_step_, progress_.elapsed_seconds()).c_str());
@@ -208,6 +213,17 @@ class TrainingRun {
 
  private:
   LoaderOptions loader_options() const { return LoaderOptions{o_.batch_size, o_.shuffle, o_.seed, o_.drop_last, true}; }
+
+  // The run's training time so far: the processes before a resume (metrics.jsonl's last time)
+  // and this one.
+  double run_seconds() const { return earlier_seconds_ + progress_.elapsed_seconds(); }
+
+  std::string time_text() const {
+    const std::string here = duration_text(progress_.elapsed_seconds());
+    if (first_step_ == 0) return here;
+    if (earlier_seconds_ < 0) return here + " in this process (metrics.jsonl has no time of the run before it)";
+    return duration_text(run_seconds()) + " (" + here + " in this process)";
+  }
 
   // A run that ends between validations says so: its last steps are in last.safetensors only.
   void note_steps_after_the_last_validation() const {
@@ -233,6 +249,7 @@ class TrainingRun {
       cut_metrics(path, position_.metrics_lines);
     }
     metrics_lines_ = std::max<int64_t>(position_.metrics_lines, 0);
+    if (o_.resume) earlier_seconds_ = fs::exists(path) ? last_seconds(path) : -1;
     metrics_.open(path, o_.resume ? std::ios::app : std::ios::trunc);
     if (!metrics_) fail(path.string(), ": cannot write");
   }
@@ -242,6 +259,17 @@ class TrainingRun {
     int64_t lines = 0;
     for (std::string line; std::getline(in, line);) ++lines;
     return lines;
+  }
+
+  // The "seconds" of the file's last line that has them (0: none does).
+  static double last_seconds(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::string last;
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"seconds\"") != std::string::npos) last = line;
+    if (last.empty()) return 0;
+    const nlohmann::json j = nlohmann::json::parse(last, nullptr, false);
+    return j.is_object() && j.contains("seconds") && j["seconds"].is_number() ? j["seconds"].get<double>() : 0;
   }
 
   static void cut_metrics(const fs::path& path, int64_t lines) {
@@ -285,6 +313,7 @@ class TrainingRun {
     while (const Batch* batch = loader.next()) {
       engine_->enqueue_train_step(*batch, learning_rate(position_.step));
       ++position_.step;
+      raise_signals_if_asked(position_.step);
       ++position_.batch_in_epoch;
       const bool epoch_end = position_.batch_in_epoch == batches_;
       const bool log_now = position_.step % o_.log_every == 0 || position_.step == total_steps_;
@@ -303,8 +332,20 @@ class TrainingRun {
         epoch_done = epoch_end;
         break;
       }
+      if (stop_signal() != 0) return save_on_signal();
     }
     return 0;
+  }
+
+  // SIGINT or SIGTERM arrived: the step taken is saved as a periodic checkpoint would save it (a
+  // position on an epoch's last batch included: a resume does that epoch's end first).
+  int save_on_signal() {
+    if (const int code = collect()) return code;
+    if (saved_at_step_ != position_.step) save();
+    progress_.finish();
+    std::fprintf(stderr, "interrupted at step %lld: saved, --resume continues\n",
+                 static_cast<long long>(position_.step));
+    return 128 + stop_signal();
   }
 
   // Waits for the queued steps and adds their loss and accuracy to the interval and the epoch. A
@@ -338,7 +379,8 @@ class TrainingRun {
     const RunningTotals& interval = position_.interval;
     write_metrics({{"kind", "train"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
                    {"loss", interval.mean_loss()}, {"accuracy", interval.accuracy()},
-                   {"lr", learning_rate(position_.step - 1)}, {"samples_per_s", rate}, {"seconds", elapsed}});
+                   {"lr", learning_rate(position_.step - 1)}, {"samples_per_s", rate},
+                   {"seconds", earlier_seconds_ < 0 ? elapsed : run_seconds()}});
     char text[160];
     std::snprintf(text, sizeof text, "epoch %lld/%lld  step %lld/%lld  loss %.4f  acc %.3f  %.0f samples/s  ETA %s",
                   static_cast<long long>(position_.epoch + 1),
@@ -461,6 +503,7 @@ class TrainingRun {
   int64_t metrics_lines_ = 0;  // lines in metrics.jsonl
   int64_t writes_ = 0;         // files written by this process
   int64_t saved_at_step_ = -1; // the step of the last save
+  double earlier_seconds_ = 0;  // training time before this process (-1: not known)
 };
 
 
@@ -475,11 +518,15 @@ int run_training(TrainOptions options) {
 int run_training(TrainOptions options, Communicator& communicator) {
   const bool rank0 = communicator.rank() == 0;
   if (options.out_dir.empty()) fail("--out is required");
+  if (options.resume && !fs::is_directory(options.out_dir)) fail(no_run_to_resume(options.out_dir));
+  // Rank 0 alone touches --out, and locks it before it reads the state or removes anything.
+  std::optional<OutputDirectory> out;
+  if (rank0) out.emplace(options.out_dir);
   std::unique_ptr<SafetensorsReader> saved_state;  // optimizer.safetensors of the run resumed
   const TrainOptions given = options;              // the command line, before the recorded options
   if (options.resume) {
     const fs::path state = fs::path(options.out_dir) / "optimizer.safetensors";
-    if (!fs::exists(state)) fail(options.out_dir, ": no run to resume (", state.string(), " does not exist)");
+    if (!fs::exists(state)) fail(no_run_to_resume(options.out_dir));
     if (options.overwrite) fail("--resume and --overwrite contradict each other: continue the run in ", options.out_dir,
                                 ", or replace it");
     saved_state = std::make_unique<SafetensorsReader>(state.string());
@@ -525,16 +572,15 @@ int run_training(TrainOptions options, Communicator& communicator) {
     }
   }
   run.check_controls_fit_the_run();
-  if (!rank0) {  // rank 0 alone touches --out
+  if (!rank0) {
     run.use_device(device, threads);
     return run.run();
   }
   prepare_run_files(options);
-  OutputDirectory out(options.out_dir);
   remove_stale_temp_files(options.out_dir);  // left by a run killed with SIGKILL
   run.use_device(device, threads);
   const int code = run.run();
-  if (code == 0 || fs::exists(fs::path(options.out_dir) / "optimizer.safetensors")) out.keep();
+  if (code == 0 || fs::exists(fs::path(options.out_dir) / "optimizer.safetensors")) out->keep();
   return code;
 }
 
