@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -197,6 +198,83 @@ TEST(Distributed, ADifferentFileOnOneRankIsOneError) {
   EXPECT_EQ(r.output.find(line), r.output.rfind(line)) << "one error line\n" << r.output;
   EXPECT_NE(r.output.find(files.train_ebin + " is not the file rank 0 reads"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(s.dir / "run" / "last.safetensors"));
+}
+
+// Two ranks started apart (MPMD: `mpirun -np 1 A : -np 1 B`), under a timeout that a deadlock
+// would run into; how long the job took.
+struct TimedResult {
+  AppResult result;
+  double seconds = 0;
+};
+
+TimedResult train_apart(const std::string& rank0_flags, const std::string& rank1_flags) {
+  const std::string app = std::string(ENHANCED_APP_DIR) + "/enhanced-train ";
+  const auto start = std::chrono::steady_clock::now();
+  TimedResult out;
+  out.result = run_command(cat("timeout 120 ", ENHANCED_MPIEXEC, " --allow-run-as-root --oversubscribe -np 1 ", app,
+                               rank0_flags, " : -np 1 ", app, rank1_flags));
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+// The job ends within a bounded time (the ranks' abort, not the timeout nor fail_as's minute)
+// with a non-zero exit and rank 1's one line naming `what`, and no checkpoint.
+void expect_rank_one_refused(const TimedResult& r, const std::string& what, const fs::path& out) {
+  EXPECT_NE(r.result.exit_code, 0) << r.result.output;
+  EXPECT_LT(r.seconds, 45.0) << r.result.output;
+  const std::string line = "error: rank 1 (";
+  const size_t at = r.result.output.find(line);
+  ASSERT_NE(at, std::string::npos) << r.result.output;
+  EXPECT_EQ(at, r.result.output.rfind(line)) << "one error line\n" << r.result.output;
+  const size_t end = r.result.output.find('\n', at);
+  EXPECT_NE(r.result.output.substr(at, end - at).find(what), std::string::npos) << r.result.output;
+  EXPECT_FALSE(fs::exists(out / "last.safetensors")) << r.result.output;
+}
+
+// Ranks given different options stop at the start, naming the first option that differs and
+// both values: a different length would deadlock, a different model or batch end in MPI's
+// truncation error, a different data order or loss train without a word.
+TEST(Distributed, RanksWithDifferentOptionsAreOneError) {
+  SKIP_WITHOUT_MPI();
+  const RunSetup s = setup("options-differ");
+  const std::string rank0 = s.flags + "--steps 30 ";
+  std::string other_model = rank0;
+  other_model.replace(other_model.find("--hidden 6"), 10, "--hidden 7");
+  const struct {
+    std::string rank1_flags;
+    const char* says;
+  } cases[] = {
+      {s.flags + "--steps 60 ", "--steps is 60, rank 0 has 30"},
+      {other_model, "--hidden is 7, rank 0 has 6"},
+      {rank0 + "--no-shuffle ", "--no-shuffle is on, rank 0 has off"},
+      {rank0 + "--class-weights balanced ", "--class-weights is balanced, rank 0 has (none)"},
+  };
+  int index = 0;
+  for (const auto& c : cases) {
+    const fs::path out = s.dir / std::to_string(index++);
+    const std::string to = "--out " + out.string();
+    expect_rank_one_refused(train_apart(rank0 + to, c.rank1_flags + to), c.says, out);
+  }
+}
+
+// A rank that resumes another state than rank 0's (a stale state file on its host) stops at the
+// start, naming the two positions.
+TEST(Distributed, RanksResumingDifferentStatesAreOneError) {
+  SKIP_WITHOUT_MPI();
+  const RunSetup s = setup("state-differs");
+  const fs::path ahead = s.dir / "ahead", behind = s.dir / "behind";
+  ASSERT_EQ(train(1, s.flags + "--steps 10 --out " + ahead.string()).exit_code, 0);
+  ASSERT_EQ(train(1, s.flags + "--steps 5 --out " + behind.string()).exit_code, 0);
+  const std::string last = testing::read_bytes(ahead / "last.safetensors");
+  // Both resumed to the same length: the merged options agree, the positions do not.
+  const TimedResult r = train_apart("--resume --steps 30 --quiet --out " + ahead.string(),
+                                    "--resume --steps 30 --quiet --out " + behind.string());
+  EXPECT_NE(r.result.exit_code, 0) << r.result.output;
+  EXPECT_LT(r.seconds, 45.0) << r.result.output;
+  EXPECT_NE(r.result.output.find("the resumed run's position is step 5 (epoch 1, batch 5), rank 0 has step 10"),
+            std::string::npos) << r.result.output;
+  EXPECT_NE(r.result.output.find("error: rank 1 ("), std::string::npos) << r.result.output;
+  EXPECT_EQ(testing::read_bytes(ahead / "last.safetensors"), last) << "the refused run wrote nothing";
 }
 
 // A run that diverges stops every rank at the same step (the ranks' sums are the same), and the
