@@ -1,18 +1,23 @@
 // Data-parallel training (docs/distributed.md) as users run it: enhanced-train under
 // `mpirun --allow-run-as-root --oversubscribe -np N` against the same command in one process.
-// Every test is SKIPPED, with the reason, in a build without MPI.
+// Every test that launches ranks is SKIPPED, with the reason, in a build without MPI.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "app_runner.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/common.h"
 #include "enhanced/demo.h"
+#include "enhanced/trainer.h"
+#include "train/run_options.h"
 
 namespace enhanced {
 namespace {
@@ -198,6 +203,32 @@ TEST(Distributed, ADifferentFileOnOneRankIsOneError) {
   EXPECT_EQ(r.output.find(line), r.output.rfind(line)) << "one error line\n" << r.output;
   EXPECT_NE(r.output.find(files.train_ebin + " is not the file rank 0 reads"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(s.dir / "run" / "last.safetensors"));
+}
+
+// What check_same_run compares needs no MPI: every recorded option but the data paths (compared
+// by content) and the thread count (per host), then --check-every, --device and --resume; a flag
+// reads "on" when it moves its default.
+TEST(Distributed, TheRanksCompareEveryRecordedOptionButThePerRankOnes) {
+  TrainOptions o;
+  o.data_path = "a.ebin";
+  o.valid_path = "v.ebin";
+  o.threads = 3;
+  o.shuffle = false;
+  o.steps = 30;
+  o.class_weights = "balanced";
+  const std::vector<std::pair<std::string, std::string>> shared = shared_options(o);
+  const auto value_of = [&](const std::string& flag) {
+    for (const auto& [name, value] : shared)
+      if (name == flag) return value;
+    return std::string("<absent>");
+  };
+  EXPECT_EQ(value_of("--steps"), "30");
+  EXPECT_EQ(value_of("--no-shuffle"), "on");
+  EXPECT_EQ(value_of("--drop-last"), "off");
+  EXPECT_EQ(value_of("--class-weights"), "balanced");
+  EXPECT_EQ(value_of("--resume"), "off");
+  for (const char* per_rank : {"--data", "--valid", "--threads"}) EXPECT_EQ(value_of(per_rank), "<absent>") << per_rank;
+  EXPECT_EQ(shared.size(), nlohmann::json::parse(run_options_text(o)).size() - 3 + 3);
 }
 
 // Two ranks started apart (MPMD: `mpirun -np 1 A : -np 1 B`), under a timeout that a deadlock
