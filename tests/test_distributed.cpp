@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -289,7 +290,7 @@ TEST(Distributed, RanksWithDifferentOptionsAreOneError) {
 }
 
 // A rank that resumes another state than rank 0's (a stale state file on its host) stops at the
-// start, naming the two positions.
+// start, naming the two positions, or the file's bytes when the positions agree.
 TEST(Distributed, RanksResumingDifferentStatesAreOneError) {
   SKIP_WITHOUT_MPI();
   const RunSetup s = setup("state-differs");
@@ -306,6 +307,17 @@ TEST(Distributed, RanksResumingDifferentStatesAreOneError) {
             std::string::npos) << r.result.output;
   EXPECT_NE(r.result.output.find("error: rank 1 ("), std::string::npos) << r.result.output;
   EXPECT_EQ(testing::read_bytes(ahead / "last.safetensors"), last) << "the refused run wrote nothing";
+  // The same position from other bytes: the last float's lowest mantissa byte changed.
+  const fs::path other = s.dir / "other";
+  fs::copy(ahead, other);
+  std::string state = testing::read_bytes(other / "optimizer.safetensors");
+  state[state.size() - 4] ^= 1;
+  std::ofstream(other / "optimizer.safetensors", std::ios::binary | std::ios::trunc) << state;
+  const TimedResult same_step = train_apart("--resume --steps 30 --quiet --out " + ahead.string(),
+                                            "--resume --steps 30 --quiet --out " + other.string());
+  EXPECT_NE(same_step.result.exit_code, 0) << same_step.result.output;
+  EXPECT_NE(same_step.result.output.find("error: rank 1 ("), std::string::npos) << same_step.result.output;
+  EXPECT_NE(same_step.result.output.find("--out's optimizer.safetensors is "), std::string::npos) << same_step.result.output;
 }
 
 // A run that diverges stops every rank at the same step (the ranks' sums are the same), and the

@@ -21,7 +21,8 @@ Entries run_entries(const TrainOptions& options, const SafetensorsReader* state)
   entries.emplace_back("the resumed run's position",
                        cat("step ", at.step, " (epoch ", at.epoch + 1, ", batch ", at.batch_in_epoch, ")"));
   const FileFingerprint print = file_fingerprint(state->path());
-  entries.emplace_back(state->path(), cat(print.size, " bytes, hash ", std::hex, print.hash));
+  // Named alike on every rank: each reads its own --out, whose path may differ.
+  entries.emplace_back("--out's optimizer.safetensors", cat(print.size, " bytes, hash ", std::hex, print.hash));
   return entries;
 }
 
