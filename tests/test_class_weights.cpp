@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cuda_test_util.h"
+#include "data_test_util.h"
 #include "enhanced/common.h"
 #include "enhanced/engine.h"
 #include "train/class_weights.h"
@@ -37,6 +38,7 @@ class ClassWeightsFile : public ::testing::Test {
     const fs::path path = fs::path(ENHANCED_TEST_TMP) / ("weights." + std::to_string(::getpid()) + ".txt");
     std::ofstream(path, std::ios::trunc) << text;
     paths_.push_back(path);
+    test_util::drop_fuzz_seed("class_weights", path.string(), cat(".", paths_.size()));
     return path;
   }
   void TearDown() override {

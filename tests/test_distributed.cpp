@@ -1,17 +1,24 @@
 // Data-parallel training (docs/distributed.md) as users run it: enhanced-train under
 // `mpirun --allow-run-as-root --oversubscribe -np N` against the same command in one process.
-// Every test is SKIPPED, with the reason, in a build without MPI.
+// Every test that launches ranks is SKIPPED, with the reason, in a build without MPI.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "app_runner.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/common.h"
 #include "enhanced/demo.h"
+#include "enhanced/trainer.h"
+#include "train/run_options.h"
 
 namespace enhanced {
 namespace {
@@ -197,6 +204,120 @@ TEST(Distributed, ADifferentFileOnOneRankIsOneError) {
   EXPECT_EQ(r.output.find(line), r.output.rfind(line)) << "one error line\n" << r.output;
   EXPECT_NE(r.output.find(files.train_ebin + " is not the file rank 0 reads"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(s.dir / "run" / "last.safetensors"));
+}
+
+// What check_same_run compares needs no MPI: every recorded option but the data paths (compared
+// by content) and the thread count (per host), then --check-every, --device and --resume; a flag
+// reads "on" when it moves its default.
+TEST(Distributed, TheRanksCompareEveryRecordedOptionButThePerRankOnes) {
+  TrainOptions o;
+  o.data_path = "a.ebin";
+  o.valid_path = "v.ebin";
+  o.threads = 3;
+  o.shuffle = false;
+  o.steps = 30;
+  o.class_weights = "balanced";
+  const std::vector<std::pair<std::string, std::string>> shared = shared_options(o);
+  const auto value_of = [&](const std::string& flag) {
+    for (const auto& [name, value] : shared)
+      if (name == flag) return value;
+    return std::string("<absent>");
+  };
+  EXPECT_EQ(value_of("--steps"), "30");
+  EXPECT_EQ(value_of("--no-shuffle"), "on");
+  EXPECT_EQ(value_of("--drop-last"), "off");
+  EXPECT_EQ(value_of("--class-weights"), "balanced");
+  EXPECT_EQ(value_of("--resume"), "off");
+  for (const char* per_rank : {"--data", "--valid", "--threads"}) EXPECT_EQ(value_of(per_rank), "<absent>") << per_rank;
+  EXPECT_EQ(shared.size(), nlohmann::json::parse(run_options_text(o)).size() - 3 + 3);
+}
+
+// Two ranks started apart (MPMD: `mpirun -np 1 A : -np 1 B`), under a timeout that a deadlock
+// would run into; how long the job took.
+struct TimedResult {
+  AppResult result;
+  double seconds = 0;
+};
+
+TimedResult train_apart(const std::string& rank0_flags, const std::string& rank1_flags) {
+  const std::string app = std::string(ENHANCED_APP_DIR) + "/enhanced-train ";
+  const auto start = std::chrono::steady_clock::now();
+  TimedResult out;
+  out.result = run_command(cat("timeout 120 ", ENHANCED_MPIEXEC, " --allow-run-as-root --oversubscribe -np 1 ", app,
+                               rank0_flags, " : -np 1 ", app, rank1_flags));
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+// The job ends within a bounded time (the ranks' abort, not the timeout nor fail_as's minute)
+// with a non-zero exit and rank 1's one line naming `what`, and no checkpoint.
+void expect_rank_one_refused(const TimedResult& r, const std::string& what, const fs::path& out) {
+  EXPECT_NE(r.result.exit_code, 0) << r.result.output;
+  EXPECT_LT(r.seconds, 45.0) << r.result.output;
+  const std::string line = "error: rank 1 (";
+  const size_t at = r.result.output.find(line);
+  ASSERT_NE(at, std::string::npos) << r.result.output;
+  EXPECT_EQ(at, r.result.output.rfind(line)) << "one error line\n" << r.result.output;
+  const size_t end = r.result.output.find('\n', at);
+  EXPECT_NE(r.result.output.substr(at, end - at).find(what), std::string::npos) << r.result.output;
+  EXPECT_FALSE(fs::exists(out / "last.safetensors")) << r.result.output;
+}
+
+// Ranks given different options stop at the start, naming the first option that differs and
+// both values: a different length would deadlock, a different model or batch end in MPI's
+// truncation error, a different data order or loss train without a word.
+TEST(Distributed, RanksWithDifferentOptionsAreOneError) {
+  SKIP_WITHOUT_MPI();
+  const RunSetup s = setup("options-differ");
+  const std::string rank0 = s.flags + "--steps 30 ";
+  std::string other_model = rank0;
+  other_model.replace(other_model.find("--hidden 6"), 10, "--hidden 7");
+  const struct {
+    std::string rank1_flags;
+    const char* says;
+  } cases[] = {
+      {s.flags + "--steps 60 ", "--steps is 60, rank 0 has 30"},
+      {other_model, "--hidden is 7, rank 0 has 6"},
+      {rank0 + "--no-shuffle ", "--no-shuffle is on, rank 0 has off"},
+      {rank0 + "--class-weights balanced ", "--class-weights is balanced, rank 0 has (none)"},
+  };
+  int index = 0;
+  for (const auto& c : cases) {
+    const fs::path out = s.dir / std::to_string(index++);
+    const std::string to = "--out " + out.string();
+    expect_rank_one_refused(train_apart(rank0 + to, c.rank1_flags + to), c.says, out);
+  }
+}
+
+// A rank that resumes another state than rank 0's (a stale state file on its host) stops at the
+// start, naming the two positions, or the file's bytes when the positions agree.
+TEST(Distributed, RanksResumingDifferentStatesAreOneError) {
+  SKIP_WITHOUT_MPI();
+  const RunSetup s = setup("state-differs");
+  const fs::path ahead = s.dir / "ahead", behind = s.dir / "behind";
+  ASSERT_EQ(train(1, s.flags + "--steps 10 --out " + ahead.string()).exit_code, 0);
+  ASSERT_EQ(train(1, s.flags + "--steps 5 --out " + behind.string()).exit_code, 0);
+  const std::string last = testing::read_bytes(ahead / "last.safetensors");
+  // Both resumed to the same length: the merged options agree, the positions do not.
+  const TimedResult r = train_apart("--resume --steps 30 --quiet --out " + ahead.string(),
+                                    "--resume --steps 30 --quiet --out " + behind.string());
+  EXPECT_NE(r.result.exit_code, 0) << r.result.output;
+  EXPECT_LT(r.seconds, 45.0) << r.result.output;
+  EXPECT_NE(r.result.output.find("the resumed run's position is step 5 (epoch 1, batch 5), rank 0 has step 10"),
+            std::string::npos) << r.result.output;
+  EXPECT_NE(r.result.output.find("error: rank 1 ("), std::string::npos) << r.result.output;
+  EXPECT_EQ(testing::read_bytes(ahead / "last.safetensors"), last) << "the refused run wrote nothing";
+  // The same position from other bytes: the last float's lowest mantissa byte changed.
+  const fs::path other = s.dir / "other";
+  fs::copy(ahead, other);
+  std::string state = testing::read_bytes(other / "optimizer.safetensors");
+  state[state.size() - 4] ^= 1;
+  std::ofstream(other / "optimizer.safetensors", std::ios::binary | std::ios::trunc) << state;
+  const TimedResult same_step = train_apart("--resume --steps 30 --quiet --out " + ahead.string(),
+                                            "--resume --steps 30 --quiet --out " + other.string());
+  EXPECT_NE(same_step.result.exit_code, 0) << same_step.result.output;
+  EXPECT_NE(same_step.result.output.find("error: rank 1 ("), std::string::npos) << same_step.result.output;
+  EXPECT_NE(same_step.result.output.find("--out's optimizer.safetensors is "), std::string::npos) << same_step.result.output;
 }
 
 // A run that diverges stops every rank at the same step (the ranks' sums are the same), and the

@@ -8,11 +8,19 @@
 
 #include "enhanced/communicator.h"
 #include "enhanced/model.h"
+#include "enhanced/safetensors.h"
+#include "enhanced/trainer.h"
 
 namespace enhanced {
 
 // The CPU threads of each rank: `requested`, else this host's cores shared by its ranks.
 int threads_for_rank(int requested, const Communicator& communicator);
+
+// Every rank has rank 0's options (shared_options, after a resume merged the recorded ones) and
+// resumes rank 0's state (`state`, the state file read; nullptr: a new run), at the same step and
+// from the same bytes; otherwise the first rank that differs names the first option that does and
+// both values, and the job ends. The first collective of a run: its sizes depend on no option.
+void check_same_run(Communicator& communicator, const TrainOptions& options, const SafetensorsReader* state);
 
 // Every rank's files (the same list on each) have rank 0's size and content hash; otherwise the
 // first rank that differs reports it, naming its host and the file, and the job ends.

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -159,6 +160,24 @@ std::string run_options_text(const TrainOptions& options) {
   json out = json::object();
   for (const OptionField& field : option_fields()) out[field.key] = field.save(options);
   return out.dump();
+}
+
+std::vector<std::pair<std::string, std::string>> shared_options(const TrainOptions& options) {
+  static const std::set<std::string> per_rank = {"data", "valid", "threads"};
+  static const TrainOptions defaults;
+  const auto on_off = [](bool given) { return std::string(given ? "on" : "off"); };
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const OptionField& field : option_fields()) {
+    if (per_rank.count(field.key)) continue;
+    const json value = field.save(options);
+    // --no-shuffle is given when shuffle is false: a flag is "on" when it moves its default.
+    out.emplace_back(*field.flag ? field.flag : field.key,
+                     value.is_boolean() ? on_off(value != field.save(defaults)) : readable(field, value));
+  }
+  out.emplace_back("--check-every", std::to_string(options.check_every));
+  out.emplace_back("--device", options.device);
+  out.emplace_back("--resume", on_off(options.resume));
+  return out;
 }
 
 TrainOptions resumed_options(const TrainOptions& caller, const std::string& recorded, const std::string& source) {

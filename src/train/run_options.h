@@ -4,6 +4,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "enhanced/trainer.h"
 
@@ -11,6 +13,12 @@ namespace enhanced {
 
 // The recorded options as one JSON object (text).
 std::string run_options_text(const TrainOptions& options);
+
+// The options every rank of a data-parallel run must share, as (flag, value) pairs: the recorded
+// ones but the data files' paths (check_same_files compares their contents; hosts may mount them
+// apart) and the thread count (each host's cores), then the few that are not recorded. A flag
+// without a value reads "on" when given, "off" when not.
+std::vector<std::pair<std::string, std::string>> shared_options(const TrainOptions& options);
 
 // The run to resume: the recorded options, with what the caller may change on resume (the run's
 // length when given, the thread count when given, TF32 when asked for, a named LSTM algorithm).

@@ -537,6 +537,7 @@ int run_training(TrainOptions options, Communicator& communicator) {
   if (options.log_every <= 0) fail("--log-every must be positive, got ", options.log_every);
   check_training_controls(options);
   if (options.check_every <= 0) fail("--check-every must be positive, got ", options.check_every);
+  check_same_run(communicator, options, saved_state.get());  // the first collective: the options size later ones
   const int threads = configure_cpu_threads(threads_for_rank(options.threads, communicator));
   const Device device = resolve_device(options.device, rank0);
 
