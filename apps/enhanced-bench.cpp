@@ -207,7 +207,7 @@ void add_options(CLI::App& app, BenchOptions& o) {
   app.add_flag("--lazy-embedding-updates", o.lazy, "Lazy embedding updates");
   add_cuda_options(app, o.cuda, o.cuda_flags);
   add_precision_option(app, o.precision);
-  app.add_option("--threads", o.threads, "CPU threads (default: every core)")->check(at_least(0));
+  add_threads_option(app, o.threads);
   app.add_option("--warmup", o.warmup, "Untimed runs first")->capture_default_str()->check(at_least(0));
   app.add_option("--repeats", o.repeats, "Timed runs")->capture_default_str()->check(at_least(1));
   app.add_flag("--no-loader", o.skip_loader, "Skip the loader and prediction measurements");

@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   app.add_option("--predictions", predictions, "Write sample,label,predicted,probability rows to this CSV");
   app.add_flag("--json", json, "Print one JSON object instead of tables");
   app.add_option("--batch-size", batch_size, "Samples per batch")->capture_default_str()->check(at_least(1));
-  app.add_option("--threads", threads, "CPU threads (default: every core)")->check(at_least(0));
+  add_threads_option(app, threads);
   app.add_option("--device", device, "auto, cpu or cuda")->capture_default_str();
   ModelFlags model_flags;
   add_model_flags(app, model_flags);

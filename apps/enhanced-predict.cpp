@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   app.add_option("--logits", outputs.logits, "Write every logit as .npy (N, L) float32");
   app.add_option("--probabilities", outputs.probabilities, "Write every softmax probability as .npy (N, L) float32");
   app.add_option("--batch-size", batch_size, "Samples per batch")->capture_default_str()->check(at_least(1));
-  app.add_option("--threads", threads, "CPU threads (default: every core)")->check(at_least(0));
+  add_threads_option(app, threads);
   app.add_option("--device", device, "auto, cpu or cuda")->capture_default_str();
   ModelFlags model_flags;
   add_model_flags(app, model_flags);

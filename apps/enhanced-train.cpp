@@ -71,20 +71,20 @@ int main(int argc, char** argv) {
   app.add_option("--pool", o.pool, "Max-pool over: feature (default) or time")
       ->capture_default_str()->check(CLI::IsMember({"feature", "time"}));
   app.add_option("--optimizer", optimizer, "sgd or adam")->capture_default_str()->check(CLI::IsMember({"sgd", "adam"}));
-  app.add_option("--lr", o.optimizer.learning_rate, "Learning rate")->capture_default_str()->check(greater_than(0.0));
-  app.add_option("--momentum", o.optimizer.momentum, "SGD momentum")->capture_default_str()->check(in_range_below(0.0, 1.0));
-  app.add_option("--beta1", o.optimizer.beta1, "Adam beta1")->capture_default_str()->check(in_range_below(0.0, 1.0));
-  app.add_option("--beta2", o.optimizer.beta2, "Adam beta2")->capture_default_str()->check(in_range_below(0.0, 1.0));
-  app.add_option("--epsilon", o.optimizer.epsilon, "Adam epsilon")->capture_default_str()->check(greater_than(0.0));
+  app.add_option("--lr", o.optimizer.learning_rate, "Learning rate")->capture_default_str()->check(greater_than(0.0f));
+  app.add_option("--momentum", o.optimizer.momentum, "SGD momentum")->capture_default_str()->check(in_range_below(0.0f, 1.0f));
+  app.add_option("--beta1", o.optimizer.beta1, "Adam beta1")->capture_default_str()->check(in_range_below(0.0f, 1.0f));
+  app.add_option("--beta2", o.optimizer.beta2, "Adam beta2")->capture_default_str()->check(in_range_below(0.0f, 1.0f));
+  app.add_option("--epsilon", o.optimizer.epsilon, "Adam epsilon")->capture_default_str()->check(greater_than(0.0f));
   app.add_flag("--lazy-embedding-updates", o.optimizer.lazy_embedding,
                "Update only the embedding rows in the batch (cost independent of V)");
   app.add_option("--clip-norm", o.optimizer.clip_norm, "Clip the global gradient norm to this (0: off)")
       ->capture_default_str()
-      ->check(at_least(0.0));
+      ->check(at_least(0.0f));
   app.add_option("--weight-decay", o.optimizer.weight_decay,
                  "Weight decay: Adam decoupled (AdamW), SGD L2 (torch SGD weight_decay); 0: off")
       ->capture_default_str()
-      ->check(at_least(0.0));
+      ->check(at_least(0.0f));
   app.add_flag("--weight-decay-embedding", o.optimizer.weight_decay_embedding,
                "Decay the embedding table too (with --lazy-embedding-updates: only the batch's rows)");
   app.add_option("--class-weights", o.class_weights,
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   bool no_shuffle = false;
   app.add_flag("--no-shuffle", no_shuffle, "Visit samples in file order");
   app.add_flag("--drop-last", o.drop_last, "Drop the last partial batch of each epoch");
-  app.add_option("--threads", o.threads, "CPU threads (default: every core)")->check(at_least(0));
+  add_threads_option(app, o.threads);
   app.add_option("--device", o.device, "auto, cpu or cuda")->capture_default_str();
   CudaFlags cuda_flags;
   add_cuda_options(app, o.cuda, cuda_flags);

@@ -42,13 +42,16 @@ inline AppResult run_command(const std::string& command_line) {
 // Runs an app of the build tree. `address_space_mib` > 0 runs the app under that RLIMIT_AS
 // (ulimit -v), so that a test can prove an input is refused before a large allocation rather
 // than by it. AddressSanitizer reserves terabytes of shadow address space, so its builds run
-// without the limit.
-inline AppResult run_app(const std::string& app, const std::string& arguments, int address_space_mib = 0) {
+// without the limit. `timeout_s` > 0 ends the app after that many seconds (exit status 124), so
+// that a test of an input that could block (a FIFO) fails instead of hanging.
+inline AppResult run_app(const std::string& app, const std::string& arguments, int address_space_mib = 0,
+                         int timeout_s = 0) {
 #if defined(__SANITIZE_ADDRESS__)
   address_space_mib = 0;
 #endif
   const std::string limit = address_space_mib > 0 ? "ulimit -v " + std::to_string(address_space_mib * 1024) + " && " : "";
-  return run_command(limit + std::string(ENHANCED_APP_DIR) + "/" + app + " " + arguments);
+  const std::string timeout = timeout_s > 0 ? "timeout -k 5 " + std::to_string(timeout_s) + " " : "";
+  return run_command(limit + timeout + std::string(ENHANCED_APP_DIR) + "/" + app + " " + arguments);
 }
 
 // enhanced-train's report of a halt, from "error: non-finite " up to its first ';' (what, step,

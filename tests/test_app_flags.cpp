@@ -52,7 +52,15 @@ TEST(AppFlags, TrainRefusesEachBadNumberWithASentence) {
       {"enhanced-train", kTrain + "--epsilon 0", "error: --epsilon must be greater than 0, got 0"},
       {"enhanced-train", kTrain + "--clip-norm -1", "error: --clip-norm must be at least 0, got -1"},
       {"enhanced-train", kTrain + "--clip-norm inf", "error: --clip-norm must be a finite number at least 0, got 'inf'"},
-      {"enhanced-train", kTrain + "--threads -1", "error: --threads must be at least 0, got -1"},
+      {"enhanced-train", kTrain + "--threads -1", "error: --threads must be in [0, 4096], got -1"},
+      {"enhanced-train", kTrain + "--threads 2147483647", "error: --threads must be in [0, 4096], got 2147483647"},
+      // A float flag's value must fit a float: 1e300 would be recorded as inf, 1e-50 would be 0.
+      {"enhanced-train", kTrain + "--clip-norm 1e300",
+       "error: --clip-norm must be at least 0 and fit a float (at most 3.40282e+38), got 1e300"},
+      {"enhanced-train", kTrain + "--weight-decay -1e39",
+       "error: --weight-decay must be at least 0 and fit a float (at most 3.40282e+38), got -1e39"},
+      {"enhanced-train", kTrain + "--lr 1e-50", "error: --lr must be greater than 0, got 1e-50"},
+      {"enhanced-train", kTrain + "--beta2 0.99999999", "error: --beta2 must be in [0, 1), got 0.99999999"},
       {"enhanced-train", kTrain + "--log-every 0", "error: --log-every must be at least 1, got 0"},
       // An int64_t flag takes more than an int, and says so beyond its own type.
       {"enhanced-train", kTrain + "--steps 3000000000", "error: x.ebin: cannot open: No such file or directory"},
@@ -67,7 +75,10 @@ TEST(AppFlags, EvalAndDataRefuseEachBadNumberWithASentence) {
   const std::string eval = "--data x.ebin --checkpoint x.safetensors --device cpu ";
   const std::vector<FlagCase> cases = {
       {"enhanced-eval", eval + "--batch-size 0", "error: --batch-size must be at least 1, got 0"},
-      {"enhanced-eval", eval + "--threads -3", "error: --threads must be at least 0, got -3"},
+      {"enhanced-eval", eval + "--threads -3", "error: --threads must be in [0, 4096], got -3"},
+      {"enhanced-eval", eval + "--threads 2147483647", "error: --threads must be in [0, 4096], got 2147483647"},
+      {"enhanced-predict", "--data x.ebin --checkpoint x.safetensors --threads 4097",
+       "error: --threads must be in [0, 4096], got 4097"},
       {"enhanced-data", "convert a.jsonl b.ebin --seq-len 0", "error: --seq-len must be at least 1, got 0"},
       {"enhanced-data", "demo " ENHANCED_TEST_TMP "/flags-demo --train 0", "error: --train must be at least 1, got 0"},
       {"enhanced-data", "demo " ENHANCED_TEST_TMP "/flags-demo -T 1", "error: --seq-len must be at least 2, got 1"},
@@ -98,7 +109,8 @@ TEST(AppFlags, BenchRefusesEachBadNumberWithASentence) {
       {"enhanced-bench", bench + "--empty-probability 2", "error: --empty-probability must be in [0, 1], got 2"},
       {"enhanced-bench", bench + "--empty-probability nan",
        "error: --empty-probability must be a finite number in [0, 1], got 'nan'"},
-      {"enhanced-bench", bench + "--threads -1", "error: --threads must be at least 0, got -1"},
+      {"enhanced-bench", bench + "--threads -1", "error: --threads must be in [0, 4096], got -1"},
+      {"enhanced-bench", bench + "--threads 2147483647", "error: --threads must be in [0, 4096], got 2147483647"},
       {"enhanced-bench", bench + "--warmup -1", "error: --warmup must be at least 0, got -1"},
       {"enhanced-bench", bench + "--repeats 0", "error: --repeats must be at least 1, got 0"},
       {"enhanced-bench", "--device cpu -B 100000 -T 100000 --max-identifier 5",
@@ -128,6 +140,13 @@ TEST(AppFlags, RulesAcceptTheirEdgesAndRefuseJustBeyond) {
             "must be at least 1 and at most 9223372036854775807, got 99999999999999999999");
   EXPECT_EQ(count.check(""), "must be a whole number at least 1, got ''");
   EXPECT_EQ(count.check("1e3"), "must be a whole number at least 1, got '1e3'");
+  NumberRule single{0.0, HUGE_VAL};  // a float flag's (at_least(0.0f))
+  single.single = true;
+  EXPECT_EQ(single.check("3.4e38"), "");
+  EXPECT_EQ(single.check("3.5e38"), "must be at least 0 and fit a float (at most 3.40282e+38), got 3.5e38");
+  EXPECT_EQ(single.check("1e300"), "must be at least 0 and fit a float (at most 3.40282e+38), got 1e300");
+  const NumberRule wide_real{0.0, HUGE_VAL};  // a double flag's takes it
+  EXPECT_EQ(wide_real.check("1e300"), "");
 }
 
 }  // namespace

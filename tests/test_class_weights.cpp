@@ -8,6 +8,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "app_runner.h"
 #include "cuda_test_util.h"
 #include "data_test_util.h"
 #include "enhanced/common.h"
@@ -72,6 +73,37 @@ TEST_F(ClassWeightsFile, ErrorsNameTheFileAndThePosition) {
   EXPECT_NE(error_of("1 2 3").find("3 class weights, the model has 4 labels"), std::string::npos);
   EXPECT_NE(error_of("1 2 3 4 5").find(":1:9: class weight 4: more than 4 numbers"), std::string::npos);
   EXPECT_THROW(read_class_weights("/nonexistent/weights.txt", 4), Error);
+}
+
+// L = 4 weights are at most 4 lines of 64 bytes: a file one byte longer is refused by its size.
+TEST_F(ClassWeightsFile, AFileLongerThanLNumbersCanBeIsRefused) {
+  const std::string padded = "1 2 3 4" + std::string(256 - 7, ' ');
+  EXPECT_EQ(error_of(padded), "");
+  EXPECT_NE(error_of(padded + " ").find(": 257 bytes, longer than the 256 that 4 class weights can be (4 lines of a "
+                                        "number, at most 64 bytes each)"),
+            std::string::npos);
+}
+
+// --class-weights /dev/zero grew to 1.2 GB; a 1 GiB file (sparse) is refused by its size under
+// an address-space limit that reading it whole could not pass, and a device is not read at all.
+TEST(ClassWeightsApp, ADeviceOrAHugeFileIsRefusedBeforeItIsRead) {
+  const fs::path dir = fs::path(ENHANCED_TEST_TMP) / ("weights-app." + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const DemoFiles files = testing::write_small_demo(dir / "data");
+  const std::string big = (dir / "big.txt").string();
+  std::ofstream(big) << "1 1 1 1\n";
+  fs::resize_file(big, uint64_t{1} << 30);
+  const std::string flags = testing::small_train_flags(files) + "--device cpu --steps 1 --out " + (dir / "run").string();
+  const auto huge = testing::run_app("enhanced-train", flags + " --class-weights " + big, 1536);
+  EXPECT_EQ(huge.exit_code, 1) << huge.output;
+  EXPECT_NE(huge.output.find("error: " + big + ": 1073741824 bytes, longer than the 256 that 4 class weights can be"),
+            std::string::npos)
+      << huge.output;
+  const auto device = testing::run_app("enhanced-train", flags + " --class-weights /dev/zero", 1536, 60);
+  EXPECT_EQ(device.exit_code, 1) << device.output;
+  EXPECT_NE(device.output.find("error: /dev/zero: not a regular file (a character device)"), std::string::npos)
+      << device.output;
+  fs::remove_all(dir);
 }
 
 TEST(ClassWeights, TheEngineWeighsTrainingLossesNotEvaluation) {

@@ -2,10 +2,13 @@
 // exit status, the one-line message (file, line, position, field) and that no output is left.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
 
+#include "app_runner.h"
 #include "data_test_util.h"
 #include "enhanced/engine.h"
 #include "enhanced/common.h"
@@ -301,6 +304,88 @@ TEST_F(DataCliEbin, SectionOutOfRange) {
 TEST_F(DataCliEbin, EmptyFile) {
   bytes_.clear();
   expect_error("d.ebin: empty file");
+}
+
+// ---- inputs that are not regular files, and lines longer than a sample can be --------------
+
+// The whole "error: " line of an app's output, "" when there is none.
+std::string error_line(const std::string& output) {
+  const size_t at = output.rfind("error: ", 0) == 0 ? 0 : output.find("\nerror: ");
+  if (at == std::string::npos) return "";
+  const size_t begin = at == 0 ? 0 : at + 1;
+  return output.substr(begin, output.find('\n', begin) - begin);
+}
+
+// A FIFO used to block convert, inspect and split forever; a directory said "cannot mmap: No
+// such device" or "read failed after line 0"; /dev/zero grew without bound. Each is refused at
+// once, by the one input rule.
+TEST(DataCliInputs, FifoDirectoryAndDeviceAreRefusedByName) {
+  const std::string dir = scratch_dir();
+  const std::vector<std::pair<std::string, std::string>> inputs = {{dir + "/fifo.jsonl", "a FIFO"}, {dir + "/fifo.ebin", "a FIFO"},
+                                                             {dir + "/dir.jsonl", "a directory"}, {dir + "/dir.ebin", "a directory"},
+                                                             {"/dev/zero", "a character device"}};
+  for (const auto& [path, kind] : inputs) {
+    if (kind == "a FIFO") {
+      ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << path;
+    }
+    if (kind == "a directory") std::filesystem::create_directory(path);
+    const std::string out = dir + (path.ends_with(".ebin") ? "/out.jsonl" : "/out.ebin");
+    for (const std::string& command : {"convert " + path + " " + out, "inspect " + path,
+                                       "split " + path + " " + dir + "/part --fractions 0.5,0.5"}) {
+      const auto r = testing::run_app("enhanced-data", command, 0, 20);
+      EXPECT_EQ(r.exit_code, 1) << command << ": " << r.output;
+      EXPECT_EQ(error_line(r.output), "error: " + path + ": not a regular file (" + kind + ")") << command;
+    }
+  }
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"dir.ebin", "dir.jsonl", "fifo.ebin", "fifo.jsonl"}));
+}
+
+// The longest line a sample can be, with json.dumps' spacing: both lists of every position full
+// of 10-digit ids. T = 2 of them convert, so the bound is no tighter than the format.
+std::string longest_line(int seq_len) {
+  std::string full = "[2147483647";
+  for (int k = 1; k < kMaxIdsPerList; ++k) full += ", 2147483647";
+  full += "]";
+  std::string line = "{\"label\": 2147483646, \"tokens\": [";
+  for (int t = 0; t < seq_len; ++t) line += (t ? ", [" : "[") + full + ", " + full + ", [2147483647]]";
+  return line + "]}";
+}
+
+TEST(DataCliInputs, TheLongestSampleConvertsAndAFullerListIsRefused) {
+  const std::string dir = scratch_dir();
+  const std::string line = longest_line(2);
+  EXPECT_LE(line.size(), jsonl_line_limit(2));
+  EXPECT_GT(line.size() + 64, jsonl_line_limit(2)) << "the bound is far above the longest sample";
+  write_text(dir + "/full.jsonl", line + "\r\n" + line + "\n");
+  AppResult r = run_data_app("convert '" + dir + "/full.jsonl' '" + dir + "/full.ebin' --seq-len 2", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string over = R"({"label":1,"tokens":[[[1],[],[3]],[[],[)";
+  for (int k = 0; k <= kMaxIdsPerList; ++k) over += k ? ",4" : "4";
+  expect_convert_error({kGood, over + "],[5]],[[6],[],[7]],[[8],[],[11]]]}"},
+                       "in.jsonl: line 2: position 1: field 1 (auxiliary) holds 4097 ids, more than the 4096 a list may hold");
+}
+
+// A file of zeros with no newline (sparse: no disk) used to be read whole into one line: 688 MB
+// for 300 MB. The line is refused at the bound, under an address-space limit it could not pass.
+TEST(DataCliInputs, ALineLongerThanASampleCanBeIsRefusedInBoundedMemory) {
+  const std::string dir = scratch_dir(), zeros = dir + "/zeros.jsonl", after = dir + "/after.jsonl";
+  write_text(zeros, "");
+  std::filesystem::resize_file(zeros, uint64_t{1} << 30);
+  write_text(after, kGood + "\n");
+  std::filesystem::resize_file(after, uint64_t{1} << 30);
+  const int limit_mib = 1536;  // a CUDA build maps ~850 MiB before main
+  const auto expect_refused = [&](const std::string& arguments, const std::string& line) {
+    const auto r = testing::run_app("enhanced-data", arguments + " " + dir + "/out.ebin", limit_mib);
+    EXPECT_EQ(r.exit_code, 1) << arguments << ": " << r.output;
+    EXPECT_EQ(error_line(r.output), line) << arguments;
+  };
+  expect_refused("convert " + zeros, "error: " + zeros + ": line 1 is longer than 67108864 bytes (the longest first "
+                                     "line read before T is known; give --seq-len T for longer samples)");
+  expect_refused("convert --seq-len 400 " + zeros, cat("error: ", zeros, ": line 1 is longer than ", jsonl_line_limit(400),
+                                                       " bytes (the longest line a sample of T=400 can be)"));
+  expect_refused("convert " + after, cat("error: ", after, ": line 2 is longer than ", jsonl_line_limit(4),
+                                         " bytes (the longest line a sample of T=4 can be)"));
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"after.jsonl", "zeros.jsonl"}));
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 // outputs, every input form (.ebin, JSON Lines, labeled or not), NumPy reading the .npy files,
 // and every bad input; the unlabeled set refused by training and evaluation.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -160,6 +163,96 @@ TEST_F(Predict, EveryInputFormGivesTheSameBytesAndJsonLinesTheSameContent) {
   // No temporary is left in the system's temporary directory by the JSON Lines input.
   for (const auto& entry : fs::directory_iterator(fs::temp_directory_path()))
     EXPECT_EQ(entry.path().filename().string().find("enhanced-predict.unlabeled.jsonl"), std::string::npos);
+}
+
+// Labels are ignored, so no label value can matter: 5 and 2^31-2 on this L = 4 model (which the
+// loss once read past the logits for: a segfault, or a silent read) give the valid labels' outputs.
+TEST_F(Predict, LabelsBeyondTheModelAreHarmless) {
+  const auto base = predict("--data " + files_.test_ebin + " --top-k 2 --logits " + path("valid-labels.npy"));
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  for (const std::string label : {"5", "2147483646"}) {
+    std::string text;
+    for (const std::string& line : lines_of(read_text(path("labeled.jsonl"))))
+      text += "{\"label\":" + label + line.substr(line.find(",\"tokens\"")) + "\n";
+    const std::string jsonl = path("label" + label + ".jsonl"), ebin = path("label" + label + ".ebin");
+    write_text(jsonl, text);
+    convert_jsonl_to_ebin(jsonl, ebin, 0);
+    for (const std::string& data : {jsonl, ebin}) {
+      const auto run = predict("--data " + data + " --top-k 2 --logits " + path("big-labels.npy"));
+      ASSERT_EQ(run.exit_code, 0) << data << ": " << run.output;
+      EXPECT_EQ(run.output, base.output) << data;
+      EXPECT_EQ(read_text(path("big-labels.npy")), read_text(path("valid-labels.npy"))) << data;
+    }
+  }
+}
+
+// The whole "error: " line of an app's output, "" when there is none.
+std::string error_line(const std::string& output) {
+  const size_t at = output.rfind("error: ", 0) == 0 ? 0 : output.find("\nerror: ");
+  if (at == std::string::npos) return "";
+  const size_t begin = at == 0 ? 0 : at + 1;
+  return output.substr(begin, output.find('\n', begin) - begin);
+}
+
+// Every input file flag of the apps that run a model, given a FIFO (which used to block
+// --data, --valid and --class-weights forever) or a directory ("cannot mmap: No such device"):
+// one line naming the file and what it is, at once.
+TEST_F(Predict, EveryInputFlagRefusesAFifoAndADirectory) {
+  const std::string train = "--device cpu --quiet --hidden 4 --steps 1 --out " + path("fifo-run") + " ";
+  const std::string data = "--data " + files_.train_ebin + " ";
+  const std::vector<std::pair<std::string, std::string>> flags = {
+      {"enhanced-train", train + "--data "},
+      {"enhanced-train", train + data + "--valid "},
+      {"enhanced-train", train + data + "--class-weights "},
+      {"enhanced-train", train + data + "--pretrained "},
+      {"enhanced-train", train + data + "--init-from "},
+      {"enhanced-eval", "--device cpu --checkpoint " + checkpoint() + " --data "},
+      {"enhanced-eval", "--device cpu --data " + files_.test_ebin + " --checkpoint "},
+      {"enhanced-predict", "--device cpu --quiet --checkpoint " + checkpoint() + " --data "},
+      {"enhanced-predict", "--device cpu --quiet --data " + files_.test_ebin + " --checkpoint "},
+  };
+  const std::string fifo = path("in.fifo"), fifo_jsonl = path("fifo.jsonl"), folder = path("folder");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo(fifo_jsonl.c_str(), 0600), 0);
+  fs::create_directory(folder);
+  const std::vector<std::pair<std::string, std::string>> inputs = {
+      {fifo, "a FIFO"}, {folder, "a directory"}, {fifo_jsonl, "a FIFO"}};
+  for (const auto& [app, arguments] : flags)
+    for (const auto& [input, kind] : inputs) {
+      if (input == fifo_jsonl && app != "enhanced-predict") continue;  // predict reads .jsonl directly
+      const auto run = testing::run_app(app, arguments + input, 0, 20);
+      EXPECT_EQ(run.exit_code, 1) << app << " " << arguments << input << ": " << run.output;
+      EXPECT_EQ(error_line(run.output), "error: " + input + ": not a regular file (" + kind + ")") << app << " " << arguments;
+    }
+  fs::remove(fifo);
+  fs::remove(fifo_jsonl);
+  fs::remove(folder);
+}
+
+// The id of a process that has exited and been reaped.
+long dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  return child;
+}
+
+// A killed enhanced-predict (or eval) leaves OUT.tmp.<pid>: the next run writing into that
+// folder removes it, for every output.
+TEST_F(Predict, StaleTemporariesOfEveryOutputAreRemoved) {
+  const std::string dir = path("stale"), dead = std::to_string(dead_pid());
+  fs::create_directories(dir);
+  for (const std::string name : {"p.csv", "l.npy"}) test_util::write_text(dir + "/" + name + ".tmp." + dead, "left by kill -9");
+  const auto run = predict("--data " + files_.test_ebin + " --out " + dir + "/p.csv --logits " + dir + "/l.npy");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(test_util::list_dir(dir), (std::vector<std::string>{"l.npy", "p.csv"}));
+  fs::create_directories(path("stale-eval"));
+  test_util::write_text(path("stale-eval") + "/e.csv.tmp." + dead, "left by kill -9");
+  const auto eval = testing::run_app("enhanced-eval", "--device cpu --threads 2 --data " + files_.test_ebin +
+                                                          " --checkpoint " + checkpoint() + " --predictions " +
+                                                          path("stale-eval") + "/e.csv");
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_EQ(test_util::list_dir(path("stale-eval")), std::vector<std::string>{"e.csv"});
 }
 
 TEST_F(Predict, ProgressLineOnStderrUnlessQuiet) {

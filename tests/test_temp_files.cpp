@@ -18,6 +18,7 @@
 #include "app_runner.h"
 #include "data_test_util.h"
 #include "enhanced/atomic_file.h"
+#include "enhanced/jsonl.h"
 
 namespace enhanced {
 namespace {
@@ -81,30 +82,28 @@ TEST(StaleTempFiles, ConvertAndTrainRemoveThemWhenTheyStart) {
   EXPECT_FALSE(has_temp_files(dir + "/run"));
 }
 
-// enhanced-data convert reading a FIFO that the test keeps open, so the conversion is mid-way
-// (its section temporaries on disk) for as long as the test wants.
+// enhanced-data convert of a file long enough (a million lines: seconds of parsing) that the
+// conversion is mid-way, its section temporaries on disk, when the signal comes. (A FIFO would
+// hold it there for as long as the test wanted, but an input must be a regular file.)
 void expect_signal_removes_temporaries(int signal_number) {
-  const std::string dir = scratch_dir(), fifo = dir + "/in.jsonl";
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string dir = scratch_dir(), in = dir + "/in.jsonl";
+  {
+    std::string lines;
+    for (int i = 0; i < 1000000; ++i) lines += kSample + "\n";
+    write_text(in, lines);
+  }
   const std::string app = std::string(ENHANCED_APP_DIR) + "/enhanced-data", out = dir + "/out.ebin";
   const pid_t child = ::fork();
   if (child == 0) {
     std::freopen("/dev/null", "w", stderr);
-    ::execl(app.c_str(), app.c_str(), "convert", fifo.c_str(), out.c_str(), "--seq-len", "2", static_cast<char*>(nullptr));
+    ::execl(app.c_str(), app.c_str(), "convert", in.c_str(), out.c_str(), "--seq-len", "2", static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  // O_RDWR: Linux opens a FIFO this way without waiting for a reader, so a converter that never
-  // starts fails the test below instead of hanging it.
-  FILE* writer = ::fdopen(::open(fifo.c_str(), O_RDWR), "w");
-  ASSERT_NE(writer, nullptr);
-  for (int i = 0; i < 100; ++i) std::fprintf(writer, "%s\n", kSample.c_str());
-  std::fflush(writer);
-  for (int wait = 0; wait < 500 && !has_temp_files(dir); ++wait) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int wait = 0; wait < 500 && !has_temp_files(dir); ++wait) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_TRUE(has_temp_files(dir)) << "the conversion never started writing";
   ::kill(child, signal_number);
   int status = 0;
   ::waitpid(child, &status, 0);
-  std::fclose(writer);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == signal_number) << "status " << status;
   EXPECT_EQ(list_dir(dir), std::vector<std::string>{"in.jsonl"});
 }
@@ -130,6 +129,22 @@ TEST(AtomicFile, MissingDirectoryNamesTheUsersPath) {
   }
   EXPECT_NO_THROW(check_output_directory(dir + "/here.csv"));
   EXPECT_NO_THROW(check_output_directory("here.csv"));
+}
+
+// A temporary that cannot be created (here: a directory is in its place) is reported under the
+// output the user named, "x.ebin: cannot create", never as "x.ebin.tmp.9494.labels".
+TEST(AtomicFile, CreateFailureNamesTheOutputNotTheTemporary) {
+  const std::string dir = scratch_dir(), out = dir + "/x.ebin";
+  write_text(dir + "/in.jsonl", kSample + "\n");
+  for (const std::string suffix : {"", ".labels", ".aux_ids"}) {
+    const std::string temporary = temp_name(out, suffix);
+    fs::create_directory(temporary);
+    EXPECT_EQ(error_of([&] { FileWriter writer(temporary); }), out + ": cannot create: Is a directory") << suffix;
+    EXPECT_EQ(error_of([&] { convert_jsonl_to_ebin(dir + "/in.jsonl", out, 0); }), out + ": cannot create: Is a directory")
+        << suffix;
+    fs::remove(temporary);
+  }
+  EXPECT_EQ(list_dir(dir), std::vector<std::string>{"in.jsonl"});
 }
 
 // Outputs not there yet are the same file under the same normalised path.

@@ -24,11 +24,14 @@ namespace enhanced {
 // (which compare false against any bound and so would slip through a plain comparison), and,
 // for rules with integer bounds (at_least(1) rather than at_least(0.0)), fractions and values
 // beyond the bound's type (at_least(1): an int; at_least(int64_t{1}): an int64_t, so give the
-// bound the flag's type). CLI11 runs a rule on the text before converting it, so it is parsed here.
+// bound the flag's type). Likewise a float flag's rule (at_least(0.0f)) judges the value as the
+// float it becomes: 1e300 does not fit one (it would be inf), and 1e-50 is 0 there. CLI11 runs a
+// rule on the text before converting it, so it is parsed here.
 struct NumberRule {
   double low = -HUGE_VAL, high = HUGE_VAL;
   bool low_open = false, high_open = false, integer = false;
   long long whole_max = LLONG_MAX;  // the flag's type's largest value, for integer rules
+  bool single = false;              // the flag is a float
 
   static std::string show(double value, bool integer) {
     return integer ? std::to_string(static_cast<long long>(value)) : cat(value);
@@ -41,11 +44,14 @@ struct NumberRule {
   std::string check(const std::string& text) const {
     errno = 0;
     char* end = nullptr;
-    const double value = integer ? static_cast<double>(std::strtoll(text.c_str(), &end, 10)) : std::strtod(text.c_str(), &end);
+    double value = integer ? static_cast<double>(std::strtoll(text.c_str(), &end, 10)) : std::strtod(text.c_str(), &end);
     if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value))
       return cat("must be ", integer ? "a whole number " : "a finite number ", range_text(), ", got '", text, "'");
     if (integer && (errno == ERANGE || value > static_cast<double>(whole_max)))
       return cat("must be ", range_text(), " and at most ", whole_max, ", got ", text);
+    if (single && std::fabs(value) > static_cast<double>(std::numeric_limits<float>::max()))
+      return cat("must be ", range_text(), " and fit a float (at most ", std::numeric_limits<float>::max(), "), got ", text);
+    if (single) value = static_cast<double>(static_cast<float>(value));
     const bool below = low_open ? !(value > low) : !(value >= low), above = high_open ? !(value < high) : !(value <= high);
     return below || above ? cat("must be ", range_text(), ", got ", text) : "";
   }
@@ -56,6 +62,7 @@ template <class T>
 CLI::Validator number_rule(NumberRule rule) {
   rule.integer = std::is_integral_v<T>;
   if constexpr (std::is_integral_v<T>) rule.whole_max = static_cast<long long>(std::numeric_limits<T>::max());
+  rule.single = std::is_same_v<T, float>;
   return CLI::Validator([rule](std::string& text) { return rule.check(text); }, rule.range_text());
 }
 }  // namespace detail
@@ -75,6 +82,13 @@ CLI::Validator in_range(T low, T high) {
 template <class T>
 CLI::Validator in_range_below(T low, T high) {
   return detail::number_rule<T>({static_cast<double>(low), static_cast<double>(high), false, true});
+}
+
+// --threads, the same in every app: 0 (every core) up to kMaxThreads, far more than any machine
+// has; a larger count would only ask OpenMP for threads it cannot start.
+constexpr int kMaxThreads = 4096;
+inline void add_threads_option(CLI::App& app, int& threads) {
+  app.add_option("--threads", threads, "CPU threads (default: every core)")->check(in_range(0, kMaxThreads));
 }
 
 // A 64-bit seed: digits only, at most 2^64 - 1 (CLI11's conversion wraps "-1" silently).

@@ -12,7 +12,8 @@
 
 namespace enhanced {
 
-// Buffered binary/text writer over FILE*; every failure throws Error naming the file.
+// Buffered binary/text writer over FILE*; every failure throws Error naming the file: for a
+// temp_name file, the output it stands for (the user's path, not the temporary).
 class FileWriter {
  public:
   FileWriter() = default;
@@ -67,6 +68,9 @@ std::string temp_name(const std::string& path, const std::string& suffix = "");
 // the paths removed.
 // Call it where a run or a conversion starts writing into `dir`.
 std::vector<std::string> remove_stale_temp_files(const std::string& dir);
+// The same in the folder that the output `path` goes to: every writer (convert, split, predict's
+// outputs, write_file_atomically) calls it before it makes its own temporaries there.
+std::vector<std::string> remove_stale_temp_files_beside(const std::string& path);
 
 // Installs a SIGTERM and SIGINT handler that removes every file TempFiles has registered, then
 // re-raises the signal with its default action (the exit status still names the signal).

@@ -46,9 +46,10 @@ using InferenceBatchFn = std::function<void(const Batch& batch, double mean_loss
 // Runs the engine's model over the dataset in file order (batches of up to batch_size, at most
 // the engine's max batch, filled by the prefetching loader): the one forward pass of
 // enhanced-eval, enhanced-predict and validation. communicator (nullable) of several ranks: each
-// rank runs its part of every batch (shard_of) and sees only that part.
+// rank runs its part of every batch (shard_of) and sees only that part. `labels_used` false: the
+// set's labels never reach the engine (its loss is then meaningless), so any label is harmless.
 void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch,
-                   Communicator* communicator = nullptr);
+                   Communicator* communicator = nullptr, bool labels_used = true);
 
 // run_inference, scored against the set's labels. With a communicator of several ranks the sums
 // are reduced, so every rank gets the whole set's result (without predictions: keep_predictions

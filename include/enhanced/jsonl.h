@@ -8,6 +8,18 @@
 
 namespace enhanced {
 
+// The most ids field 0 or field 1 of one position may hold: what bounds a line, and so the
+// memory a conversion needs, by T.
+constexpr int kMaxIdsPerList = 4096;
+// Before T is known (the first line, without --seq-len), a line may be at most this long.
+constexpr uint64_t kFirstLineLimit = uint64_t{64} << 20;
+
+// The longest line a sample of T positions can be (every list full of 10-digit ids, spaced as
+// Python's json.dumps spaces them); T = 0: kFirstLineLimit. A longer line is refused, naming
+// this bound (jsonl_line_limit_reason), before more than it is read.
+uint64_t jsonl_line_limit(int seq_len);
+std::string jsonl_line_limit_reason(int seq_len);
+
 struct ConvertStats {
   int64_t samples = 0;
   int seq_len = 0;

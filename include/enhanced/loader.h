@@ -22,6 +22,9 @@ struct LoaderOptions {
   uint64_t seed = 0;
   bool drop_last = false;
   bool prefetch = true;
+  // false: every batch's labels are 0, whatever the set holds. For inference that ignores them
+  // (enhanced-predict): a label >= L would otherwise index past a row of logits in the loss.
+  bool labels = true;
 };
 
 // The order of an epoch: a permutation of [0, n) that depends only on (seed, epoch), or the

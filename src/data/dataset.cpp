@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "enhanced/common.h"
+#include "io/input_file.h"
 
 namespace enhanced {
 
@@ -92,15 +93,8 @@ Dataset Dataset::open(const std::string& path, const std::string& name) {
 
 void Dataset::map_file() {
   const std::string& path = path_;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    fail(path, ": cannot stat: ", std::strerror(err));
-  }
-  const uint64_t real_size = static_cast<uint64_t>(st.st_size);
+  uint64_t real_size = 0;
+  const int fd = open_input_descriptor(path, real_size);  // a FIFO or a directory is refused by name
   if (looks_like_json_lines(fd)) {
     ::close(fd);
     fail(path, ": looks like JSON Lines, not .ebin: run enhanced-data convert ", path, " OUT.ebin first");

@@ -1,13 +1,12 @@
-// JSON Lines <-> .ebin conversion. The JSONL side is streamed line by line; each .ebin section
-// goes to its own temporary file, which are then assembled behind the header into a temporary
-// output that is renamed into place. Memory use does not depend on the input size.
+// JSON Lines <-> .ebin conversion. The JSONL side is streamed line by line, each line bounded by
+// the longest a sample of T can be; each .ebin section goes to its own temporary file, which are
+// then assembled behind the header into a temporary output that is renamed into place. Memory
+// use does not depend on the input size.
 #include "enhanced/jsonl.h"
 
 #include <charconv>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -18,6 +17,7 @@
 #include "enhanced/progress.h"
 #include "enhanced/common.h"
 #include "enhanced/dataset.h"
+#include "io/line_reader.h"
 
 namespace enhanced {
 
@@ -260,6 +260,9 @@ class JsonlSampleParser {
 
   // Fields 0 and 1: ragged ids into their section, then the running count into its offsets.
   void add_ragged(const json& list, int t, int field, FileWriter& ids, FileWriter& offsets, uint64_t& count) {
+    if (list.size() > static_cast<size_t>(kMaxIdsPerList))
+      fail(file_, ": line ", line_no_, ": position ", t, ": field ", field, " (", field_name(field), ") holds ",
+           list.size(), " ids, more than the ", kMaxIdsPerList, " a list may hold");
     for (const json& v : list) {
       const int32_t value = id(v, t, field);
       ids.put(value);
@@ -327,17 +330,26 @@ void assemble_ebin(const std::string& path, const DatasetHeader& h, SectionWrite
 
 }  // namespace
 
+uint64_t jsonl_line_limit(int seq_len) {
+  if (seq_len <= 0) return kFirstLineLimit;
+  constexpr uint64_t kId = 12;                                      // "2147483647, " (or "[2147483647]")
+  constexpr uint64_t kList = 2 + kId * kMaxIdsPerList;              // "[" ids "]"
+  constexpr uint64_t kPosition = 1 + kList + 2 + kList + 2 + kId + 1 + 2;  // "[" list ", " list ", " [id] "]" ", "
+  constexpr uint64_t kFrame = 64;  // {"label": 2147483646, "tokens": [ ... ]}, 36 bytes, and room
+  return kFrame + static_cast<uint64_t>(seq_len) * kPosition;
+}
+
+std::string jsonl_line_limit_reason(int seq_len) {
+  if (seq_len <= 0) return "the longest first line read before T is known; give --seq-len T for longer samples";
+  return cat("the longest line a sample of T=", seq_len, " can be");
+}
+
 ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::string& out_path, int seq_len,
                                    bool show_progress) {
   if (seq_len < 0) fail(jsonl_path, ": sequence length must be positive (or 0: from the first sample), got ", seq_len);
   if (same_file(jsonl_path, out_path)) fail(out_path, ": output would overwrite the input");
-  remove_stale_temp_files(std::filesystem::path(out_path).parent_path().string());
-  std::ifstream in(jsonl_path, std::ios::binary);
-  if (!in) fail(jsonl_path, ": cannot open: ", std::strerror(errno));
-  // Not zero-filled: a small input touches one page of it, not the whole megabyte.
-  constexpr size_t kInputBuffer = 1 << 20;
-  const auto inbuf = std::make_unique_for_overwrite<char[]>(kInputBuffer);
-  in.rdbuf()->pubsetbuf(inbuf.get(), static_cast<std::streamsize>(kInputBuffer));
+  remove_stale_temp_files_beside(out_path);
+  LineReader in(jsonl_path, jsonl_line_limit(seq_len), jsonl_line_limit_reason(seq_len));
 
   TempFiles temps;
   const std::string tmp_out = temps.add(temp_name(out_path));
@@ -346,13 +358,13 @@ ConvertStats convert_jsonl_to_ebin(const std::string& jsonl_path, const std::str
   ConvertProgress progress(show_progress, jsonl_path);
   std::string line;
   int64_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+  while (in.next(line)) {
+    line_no = in.line_number();
     parser.add(line, line_no);
+    if (line_no == 1 && seq_len == 0)  // T of line 1 bounds every other line
+      in.set_limit(jsonl_line_limit(sections.seq_len), jsonl_line_limit_reason(sections.seq_len));
     progress.tick(line_no);
   }
-  if (in.bad()) fail(jsonl_path, ": read failed after line ", line_no);
   if (sections.samples == 0) fail(jsonl_path, ": no samples");
   progress.done(line_no);
   for (FileWriter* section : sections.in_file_order()) section->close();
@@ -385,7 +397,7 @@ void append_list(std::string& s, std::span<const int32_t> ids) {
 
 ConvertStats convert_ebin_to_jsonl(const std::string& ebin_path, const std::string& out_path) {
   if (same_file(ebin_path, out_path)) fail(out_path, ": output would overwrite the input");
-  remove_stale_temp_files(std::filesystem::path(out_path).parent_path().string());
+  remove_stale_temp_files_beside(out_path);
   Dataset ds = Dataset::open(ebin_path);
   TempFiles temps;
   const std::string tmp_out = temps.add(temp_name(out_path, ""));

@@ -97,6 +97,7 @@ void BatchLoader::fill(int buffer, int64_t batch_index) {
   const int64_t first = batch_index * options_.batch_size;
   const auto count = static_cast<int>(std::min<int64_t>(options_.batch_size, n - first));
   fill_batch(buffers_[buffer], dataset_, order_.data() + first, count);
+  if (!options_.labels) std::fill(buffers_[buffer].labels.begin(), buffers_[buffer].labels.end(), 0);
 }
 
 void BatchLoader::post_request(int64_t batch_index, int buffer) {

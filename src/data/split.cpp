@@ -2,11 +2,8 @@
 #include "enhanced/split.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <numeric>
 
@@ -14,6 +11,7 @@
 #include "enhanced/common.h"
 #include "enhanced/jsonl.h"
 #include "enhanced/loader.h"
+#include "io/line_reader.h"
 
 namespace enhanced {
 
@@ -161,18 +159,19 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 // The JSON Lines parts: each line of `in` copied, as it is, into its sample's part.
-void write_jsonl_parts(const std::string& in, const std::vector<int>& part_of, std::vector<std::unique_ptr<FileWriter>>& outs) {
-  std::ifstream input(in, std::ios::binary);
-  if (!input) fail(in, ": cannot open: ", std::strerror(errno));
+// Its lines were parsed already, so each is bounded by the set's T.
+void write_jsonl_parts(const std::string& in, int seq_len, const std::vector<int>& part_of,
+                       std::vector<std::unique_ptr<FileWriter>>& outs) {
+  LineReader input(in, jsonl_line_limit(seq_len), jsonl_line_limit_reason(seq_len));
   std::string line;
   size_t sample = 0;
-  while (std::getline(input, line)) {
+  while (input.next(line)) {
     if (sample >= part_of.size()) fail(in, ": changed while being split (more lines than samples)");
     FileWriter& out = *outs[static_cast<size_t>(part_of[sample++])];
     out.write(line.data(), line.size());
     out.put('\n');
   }
-  if (input.bad() || sample != part_of.size()) fail(in, ": changed while being split (read failed or fewer lines)");
+  if (sample != part_of.size()) fail(in, ": changed while being split (fewer lines than samples)");
 }
 
 }  // namespace
@@ -188,8 +187,7 @@ std::vector<SplitPart> split_dataset(const std::string& in, const std::string& o
     if (same_file(in, parts.back().path)) fail(parts.back().path, ": output would overwrite the input");
   }
   check_output_directory(parts[0].path);
-  const std::string dir = std::filesystem::path(parts[0].path).parent_path().string();
-  remove_stale_temp_files(dir.empty() ? "." : dir);
+  remove_stale_temp_files_beside(parts[0].path);
 
   TempFiles temps;
   std::string ebin = in;
@@ -197,7 +195,7 @@ std::vector<SplitPart> split_dataset(const std::string& in, const std::string& o
     ebin = temps.add(temp_name(out_prefix + "-split.ebin"));
     convert_jsonl_to_ebin(in, ebin, 0);
   }
-  const Dataset dataset = Dataset::open(ebin);
+  const Dataset dataset = Dataset::open(ebin, in);  // errors name the user's file, not the temporary
   if (dataset.num_samples() == 0) fail(in, ": no samples to split");
   const std::vector<std::vector<int64_t>> samples = split_samples(dataset, options.fractions, options.seed);
   for (size_t k = 0; k < parts.size(); ++k) {
@@ -214,7 +212,7 @@ std::vector<SplitPart> split_dataset(const std::string& in, const std::string& o
       for (int64_t s : samples[k]) part_of[static_cast<size_t>(s)] = static_cast<int>(k);
     std::vector<std::unique_ptr<FileWriter>> outs;
     for (const std::string& temporary : temporaries) outs.push_back(std::make_unique<FileWriter>(temporary));
-    write_jsonl_parts(in, part_of, outs);
+    write_jsonl_parts(in, dataset.seq_len(), part_of, outs);
     for (auto& out : outs) out->close();
   } else {
     for (size_t k = 0; k < parts.size(); ++k) write_ebin_samples(temporaries[k], dataset, samples[k]);

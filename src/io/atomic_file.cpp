@@ -16,7 +16,8 @@ namespace enhanced {
 
 namespace {
 
-// The file a temp_name stands for (its name up to this process's first ".tmp.<pid>"), or `path`.
+// The file a temp_name stands for (its name up to this process's first ".tmp.<pid>"), or `path`:
+// what an error names, the file the user asked for.
 std::string temp_target(const std::string& path) {
   const size_t at = path.find(cat(".tmp.", static_cast<long>(::getpid())));
   return at == std::string::npos ? path : path.substr(0, at);
@@ -36,7 +37,7 @@ FileWriter::FileWriter(const std::string& path) : path_(path) {
   if (file_ == nullptr) {
     const int error = errno;
     check_output_directory(temp_target(path));
-    fail(path, ": cannot create: ", std::strerror(error));
+    fail(temp_target(path), ": cannot create: ", std::strerror(error));
   }
   std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
 }
@@ -47,7 +48,7 @@ FileWriter::~FileWriter() {
 
 void FileWriter::write(const void* data, size_t bytes) {
   if (bytes == 0) return;
-  if (std::fwrite(data, 1, bytes, file_) != bytes) fail(path_, ": write failed: ", std::strerror(errno));
+  if (std::fwrite(data, 1, bytes, file_) != bytes) fail(temp_target(path_), ": write failed: ", std::strerror(errno));
   size_ += bytes;
 }
 
@@ -57,8 +58,8 @@ void FileWriter::pad_to(uint64_t alignment) {
 }
 
 void FileWriter::append_file(const std::string& path) {
-  FILE* in = std::fopen(path.c_str(), "rb");
-  if (in == nullptr) fail(path, ": cannot open: ", std::strerror(errno));
+  FILE* in = std::fopen(path.c_str(), "rb");  // a section this process wrote: errors name the output
+  if (in == nullptr) fail(temp_target(path_), ": cannot read back a section: ", std::strerror(errno));
   constexpr size_t kChunk = 1 << 20;
   const auto buffer = std::make_unique_for_overwrite<char[]>(kChunk);  // not zero-filled: a small file touches a page
   for (;;) {
@@ -74,7 +75,7 @@ void FileWriter::append_file(const std::string& path) {
     if (got < kChunk) {
       bool bad = std::ferror(in) != 0;
       std::fclose(in);
-      if (bad) fail(path, ": read failed");
+      if (bad) fail(temp_target(path_), ": cannot read back a section: read failed");
       return;
     }
   }
@@ -86,7 +87,7 @@ void FileWriter::close() {
   file_ = nullptr;
   bool bad = std::fflush(f) != 0;
   bad = (std::fclose(f) != 0) || bad;
-  if (bad) fail(path_, ": write failed: ", std::strerror(errno));
+  if (bad) fail(temp_target(path_), ": write failed: ", std::strerror(errno));
 }
 
 namespace {
@@ -122,6 +123,7 @@ void commit_file(const std::string& temporary, const std::string& path) {
 }
 
 void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces) {
+  remove_stale_temp_files_beside(path);
   const std::string temporary = temp_name(path);
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {

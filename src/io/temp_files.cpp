@@ -111,6 +111,10 @@ std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
   return removed;
 }
 
+std::vector<std::string> remove_stale_temp_files_beside(const std::string& path) {
+  return remove_stale_temp_files(std::filesystem::path(path).parent_path().string());
+}
+
 void remove_temp_files_on_signal() {
   struct sigaction action {};
   action.sa_handler = remove_temp_files_and_reraise;

@@ -3,10 +3,9 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "enhanced/common.h"
+#include "io/input_file.h"
 
 namespace enhanced {
 
@@ -30,6 +29,23 @@ struct Token {
   std::string text;
   int line = 1, column = 1;
 };
+
+// A class weights file is L numbers, at most one line of kBytesPerWeight each: a larger file is
+// refused by its size before it is read, so no file (however large) sets the memory used.
+constexpr uint64_t kBytesPerWeight = 64;
+
+std::string weights_text(const std::string& path, int num_labels) {
+  InputFile file = open_input_file(path, "the class weights file");
+  const uint64_t limit = kBytesPerWeight * static_cast<uint64_t>(num_labels);
+  if (file.size > limit)
+    fail(path, ": ", file.size, " bytes, longer than the ", limit, " that ", num_labels, " class weights can be (",
+         num_labels, " lines of a number, at most ", kBytesPerWeight, " bytes each)");
+  std::string text(file.size, '\0');
+  file.stream.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (file.stream.bad()) fail(path, ": read failed");
+  text.resize(static_cast<size_t>(file.stream.gcount()));
+  return text;
+}
 
 std::vector<Token> tokens_of(const std::string& text) {
   std::vector<Token> tokens;
@@ -58,11 +74,7 @@ std::vector<Token> tokens_of(const std::string& text) {
 }  // namespace
 
 std::vector<float> read_class_weights(const std::string& path, int num_labels) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open the class weights file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  const std::vector<Token> tokens = tokens_of(text.str());
+  const std::vector<Token> tokens = tokens_of(weights_text(path, num_labels));
   std::vector<float> weights;
   for (const Token& token : tokens) {
     const std::string where = cat(path, ":", token.line, ":", token.column, ": class weight ", weights.size());

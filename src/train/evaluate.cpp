@@ -75,12 +75,13 @@ void reduce_over_ranks(EvalResult& result, Communicator& communicator) {
 }  // namespace
 
 void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch,
-                   Communicator* communicator) {
+                   Communicator* communicator, bool labels_used) {
   const bool sharded = communicator && communicator->size() > 1;
   const int L = engine.config().num_labels;
   LoaderOptions options;
   options.batch_size = batch_size;
   options.shuffle = false;
+  options.labels = labels_used;
   BatchLoader loader(dataset, options);
   loader.start_epoch(0);
   std::vector<float> logits(static_cast<size_t>(batch_size) * L), probabilities(logits.size());

@@ -123,6 +123,8 @@ PredictStats predict(Engine& engine, const Dataset& dataset, int batch_size, int
   if (top_k < 1 || top_k > L) fail("--top-k ", top_k, " must be in 1..", L, " (the model's labels)");
   check_predict_outputs(outputs, {{"--data", dataset.path()}});
   const PredictionFormat format = prediction_format(outputs.top_k);
+  for (const std::string* path : {&outputs.top_k, &outputs.logits, &outputs.probabilities})
+    if (!path->empty()) remove_stale_temp_files_beside(*path);  // what a killed predict left there
   TempFiles temps;
   TextSink top(temps, outputs.top_k);
   const int64_t n = dataset.num_samples();
@@ -148,7 +150,7 @@ PredictStats predict(Engine& engine, const Dataset& dataset, int batch_size, int
     top.write(text);
     done += batch.size;
     line.show(progress_text(done, n, line.elapsed_seconds()));
-  });
+  }, nullptr, /*labels_used=*/false);  // labels, if any, are ignored (README): any value is harmless
   line.show(progress_text(done, n, line.elapsed_seconds()), true);
   line.finish();
   top.finish();
