@@ -1,5 +1,6 @@
 // .ebin reader and JSONL <-> .ebin conversion through the library API.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstddef>
 #include <cstring>
@@ -233,6 +234,35 @@ TEST(DatasetErrors, NegativeIdAndBadLabel) {
   Corrupt d(scratch_dir());
   d.set<int32_t>(d.header().labels_offset + 4 * 3, static_cast<int32_t>(d.header().num_labels));
   EXPECT_CONTAINS(d.open_error(), "data.ebin: sample 3: label");
+}
+
+// A section inside the file and aligned, but starting inside the one before it (cur_word over the
+// labels): a reader trusting both would read one as the other.
+TEST(DatasetErrors, OverlappingSections) {
+  Corrupt c(scratch_dir());
+  const DatasetHeader h = c.header();
+  c.set<uint64_t>(offsetof(DatasetHeader, cur_word_offset), h.labels_offset);
+  EXPECT_CONTAINS(c.open_error(), cat("data.ebin: section cur_word at offset ", h.labels_offset,
+                                      " overlaps section labels [", h.labels_offset, ", ", h.labels_offset + 16, ")"));
+  Corrupt d(scratch_dir());
+  d.set<uint64_t>(offsetof(DatasetHeader, auxiliary_ids_offset), h.identifier_ids_offset);
+  EXPECT_CONTAINS(d.open_error(), "data.ebin: section auxiliary_ids at offset");
+  EXPECT_CONTAINS(d.open_error(), "overlaps section auxiliary_offsets");
+}
+
+TEST(DatasetErrors, ReservedBytesMustBeZero) {
+  Corrupt c(scratch_dir());
+  c.bytes[offsetof(DatasetHeader, reserved) + 5] = 7;
+  EXPECT_CONTAINS(c.open_error(), "data.ebin: reserved header byte 113 is 7, must be 0");
+}
+
+// A directory or a FIFO is refused by name (a FIFO without waiting for a writer).
+TEST(DatasetErrors, NotARegularFile) {
+  const std::string dir = scratch_dir();
+  EXPECT_EQ(error_of([&] { Dataset::open(dir); }), dir + ": not a regular file");
+  const std::string fifo = dir + "/fifo.ebin";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { Dataset::open(fifo); }), fifo + ": not a regular file");
 }
 
 // ---- unlabeled sets ------------------------------------------------------------------------

@@ -89,6 +89,51 @@ TEST(SafetensorsHeader, OffsetsAndExtentsMustBeIntegers) {
   EXPECT_CONTAINS(open_error(not_object), "entry.safetensors: tensor 'w': entry is not an object");
 }
 
+// 100,000 nested lists as a shape (200 KB): refused at the fourth level, before anything walks the
+// value recursively (dump() for the message overflowed the stack: eval, predict and --init-from
+// died of SIGSEGV), in the reader and in the app, with one short line.
+TEST(SafetensorsHeader, DeepNestingIsRefusedBeforeAnyRecursiveWalk) {
+  const std::string dir = scratch_dir();
+  const size_t depth = 100000;
+  const std::string path = write_raw_safetensors(dir + "/deep.safetensors",
+      R"({"w": {"dtype": "F32", "shape": )" + std::string(depth, '[') + std::string(depth, ']') +
+      R"(, "data_offsets": [0, 4]}})", 4);
+  const std::string expected = path + ": header nests deeper than 3 levels (object, tensor, shape), at byte 41";
+  EXPECT_EQ(open_error(path), expected);
+  const DemoFiles files = testing::write_small_demo(dir + "/demo");
+  const auto eval = testing::run_app("enhanced-eval", "--device cpu --threads 1 --data " + files.test_ebin +
+                                     " --checkpoint " + path);
+  EXPECT_EQ(eval.exit_code, 1) << eval.output;
+  EXPECT_CONTAINS(eval.output, "error: " + expected + "\n");
+}
+
+// A checkpoint padded to 2 GiB (a sparse file): refused by its size before its data is read, the
+// bound named; in an address space of 1.5 GiB, so reading the file whole would fail differently.
+TEST(SafetensorsLayout, TrailingBytesAreRefusedBeforeTheDataIsRead) {
+  const std::string dir = scratch_dir();
+  SafetensorsWriter writer;
+  const float values[3] = {1, 2, 3};
+  writer.add("w", values, {3});
+  const std::string path = dir + "/padded.safetensors";
+  writer.write(path);
+  const uintmax_t end = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, uintmax_t{1} << 31);
+  const std::string expected = cat(path, ": 2147483648 bytes, but its tensors end at ", end);
+  EXPECT_EQ(open_error(path), expected);
+  const DemoFiles files = testing::write_small_demo(dir + "/demo");
+  const auto eval = testing::run_app("enhanced-eval", "--device cpu --threads 1 --data " + files.test_ebin +
+                                     " --checkpoint " + path, 1536);
+  EXPECT_NE(eval.exit_code, 0);
+  EXPECT_CONTAINS(eval.output, "error: " + expected);
+}
+
+TEST(SafetensorsLayout, TensorsMustCoverTheDataWithoutGaps) {
+  const std::string path = write_raw_safetensors(scratch_dir() + "/gap.safetensors",
+      R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+      R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})", 12);
+  EXPECT_CONTAINS(open_error(path), "gap.safetensors: tensor 'b': data [8, 12) leaves bytes [4, 8) of the data section unused");
+}
+
 TEST(Safetensors, ZeroElementTensorsRoundTrip) {
   const std::string path = scratch_dir() + "/empty.safetensors";
   SafetensorsWriter writer;

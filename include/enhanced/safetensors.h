@@ -17,8 +17,10 @@ struct SafetensorsTensor {
 
 class SafetensorsReader {
  public:
-  // Reads and validates the whole file: every tensor's dtype, shape and byte range inside the data
-  // section (exactly product(shape) * itemsize bytes, no two overlapping). Errors name the file and the tensor.
+  // Reads and validates the whole file: the header (at most 100 MB, nested no deeper than the
+  // format's 3 levels), every tensor's dtype, shape and byte range (exactly product(shape) *
+  // itemsize bytes), and the layout: the tensors cover the data section exactly, no byte shared,
+  // no gap, no trailing bytes; all checked before the data is read. Errors name the file and the tensor.
   explicit SafetensorsReader(const std::string& path);
 
   const std::string& path() const { return path_; }

@@ -1,10 +1,11 @@
 """Engine checkpoints: safetensors files with the PyTorch names of docs/model.md and the model's
 hyper-parameters in `__metadata__` (src/io/checkpoint.cpp writes and reads the same)."""
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from .safetensors import read_safetensors, write_safetensors
+from .safetensors import dtype_name, excerpt, read_safetensors, write_safetensors
 
 BLENDS = ("mean", "scalar-mean")
 POOLS = ("feature", "time")
@@ -56,21 +57,39 @@ def parameter_shapes(config):
     return shapes
 
 
+INT32_MIN, INT32_MAX, INT64_MAX = -2**31, 2**31 - 1, 2**63 - 1
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
 def _config_from_metadata(path, metadata):
-    def integer(key):
-        try:
-            return int(metadata[key])
-        except KeyError:
-            raise ValueError(f"{path}: checkpoint metadata has no '{key}'") from None
-        except ValueError:
-            raise ValueError(f"{path}: checkpoint metadata '{key}' is not an integer: {metadata[key]!r}") from None
+    """The ModelConfig of the metadata, its integers read as the engine reads them
+    (src/io/checkpoint.cpp): decimal digits only, in the range of the field."""
+    def integer(key, highest=INT32_MAX):
+        if key not in metadata:
+            raise ValueError(f"{path}: metadata has no '{key}'")
+        text = metadata[key]
+        if not _INTEGER.fullmatch(text):
+            raise ValueError(f"{path}: metadata '{key}' is not an integer: '{excerpt(text)}'")
+        if not INT32_MIN <= int(text) <= highest:
+            raise ValueError(f"{path}: metadata '{key}' is {excerpt(text)}, outside {INT32_MIN}..{highest}")
+        return int(text)
     try:
-        return ModelConfig(vocab_size=integer("vocab_size"), num_labels=integer("num_labels"),
+        return ModelConfig(vocab_size=integer("vocab_size", INT64_MAX), num_labels=integer("num_labels"),
                            embedding_dim=integer("embedding_dim"), hidden=integer("hidden"),
-                           seq_len=integer("seq_len"), blend=metadata.get("blend", "mean"),
-                           pool=metadata.get("pool", "feature"))
+                           seq_len=integer("seq_len"), blend=excerpt(metadata.get("blend", "mean")),
+                           pool=excerpt(metadata.get("pool", "feature")))
     except ValueError as e:
+        if str(e).startswith(f"{path}: "):
+            raise
         raise ValueError(f"{path}: {e}") from None
+
+
+def _check_dtypes(path, tensors):
+    """Every tensor in the file is F32, as the engine reads a checkpoint: an I32 tensor's bits are
+    not floats, and converting its values would load a different model."""
+    for name, array in tensors.items():
+        if array.dtype != np.float32:
+            raise ValueError(f"{path}: tensor '{excerpt(name)}' is {dtype_name(array)}, expected F32")
 
 
 def check_tensors(config, tensors, where="checkpoint"):
@@ -98,9 +117,10 @@ def load_checkpoint(path):
     """An engine checkpoint -> (ModelConfig, dict name -> float32 array in the engine's order)."""
     tensors, metadata = read_safetensors(path)
     if metadata.get("format") != "enhanced-checkpoint":
-        raise ValueError(f"{path}: not an engine checkpoint (metadata 'format' is {metadata.get('format')!r}; "
+        raise ValueError(f"{path}: not an engine checkpoint (metadata 'format' is {excerpt(repr(metadata.get('format')))}; "
                          "a plain state_dict file is read by the engine's --init-from with --blend/--pool)")
     config = _config_from_metadata(path, metadata)
+    _check_dtypes(path, tensors)
     return config, check_tensors(config, tensors, where=str(path))
 
 

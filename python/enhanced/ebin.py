@@ -20,7 +20,7 @@ from itertools import chain
 
 import numpy as np
 
-from .safetensors import write_atomically
+from .safetensors import open_regular_file, write_atomically
 
 MAGIC = b"ENHDATA\0"
 VERSION = 1
@@ -453,12 +453,27 @@ def _check_header(path, header, file_size):
     counts = {"labels_offset": n, "cur_word_offset": n * T, "identifier_offsets_offset": n * T + 1,
               "identifier_ids_offset": int(header["num_identifier_ids"]), "auxiliary_offsets_offset": n * T + 1,
               "auxiliary_ids_offset": int(header["num_auxiliary_ids"])}
-    for field, dtype in SECTIONS:
-        if field == "labels_offset" and flags & FLAG_UNLABELED:
-            continue
-        _check_section(path, field[:-len("_offset")], int(header[field]), counts[field], np.dtype(dtype).itemsize,
-                       file_size)
+    reserved = np.flatnonzero(header["reserved"])
+    if reserved.size:
+        at = int(reserved[0])
+        raise ValueError(f"{path}: reserved header byte {HEADER_SIZE - 20 + at} is {header['reserved'][at]}, must be 0")
+    _check_sections(path, header, counts, file_size)
     return counts
+
+
+def _check_sections(path, header, counts, file_size):
+    """Every section inside the file, aligned, after the header and after the one before it in the
+    header's order: no two share a byte (as Dataset::open checks)."""
+    before, before_end = None, 0
+    for field, dtype in SECTIONS:
+        if field == "labels_offset" and header["flags"] & FLAG_UNLABELED:
+            continue
+        name, offset = field[:-len("_offset")], int(header[field])
+        _check_section(path, name, offset, counts[field], np.dtype(dtype).itemsize, file_size)
+        if before is not None and offset < before_end:
+            raise ValueError(f"{path}: section {name} at offset {offset} overlaps section {before} "
+                             f"[{before_offset}, {before_end}): sections are disjoint, in the header's order")
+        before, before_offset, before_end = name, offset, offset + counts[field] * np.dtype(dtype).itemsize
 
 
 def _check_offsets(path, offsets, total, seq_len, field):
@@ -512,7 +527,7 @@ def read_ebin(path):
     """Maps an .ebin file and checks it as the engine does; returns an `Ebin` of read-only views.
     A malformed file raises ValueError naming it."""
     path = os.fspath(path)
-    with open(path, "rb") as f:
+    with open_regular_file(path) as f:
         file_size = os.fstat(f.fileno()).st_size
         if _looks_like_json_lines(f.read(256)):
             raise ValueError(f"{path}: looks like JSON Lines, not .ebin: write it with enhanced.write_ebin "

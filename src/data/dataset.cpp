@@ -39,6 +39,40 @@ void check_section(const std::string& path, const char* name, uint64_t offset, u
          " bytes) extends past the end of the file (", file_size, " bytes)");
 }
 
+// Every section inside the file, aligned, after the header and after the one before it in the
+// header's order: no two share a byte (a reader trusting one section never reads another's).
+void check_sections(const std::string& path, const DatasetHeader& h, uint64_t file_size) {
+  const uint64_t n = h.num_samples, np = n * h.seq_len;  // checked against the file's size already
+  struct Section {
+    const char* name;
+    uint64_t offset, count, element;
+  };
+  const Section in_file_order[] = {{"labels", h.labels_offset, n, 4},
+                                   {"cur_word", h.cur_word_offset, np, 4},
+                                   {"identifier_offsets", h.identifier_offsets_offset, np + 1, 8},
+                                   {"identifier_ids", h.identifier_ids_offset, h.num_identifier_ids, 4},
+                                   {"auxiliary_offsets", h.auxiliary_offsets_offset, np + 1, 8},
+                                   {"auxiliary_ids", h.auxiliary_ids_offset, h.num_auxiliary_ids, 4}};
+  const Section* before = nullptr;
+  for (const Section& section : in_file_order) {
+    if (&section == &in_file_order[0] && (h.flags & kDatasetUnlabeled) != 0) continue;  // no labels section
+    check_section(path, section.name, section.offset, section.count, section.element, file_size);
+    const uint64_t before_end = before ? before->offset + before->count * before->element : 0;
+    if (before && section.offset < before_end)
+      fail(path, ": section ", section.name, " at offset ", section.offset, " overlaps section ", before->name, " [",
+           before->offset, ", ", before_end, "): sections are disjoint, in the header's order");
+    before = &section;
+  }
+}
+
+// The reserved header bytes are zero: a file with them set is a newer format's or a damaged one.
+void check_reserved(const std::string& path, const DatasetHeader& h) {
+  for (size_t i = 0; i < sizeof h.reserved; ++i)
+    if (h.reserved[i] != 0)
+      fail(path, ": reserved header byte ", offsetof(DatasetHeader, reserved) + i, " is ",
+           static_cast<int>(h.reserved[i]), ", must be 0");
+}
+
 // Whether the file starts like JSON Lines (a '{' after any blanks or a UTF-8 byte-order mark),
 // as the input of enhanced-data convert does and no .ebin can (its magic is "ENHDATA"): giving
 // the JSONL file where the .ebin is expected is a common slip, worth naming with its fix.
@@ -131,21 +165,15 @@ void Dataset::check_header() const {
   const uint64_t T = h->seq_len;
   if (n > real_size / 4 || (n != 0 && T > real_size / 4 / n))
     fail(path, ": header claims ", n, " samples of ", T, " positions, more than the file can hold");
-  const uint64_t np = n * T;
   if ((h->flags & ~kDatasetUnlabeled) != 0)
     fail(path, ": unknown header flags 0x", std::hex, h->flags & ~kDatasetUnlabeled, std::dec,
          " (this build knows only bit 0, unlabeled)");
   if ((h->flags & kDatasetUnlabeled) != 0) {
     if (h->labels_offset != 0) fail(path, ": unlabeled, but labels_offset is ", h->labels_offset, " (must be 0)");
     if (h->num_labels != 0) fail(path, ": unlabeled, but num_labels is ", h->num_labels, " (must be 0)");
-  } else {
-    check_section(path, "labels", h->labels_offset, n, 4, real_size);
   }
-  check_section(path, "cur_word", h->cur_word_offset, np, 4, real_size);
-  check_section(path, "identifier_offsets", h->identifier_offsets_offset, np + 1, 8, real_size);
-  check_section(path, "identifier_ids", h->identifier_ids_offset, h->num_identifier_ids, 4, real_size);
-  check_section(path, "auxiliary_offsets", h->auxiliary_offsets_offset, np + 1, 8, real_size);
-  check_section(path, "auxiliary_ids", h->auxiliary_ids_offset, h->num_auxiliary_ids, 4, real_size);
+  check_reserved(path, *h);
+  check_sections(path, *h, real_size);
 }
 
 void Dataset::carve_sections() {

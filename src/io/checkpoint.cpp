@@ -23,9 +23,9 @@ int64_t parse_integer(const SafetensorsReader& file, const std::string& key, int
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error == std::errc::result_out_of_range || (error == std::errc() && end == text.data() + text.size() &&
                                                   (value < lowest || value > highest)))
-    fail(file.path(), ": metadata '", key, "' is ", text, ", outside ", lowest, "..", highest);
+    fail(file.path(), ": metadata '", key, "' is ", excerpt(text), ", outside ", lowest, "..", highest);
   if (error != std::errc() || end != text.data() + text.size() || text.empty())
-    fail(file.path(), ": metadata '", key, "' is not an integer: '", text, "'");
+    fail(file.path(), ": metadata '", key, "' is not an integer: '", excerpt(text), "'");
   return value;
 }
 
@@ -98,8 +98,9 @@ ModelConfig checkpoint_config(const SafetensorsReader& file) {
       field.read(c, std::to_string(value));
     }
   try {
+    // Quoted short: no mode's name is longer than an excerpt, so a long value fails as one.
     for (const MetadataField& field : kModelMetadata)
-      if (!field.highest) field.read(c, file.metadata_value(field.key));
+      if (!field.highest) field.read(c, excerpt(file.metadata_value(field.key)));
     c.validate();
   } catch (const Error& e) {
     fail(file.path(), ": ", e.what());
@@ -163,11 +164,11 @@ ModelConfig bare_checkpoint_config(const SafetensorsReader& file, const BareMode
   for (const auto& entry : file.tensors()) {  // not a structured binding: clang 14 cannot capture one
     const std::string& name = entry.first;
     if (std::none_of(names.begin(), names.end(), [&](const TensorSlot& slot) { return slot.name == name; }))
-      unknown += cat(unknown.empty() ? "" : ", ", "'", name, "'");
+      unknown += cat(unknown.empty() ? "" : ", ", "'", excerpt(name), "'");
   }
   if (!missing.empty() || !unknown.empty())
     fail(file.path(), ": no engine metadata, and the tensors are not the model's:", missing.empty() ? "" : " missing ",
-         missing, !missing.empty() && !unknown.empty() ? ";" : "", unknown.empty() ? "" : " unknown ", unknown);
+         missing, !missing.empty() && !unknown.empty() ? ";" : "", unknown.empty() ? "" : " unknown ", excerpt(unknown, 300));
   const std::vector<int64_t>& embedding = matrix_shape(file, "embedding.weight", "(V, D)");
   const std::vector<int64_t>& recurrent = matrix_shape(file, "lstm.weight_hh_l0", "(4H, H)");
   const std::vector<int64_t>& dense = matrix_shape(file, "dense.weight", "(L, F)");

@@ -56,12 +56,43 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 namespace {
 
+// The format's own bound on the header (the safetensors crate's MAX_HEADER_SIZE), checked before
+// the header is read: a length field of 2^60 never becomes an allocation.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// The deepest the format nests: the header object, a tensor's entry, its shape or offsets list.
+constexpr int kMaxHeaderDepth = 3;
+
+// Refuses a header nested deeper than the format's three levels, before it is parsed: a value
+// 100,000 lists deep would overflow the stack of any recursive walk (dump(), a comparison).
+// Brackets inside strings do not count.
+void check_nesting(const std::string& path, const std::string& header) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < header.size(); ++i) {
+    const char c = header[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxHeaderDepth)
+        fail(path, ": header nests deeper than ", kMaxHeaderDepth, " levels (object, tensor, shape), at byte ", 8 + i);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+// A JSON value from the header as a message quotes it: bounded (depth by check_nesting, length here).
+std::string quoted(const nlohmann::json& value) { return excerpt(value.dump()); }
+
 // One header entry {dtype, shape, data_offsets}, checked on its own: a known dtype, integer
 // extents >= 0, two unsigned offsets in order inside the data section, and exactly
 // product(shape) * itemsize bytes (the product checked for overflow).
 SafetensorsTensor parse_tensor_entry(const std::string& path, const std::string& name, const nlohmann::json& entry,
                                      size_t data_size) {
-  auto where = [&] { return cat(path, ": tensor '", name, "': "); };
+  auto where = [&] { return cat(path, ": tensor '", excerpt(name), "': "); };
   if (!entry.is_object()) fail(where(), "entry is not an object");
   SafetensorsTensor tensor;
   for (const char* key : {"dtype", "shape", "data_offsets"})
@@ -70,17 +101,17 @@ SafetensorsTensor parse_tensor_entry(const std::string& path, const std::string&
   if (!dtype.is_string()) fail(where(), "dtype is not a string");
   tensor.dtype = dtype.get<std::string>();
   const size_t width = dtype_size(tensor.dtype);
-  if (width == 0) fail(where(), "unsupported dtype ", tensor.dtype);
+  if (width == 0) fail(where(), "unsupported dtype ", excerpt(tensor.dtype));
   if (!shape.is_array()) fail(where(), "shape is not a list");
   for (const nlohmann::json& extent : shape) {
     if (!extent.is_number_integer() || (extent.is_number_unsigned() && extent.get<uint64_t>() > INT64_MAX))
-      fail(where(), "shape holds ", extent.dump(), ", expected integers");
+      fail(where(), "shape holds ", quoted(extent), ", expected integers");
     tensor.shape.push_back(extent.get<int64_t>());
   }
   for (int64_t extent : tensor.shape)
     if (extent < 0) fail(where(), "negative extent in shape ", shape_text(tensor.shape));
   if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
-    fail(where(), "data_offsets must hold 2 non-negative integers, got ", offsets.dump());
+    fail(where(), "data_offsets must hold 2 non-negative integers, got ", quoted(offsets));
   tensor.begin = offsets[0].get<uint64_t>();
   tensor.end = offsets[1].get<uint64_t>();
   if (tensor.begin > tensor.end || tensor.end > data_size)
@@ -95,17 +126,48 @@ SafetensorsTensor parse_tensor_entry(const std::string& path, const std::string&
   return tensor;
 }
 
-// No two tensors share a byte: a writer that overlaps them is either broken or hostile.
-void check_no_overlap(const std::string& path, const std::map<std::string, SafetensorsTensor>& tensors) {
+// The format's layout rule: in the order of their offsets, the tensors cover the data section
+// from its first byte to its last, each beginning where the one before ends (no byte shared, no
+// gap, nothing after the last). Returns the end of the last tensor.
+size_t check_layout(const std::string& path, const std::map<std::string, SafetensorsTensor>& tensors) {
   std::vector<std::pair<const std::string*, const SafetensorsTensor*>> by_offset;
-  for (const auto& [name, tensor] : tensors)
-    if (tensor.end > tensor.begin) by_offset.emplace_back(&name, &tensor);
-  std::sort(by_offset.begin(), by_offset.end(), [](const auto& a, const auto& b) { return a.second->begin < b.second->begin; });
-  for (size_t i = 1; i < by_offset.size(); ++i) {
-    const SafetensorsTensor &before = *by_offset[i - 1].second, &after = *by_offset[i].second;
-    if (after.begin < before.end)
-      fail(path, ": tensor '", *by_offset[i].first, "': data [", after.begin, ", ", after.end, ") overlaps tensor '",
-           *by_offset[i - 1].first, "' at [", before.begin, ", ", before.end, ")");
+  for (const auto& [name, tensor] : tensors) by_offset.emplace_back(&name, &tensor);
+  std::sort(by_offset.begin(), by_offset.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second->begin, a.second->end) < std::pair(b.second->begin, b.second->end);
+  });
+  size_t end = 0;
+  for (size_t i = 0; i < by_offset.size(); ++i) {
+    const SafetensorsTensor& tensor = *by_offset[i].second;
+    const auto where = [&] {
+      return cat(path, ": tensor '", excerpt(*by_offset[i].first), "': data [", tensor.begin, ", ", tensor.end, ") ");
+    };
+    if (tensor.begin < end)
+      fail(where(), "overlaps tensor '", excerpt(*by_offset[i - 1].first), "' at [", by_offset[i - 1].second->begin,
+           ", ", end, ")");
+    if (tensor.begin > end)
+      fail(where(), "leaves bytes [", end, ", ", tensor.begin, ") of the data section unused");
+    end = tensor.end;
+  }
+  return end;
+}
+
+// The header's JSON: bounded in length and depth before it is parsed.
+nlohmann::json read_header(const std::string& path, std::ifstream& in, size_t file_size) {
+  if (file_size < 8) fail(path, ": not a safetensors file (", file_size, " bytes, too short for a header)");
+  uint64_t header_size = 0;
+  in.read(reinterpret_cast<char*>(&header_size), 8);
+  if (header_size > kMaxHeaderBytes)
+    fail(path, ": not safetensors: header of ", header_size, " bytes, more than the format's ", kMaxHeaderBytes);
+  if (header_size > file_size - 8)
+    fail(path, ": truncated or not safetensors: header of ", header_size, " bytes, file has ", file_size);
+  std::string header(header_size, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_size));
+  if (!in) fail(path, ": read error");
+  check_nesting(path, header);
+  try {
+    return nlohmann::json::parse(header);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": header is not valid JSON (", excerpt(e.what(), 160), ")");
   }
 }
 
@@ -113,36 +175,27 @@ void check_no_overlap(const std::string& path, const std::map<std::string, Safet
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   InputFile file = open_input_file(path);
-  std::ifstream& in = file.stream;
-  const size_t size = file.size;
-  if (size < 8) fail(path, ": not a safetensors file (", size, " bytes, too short for a header)");
-  uint64_t header_size = 0;
-  in.read(reinterpret_cast<char*>(&header_size), 8);
-  if (header_size > size - 8) fail(path, ": truncated or not safetensors: header of ", header_size, " bytes, file has ", size);
-  std::string header(header_size, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_size));
-  allocating(cat("reading ", path, " (", size, " bytes)"), [&] { data_.resize(size - 8 - header_size); });
-  in.read(data_.data(), static_cast<std::streamsize>(data_.size()));
-  if (!in) fail(path, ": read error");
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(header);
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, ": header is not valid JSON (", e.what(), ")");
-  }
+  const nlohmann::json json = read_header(path, file.stream, file.size);
+  const size_t data_begin = static_cast<size_t>(file.stream.tellg());
   if (!json.is_object()) fail(path, ": header is not a JSON object");
   for (auto it = json.begin(); it != json.end(); ++it) {
     if (it.key() != "__metadata__") {
-      tensors_[it.key()] = parse_tensor_entry(path, it.key(), *it, data_.size());
+      tensors_[it.key()] = parse_tensor_entry(path, it.key(), *it, file.size - data_begin);
       continue;
     }
     if (!it->is_object()) fail(path, ": __metadata__ is not an object");
     for (auto m = it->begin(); m != it->end(); ++m) {
-      if (!m->is_string()) fail(path, ": metadata '", m.key(), "' is not a string");
+      if (!m->is_string()) fail(path, ": metadata '", excerpt(m.key()), "' is not a string");
       metadata_[m.key()] = m->get<std::string>();
     }
   }
-  check_no_overlap(path, tensors_);
+  // Checked before the data is read: a file padded to gigabytes is refused, not loaded.
+  const size_t data_size = check_layout(path, tensors_);
+  if (data_begin + data_size != file.size)
+    fail(path, ": ", file.size, " bytes, but its tensors end at ", data_begin + data_size);
+  allocating(cat("reading ", path, " (", data_size, " bytes of tensors)"), [&] { data_.resize(data_size); });
+  file.stream.read(data_.data(), static_cast<std::streamsize>(data_.size()));
+  if (!file.stream) fail(path, ": read error");
 }
 
 std::string SafetensorsReader::metadata_value(const std::string& key) const {
