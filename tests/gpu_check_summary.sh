@@ -9,7 +9,7 @@
 #              in the planned order, one process per suite, each GPU test reported SKIPPED
 # usage: tests/gpu_check_summary.sh parser|plan|run SOURCE_DIR [BUILD_DIR]
 set -uo pipefail
-what=$1 source_dir=$2 build_dir=${3:-}
+what=$1 source_dir=$(realpath "$2") build_dir=$(realpath "${3:-.}")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
