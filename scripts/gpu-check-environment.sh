@@ -1,6 +1,6 @@
 # scripts/gpu-check's step 0, the environment report, and the helpers that find the CUDA
 # libraries (sourced by scripts/gpu-check; uses its begin/end and sets cuda_dirs).
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034,SC2154  # repo comes from scripts/gpu-check, cuda_dirs goes to it
 
 # ---- 0: environment -------------------------------------------------------------------------
 # The nvidia/ folders of every python3 on the PATH, one "folder python" line each.
