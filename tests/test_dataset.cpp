@@ -259,10 +259,10 @@ TEST(DatasetErrors, ReservedBytesMustBeZero) {
 // A directory or a FIFO is refused by name (a FIFO without waiting for a writer).
 TEST(DatasetErrors, NotARegularFile) {
   const std::string dir = scratch_dir();
-  EXPECT_EQ(error_of([&] { Dataset::open(dir); }), dir + ": not a regular file");
+  EXPECT_EQ(error_of([&] { Dataset::open(dir); }), dir + ": not a regular file (a directory)");
   const std::string fifo = dir + "/fifo.ebin";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  EXPECT_EQ(error_of([&] { Dataset::open(fifo); }), fifo + ": not a regular file");
+  EXPECT_EQ(error_of([&] { Dataset::open(fifo); }), fifo + ": not a regular file (a FIFO)");
 }
 
 // ---- unlabeled sets ------------------------------------------------------------------------

@@ -119,12 +119,22 @@ def _no_constant(name):
     raise ValueError(f"{name} is not JSON")  # json.loads takes NaN and Infinity; JSON (and the engine) does not
 
 
+def _file_kind(mode):
+    """What a file that is not a regular one is, worded as the engine's src/io/input_file.h."""
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
 def open_regular_file(path):
     """`path` opened for reading in binary, after checking it is a regular file: a directory, a
     device (/dev/zero) or a FIFO is refused by name, as is a file that cannot be opened."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise ValueError(f"{path}: not a regular file")
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{path}: not a regular file ({_file_kind(mode)})")
         return open(path, "rb")
     except OSError as e:
         raise ValueError(f"{path}: cannot open ({e.strerror})") from None
