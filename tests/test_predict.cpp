@@ -363,6 +363,10 @@ TEST_F(Predict, CollidingMisnamedOrHomelessOutputsAreRefusedBeforeAnyWork) {
   expect_error("--out " + path("same.csv") + " --logits " + path("same.csv"),
                path("same.csv") + ": --logits writes NumPy .npy: name the file *.npy");
   expect_error("--probabilities " + path("same.csv"), path("same.csv") + ": --probabilities writes NumPy .npy: name the file *.npy");
+  fs::create_directories(root_ / "a-directory.csv");
+  expect_error("--out " + path("a-directory.csv"), path("a-directory.csv") + ": cannot create: it is a directory");
+  expect_error("--out " + path("same.csv") + " --logits same.npy --probabilities ./same.npy",
+               "./same.npy: --logits and --probabilities name the same file");
   expect_error("--out " + path("nodir/same.csv"),
                path("nodir/same.csv") + ": cannot create: directory " + path("nodir") + " does not exist");
   expect_error("--out " + path("same.csv") + " --logits " + path("nodir/same.npy"),

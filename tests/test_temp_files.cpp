@@ -153,6 +153,47 @@ TEST(AtomicFile, SameFileComparesNormalisedPathsOfFilesNotThereYet) {
   EXPECT_TRUE(same_file(dir + "/a.npy", dir + "/./a.npy"));
   EXPECT_TRUE(same_file(dir + "/a.npy", dir + "/sub/../a.npy"));
   EXPECT_FALSE(same_file(dir + "/a.npy", dir + "/b.npy"));
+  // Relative to the working directory and absolute, none of it there yet (weakly_canonical alone
+  // leaves "x.npy" relative and makes "./x.npy" absolute).
+  const std::string name = "same-file." + std::to_string(::getpid()) + ".npy";
+  EXPECT_TRUE(same_file(name, "./" + name));
+  EXPECT_TRUE(same_file(name, (fs::current_path() / name).string()));
+  EXPECT_TRUE(same_file("./" + name, (fs::current_path() / "nodir" / ".." / name).string()));
+  EXPECT_FALSE(same_file(name, "./other-" + name));
+}
+
+// A signal that ends the process while write_file_atomically writes (a second Ctrl-C during a
+// checkpoint) removes its temporary: it is registered before it is created. The write is made
+// long (hundreds of MB) so that the signal lands inside it; a write that finished first is
+// tried again larger, and at least one trial must have been cut.
+TEST(SignalTempFiles, SignalDuringAnAtomicWriteLeavesNoTemporary) {
+  const std::string dir = scratch_dir();
+  int cut = 0;
+  for (size_t megabytes = 256; megabytes <= 2048 && cut == 0; megabytes *= 2) {
+    const std::string out = dir + "/big.bin";
+    const pid_t child = ::fork();
+    if (child == 0) {
+      remove_temp_files_on_signal();
+      const std::vector<char> bytes(megabytes << 20, 'x');
+      write_file_atomically(out, {{bytes.data(), bytes.size()}});
+      ::_exit(0);
+    }
+    const std::string temporary = out + ".tmp." + std::to_string(child);  // temp_name in the child
+    for (int waited = 0; waited < 20000 && !fs::exists(temporary) && !fs::exists(out); ++waited)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ::kill(child, SIGTERM);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) {
+      ++cut;
+      EXPECT_FALSE(fs::exists(temporary)) << megabytes << " MB: the temporary outlived the signal";
+    } else {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << megabytes << " MB: status " << status;
+    }
+    fs::remove(out);
+  }
+  EXPECT_GT(cut, 0) << "no trial's signal landed inside the write";
+  EXPECT_FALSE(has_temp_files(dir));
 }
 
 TEST(SignalTempFiles, SigtermDuringConvertLeavesNoTemporaries) { expect_signal_removes_temporaries(SIGTERM); }

@@ -30,6 +30,8 @@ void check_output_directory(const std::string& path) {
   std::error_code error;
   if (!directory.empty() && !std::filesystem::is_directory(directory, error))
     fail(path, ": cannot create: directory ", directory.string(), " does not exist");
+  // A directory where the file would go: renaming over it fails only after all the work.
+  if (std::filesystem::is_directory(path, error)) fail(path, ": cannot create: it is a directory");
 }
 
 FileWriter::FileWriter(const std::string& path) : path_(path) {
@@ -124,7 +126,9 @@ void commit_file(const std::string& temporary, const std::string& path) {
 
 void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces) {
   remove_stale_temp_files_beside(path);
-  const std::string temporary = temp_name(path);
+  // Registered before it exists: a second Ctrl-C that ends the process mid-write removes it.
+  TempFiles guard;
+  const std::string temporary = guard.add(temp_name(path));
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int error = errno;
@@ -161,9 +165,10 @@ void write_file_atomically(const std::string& path, const std::vector<std::pair<
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code error, error_a, error_b;
   if (a == b || std::filesystem::equivalent(a, b, error)) return true;
-  // Files not there yet: the same normalised path ("./o.csv" and "o.csv").
-  const std::filesystem::path canonical_a = std::filesystem::weakly_canonical(a, error_a);
-  const std::filesystem::path canonical_b = std::filesystem::weakly_canonical(b, error_b);
+  // Files not there yet: the same normalised absolute path ("o.csv", "./o.csv", "$PWD/o.csv";
+  // weakly_canonical leaves a relative path with no existing prefix relative).
+  const std::filesystem::path canonical_a = std::filesystem::weakly_canonical(std::filesystem::absolute(a, error_a), error_a);
+  const std::filesystem::path canonical_b = std::filesystem::weakly_canonical(std::filesystem::absolute(b, error_b), error_b);
   return !error_a && !error_b && canonical_a == canonical_b;
 }
 
