@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "data_test_util.h"
+#include "enhanced/atomic_file.h"
 #include "enhanced/dataset.h"
 #include "enhanced/jsonl.h"
 #include "enhanced/split.h"
@@ -139,6 +140,18 @@ TEST(Split, BadInputsLeaveNothing) {
   // A missing output folder: the user's path and the folder, not a temporary's name.
   expect_one_line_error(run_data_app("split '" + dir + "/x-train.jsonl' '" + dir + "/nodir/x' --fractions 0.5,0.5", dir),
                         "error: " + dir + "/nodir/x-train.jsonl: cannot create: directory " + dir + "/nodir does not exist");
+  EXPECT_EQ(list_dir(dir), std::vector<std::string>{"x-train.jsonl"});
+  // The temporary .ebin a JSON Lines split parses into cannot be written (here: a directory in its
+  // place; a full disk in the field): the error names the user's first output, not split's own file.
+  const std::string own = temp_name(dir + "/y-split.ebin");
+  std::filesystem::create_directory(own);
+  const SplitOptions halves{{0.5, 0.5}, {}, 0};
+  const std::string message = error_of([&] { split_dataset(dir + "/x-train.jsonl", dir + "/y", halves); });
+  EXPECT_EQ(message.rfind(dir + "/y-train.jsonl: rename failed (Is a directory)", 0), 0u) << message;
+  EXPECT_NE(message.find("(writing the temporary .ebin that split parses " + dir + "/x-train.jsonl into"),
+            std::string::npos) << message;
+  EXPECT_EQ(message.find("y-split.ebin"), std::string::npos) << message;
+  std::filesystem::remove(own);
   EXPECT_EQ(list_dir(dir), std::vector<std::string>{"x-train.jsonl"});
 }
 

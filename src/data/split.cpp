@@ -193,7 +193,17 @@ std::vector<SplitPart> split_dataset(const std::string& in, const std::string& o
   std::string ebin = in;
   if (jsonl) {  // parsed and checked once, into a temporary .ebin: its labels decide the split
     ebin = temps.add(temp_name(out_prefix + "-split.ebin"));
-    convert_jsonl_to_ebin(in, ebin, 0);
+    try {
+      convert_jsonl_to_ebin(in, ebin, 0);
+    } catch (const Error& e) {
+      // The temporary is split's own: a failure to write it names the output the user asked for.
+      const std::string message = e.what();
+      for (const std::string& own : {ebin, out_prefix + "-split.ebin"})  // its name, or the one it stands for
+        if (message.rfind(own, 0) == 0)
+          fail(parts[0].path, message.substr(own.size()), " (writing the temporary .ebin that split parses ", in,
+               " into, beside it)");
+      throw;
+    }
   }
   const Dataset dataset = Dataset::open(ebin, in);  // errors name the user's file, not the temporary
   if (dataset.num_samples() == 0) fail(in, ": no samples to split");
