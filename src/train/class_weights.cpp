@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "enhanced/common.h"
 #include "io/input_file.h"
@@ -84,8 +85,9 @@ std::vector<float> read_class_weights(const std::string& path, int num_labels) {
     const double value = std::strtod(token.text.c_str(), &end);
     if (end == token.text.c_str() || *end != '\0') fail(where, ": '", token.text, "' is not a number");
     const float weight = static_cast<float>(value);
-    if (!std::isfinite(value) || !std::isfinite(weight))
-      fail(where, ": ", token.text, " is not a finite float");
+    if (!std::isfinite(value)) fail(where, ": ", token.text, " is not a finite float");
+    if (!std::isfinite(weight))
+      fail(where, ": ", token.text, " does not fit a float (at most ", std::numeric_limits<float>::max(), ")");
     if (!(value >= 0)) fail(where, ": ", token.text, " is negative (weights must be >= 0)");
     weights.push_back(weight);
   }
