@@ -260,7 +260,7 @@ void expect_rank_one_refused(const TimedResult& r, const std::string& what, cons
   EXPECT_EQ(at, r.result.output.rfind(line)) << "one error line\n" << r.result.output;
   const size_t end = r.result.output.find('\n', at);
   EXPECT_NE(r.result.output.substr(at, end - at).find(what), std::string::npos) << r.result.output;
-  EXPECT_FALSE(fs::exists(out / "last.safetensors")) << r.result.output;
+  EXPECT_FALSE(fs::exists(out)) << "a run that fails before writing anything leaves no directory\n" << r.result.output;
 }
 
 // Ranks given different options stop at the start, naming the first option that differs and

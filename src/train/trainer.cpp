@@ -519,9 +519,11 @@ int run_training(TrainOptions options, Communicator& communicator) {
   const bool rank0 = communicator.rank() == 0;
   if (options.out_dir.empty()) fail("--out is required");
   if (options.resume && !fs::is_directory(options.out_dir)) fail(no_run_to_resume(options.out_dir));
-  // Rank 0 alone touches --out, and locks it before it reads the state or removes anything.
+  // Rank 0 alone touches --out, and locks it before it reads the state or removes anything. A
+  // new run locks (and so creates) it only once the ranks agree: a job that MPI aborts at the
+  // check leaves no directory behind.
   std::optional<OutputDirectory> out;
-  if (rank0) out.emplace(options.out_dir);
+  if (rank0 && options.resume) out.emplace(options.out_dir);
   std::unique_ptr<SafetensorsReader> saved_state;  // optimizer.safetensors of the run resumed
   const TrainOptions given = options;              // the command line, before the recorded options
   if (options.resume) {
@@ -538,6 +540,7 @@ int run_training(TrainOptions options, Communicator& communicator) {
   check_training_controls(options);
   if (options.check_every <= 0) fail("--check-every must be positive, got ", options.check_every);
   check_same_run(communicator, options, saved_state.get());  // the first collective: the options size later ones
+  if (rank0 && !out) out.emplace(options.out_dir);
   const int threads = configure_cpu_threads(threads_for_rank(options.threads, communicator));
   const Device device = resolve_device(options.device, rank0);
 
