@@ -59,6 +59,7 @@ void write_predictions(const std::string& path, const EvalResult& r) {
                   static_cast<double>(p.probability));
     text += line;
   }
+  remove_stale_temp_files_beside(path);  // what a killed eval left there
   write_file_atomically(path, {{text.data(), text.size()}});
 }
 

@@ -69,7 +69,8 @@ std::string temp_name(const std::string& path, const std::string& suffix = "");
 // Call it where a run or a conversion starts writing into `dir`.
 std::vector<std::string> remove_stale_temp_files(const std::string& dir);
 // The same in the folder that the output `path` goes to: every writer (convert, split, predict's
-// outputs, write_file_atomically) calls it before it makes its own temporaries there.
+// outputs, eval's predictions) calls it once, before it makes its own temporaries there (not
+// write_file_atomically: a run's checkpoints would scan their folder at every save).
 std::vector<std::string> remove_stale_temp_files_beside(const std::string& path);
 
 // Installs a SIGTERM and SIGINT handler that removes every file TempFiles has registered, then

@@ -125,7 +125,6 @@ void commit_file(const std::string& temporary, const std::string& path) {
 }
 
 void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces) {
-  remove_stale_temp_files_beside(path);
   // Registered before it exists: a second Ctrl-C that ends the process mid-write removes it.
   TempFiles guard;
   const std::string temporary = guard.add(temp_name(path));
