@@ -12,6 +12,7 @@
 #include <string>
 #include <system_error>
 
+#include "enhanced/atomic_file.h"
 #include "enhanced/common.h"
 
 namespace enhanced {
@@ -76,11 +77,10 @@ int lock_directory(const fs::path& dir) {
 
 // A file the run would remove that is one of its inputs (--init-from DIR/best.safetensors...).
 void check_not_an_input(const TrainOptions& o, const fs::path& file) {
-  std::error_code error;
   for (const auto& [flag, input] : {std::pair<const char*, const std::string&>{"--init-from", o.init_from},
                                     {"--pretrained", o.pretrained_path}, {"--data", o.data_path},
                                     {"--valid", o.valid_path}})
-    if (!input.empty() && fs::equivalent(file, input, error))
+    if (!input.empty() && same_file(file.string(), input))
       fail(file.string(), ": is the run's ", flag, ", and a new run in ", o.out_dir, " would replace it: copy it "
            "elsewhere or give another --out");
 }
