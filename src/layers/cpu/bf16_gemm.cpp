@@ -15,6 +15,7 @@
 
 #include "enhanced/common.h"
 #include "enhanced/precision.h"
+#include "layers/cpu/multiversion.h"
 
 namespace enhanced::bf16_gemm {
 // The kernels are compiled for their instructions function by function (not the whole file, whose
@@ -94,34 +95,114 @@ size_t packed_size(int k, int n) {
   return panels * kPanelWidth * padded_depth(k);
 }
 
+namespace {
+
+// to_bf16_bits without a branch, so that the loops below vectorise (the same bits).
+ENHANCED_INLINE uint16_t bf16_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16, quiet = (bits >> 16) | 0x0040u;
+  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+}
+
+// One pair row of a panel: the 32 columns' (even, odd) pairs, zero past `columns`; odd null: zeros.
+ENHANCED_INLINE void write_pair_row(uint16_t* __restrict pair_row, const uint16_t* __restrict even,
+                                    const uint16_t* __restrict odd, int columns) {
+  if (columns == kPanelWidth && odd != nullptr) {
+    for (int j = 0; j < kPanelWidth; ++j) pair_row[2 * j] = even[j], pair_row[2 * j + 1] = odd[j];
+    return;
+  }
+  for (int j = 0; j < kPanelWidth; ++j) {
+    pair_row[2 * j] = j < columns ? even[j] : uint16_t{0};
+    pair_row[2 * j + 1] = j < columns && odd != nullptr ? odd[j] : uint16_t{0};
+  }
+}
+
+}  // namespace
+
 void pack_rows(uint16_t* packed, int total_k, int row_offset, const float* source, int k, int n, size_t stride_n,
                size_t stride_k) {
   const int panels = (n + kPanelWidth - 1) / kPanelWidth;
   const size_t padded_k = padded_depth(total_k);
-  // The last call also zeroes the pad rows past total_k (the buffer may hold an earlier operand).
-  const int end = row_offset + k == total_k ? static_cast<int>(padded_k) : row_offset + k;
   for (int p = 0; p < panels; ++p) {
     uint16_t* panel = packed + static_cast<size_t>(p) * kPanelWidth * padded_k;
-    for (int row = row_offset; row < end; ++row) {
-      const int i = row - row_offset;  // pair row / 2, slot row % 2
+    const int columns = std::min(kPanelWidth, n - p * kPanelWidth);
+    for (int i = 0; i < k; ++i) {
+      const int row = row_offset + i;  // pair row / 2, slot row % 2
       uint16_t* pair_row = panel + static_cast<size_t>(row / 2) * 2 * kPanelWidth + row % 2;
-      for (int j = 0; j < kPanelWidth; ++j) {
-        const int column = p * kPanelWidth + j;
-        const bool inside = column < n && i < k;
-        pair_row[2 * j] =
-            inside ? to_bf16_bits(source[static_cast<size_t>(column) * stride_n + static_cast<size_t>(i) * stride_k])
-                   : uint16_t{0};
+      const float* column_zero = source + static_cast<size_t>(p) * kPanelWidth * stride_n + i * stride_k;
+      for (int j = 0; j < columns; ++j) pair_row[2 * j] = to_bf16_bits(column_zero[j * stride_n]);
+      for (int j = columns; j < kPanelWidth; ++j) pair_row[2 * j] = 0;
+    }
+  }
+  // The last call also zeroes the pad rows past total_k (the buffer may hold an earlier operand).
+  if (row_offset + k == total_k) {
+    if (total_k % 2 == 1)
+      for (int p = 0; p < panels; ++p) {
+        uint16_t* pair_row = packed + static_cast<size_t>(p) * kPanelWidth * padded_k +
+                             static_cast<size_t>(total_k / 2) * 2 * kPanelWidth;
+        for (int j = 0; j < kPanelWidth; ++j) pair_row[2 * j + 1] = 0;
       }
+    zero_rows(packed, padded_k, (total_k + 1) / 2 * 2, n);
+  }
+}
+
+ENHANCED_MULTIVERSION
+void pack_converted_rows(uint16_t* packed, size_t padded_k, int row_offset, const uint16_t* rows, size_t ld,
+                         int count, int n) {
+  const int panels = (n + kPanelWidth - 1) / kPanelWidth;
+  for (int pair = 0; 2 * pair < count; ++pair) {
+    const uint16_t* even = rows + static_cast<size_t>(2 * pair) * ld;
+    const uint16_t* odd = 2 * pair + 1 < count ? even + ld : nullptr;
+    const size_t pair_index = static_cast<size_t>(row_offset / 2 + pair);
+    for (int p = 0; p < panels; ++p)
+      write_pair_row(packed + static_cast<size_t>(p) * kPanelWidth * padded_k + pair_index * 2 * kPanelWidth,
+                     even + static_cast<size_t>(p) * kPanelWidth, odd == nullptr ? nullptr : odd + p * kPanelWidth,
+                     std::min(kPanelWidth, n - p * kPanelWidth));
+  }
+}
+
+void zero_rows(uint16_t* packed, size_t padded_k, int first_row, int n) {
+  const int panels = (n + kPanelWidth - 1) / kPanelWidth;
+  const size_t first_pair = static_cast<size_t>(first_row / 2);
+  if (first_pair * 2 >= padded_k) return;
+  for (int p = 0; p < panels; ++p) {
+    uint16_t* panel = packed + static_cast<size_t>(p) * kPanelWidth * padded_k;
+    std::memset(panel + first_pair * 2 * kPanelWidth, 0, (padded_k - first_pair * 2) * kPanelWidth * sizeof(uint16_t));
+  }
+}
+
+ENHANCED_MULTIVERSION
+void convert_rows(uint16_t* dst, int ld_dst, const float* source, int ld_source, int rows, int columns) {
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict in = source + static_cast<size_t>(r) * ld_source;
+    uint16_t* __restrict out = dst + static_cast<size_t>(r) * ld_dst;
+    for (int j = 0; j < columns; ++j) out[j] = bf16_bits(in[j]);
+  }
+}
+
+ENHANCED_MULTIVERSION
+void convert_rows_rounding(uint16_t* dst, size_t ld_dst, float* values, size_t ld_values, int rows, int columns) {
+  for (int r = 0; r < rows; ++r) {
+    float* __restrict row = values + static_cast<size_t>(r) * ld_values;
+    uint16_t* __restrict out = dst + static_cast<size_t>(r) * ld_dst;
+    for (int j = 0; j < columns; ++j) {
+      const uint16_t bits = bf16_bits(row[j]);
+      const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+      out[j] = bits;
+      std::memcpy(&row[j], &wide, sizeof wide);
     }
   }
 }
 
-void convert_rows(uint16_t* dst, int ld_dst, const float* source, int ld_source, int rows, int columns) {
-  for (int r = 0; r < rows; ++r) {
-    const float* in = source + static_cast<size_t>(r) * ld_source;
-    uint16_t* out = dst + static_cast<size_t>(r) * ld_dst;
-    for (int j = 0; j < columns; ++j) out[j] = to_bf16_bits(in[j]);
-  }
+void transpose(uint16_t* dst, size_t ld_dst, const uint16_t* source, size_t ld_source, int rows, int columns) {
+  constexpr int kBlock = 16;  // a 16 x 16 block's rows and columns both stay in cache lines
+  for (int r0 = 0; r0 < rows; r0 += kBlock)
+    for (int c0 = 0; c0 < columns; c0 += kBlock) {
+      const int r_end = std::min(rows, r0 + kBlock), c_end = std::min(columns, c0 + kBlock);
+      for (int c = c0; c < c_end; ++c)
+        for (int r = r0; r < r_end; ++r) dst[c * ld_dst + r] = source[r * ld_source + c];
+    }
 }
 
 void multiply(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m, int n, int k,

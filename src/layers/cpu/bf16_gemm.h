@@ -48,9 +48,25 @@ size_t packed_size(int k, int n);
 void pack_rows(uint16_t* packed, int total_k, int row_offset, const float* source, int k, int n, size_t stride_n,
                size_t stride_k);
 
+// Packs `count` rows of bfloat16 already converted (row r: rows + r * ld, n elements) as K rows
+// [row_offset, row_offset + count) of an operand packed to depth padded_k (padded_depth of its K;
+// row_offset even); an odd count's last pair gets a zero second row. What the LSTM's backward
+// writes its gate gradients into a step at a time: nothing is left to pack afterwards.
+void pack_converted_rows(uint16_t* packed, size_t padded_k, int row_offset, const uint16_t* rows, size_t ld,
+                         int count, int n);
+
+// Zeroes K rows [first_row, padded_k) of an operand packed to depth padded_k (first_row even).
+void zero_rows(uint16_t* packed, size_t padded_k, int first_row, int n);
+
 // dst (rows, columns, row stride ld_dst) = source (rows, columns, row stride ld_source), rounded to
-// bfloat16.
+// bfloat16. Vectorised (to_bf16_bits' bits exactly).
 void convert_rows(uint16_t* dst, int ld_dst, const float* source, int ld_source, int rows, int columns);
+
+// The same, and values rounded in place to those bfloat16 numbers (as floats).
+void convert_rows_rounding(uint16_t* dst, size_t ld_dst, float* values, size_t ld_values, int rows, int columns);
+
+// dst (columns, rows, row stride ld_dst) = source (rows, columns, row stride ld_source) transposed.
+void transpose(uint16_t* dst, size_t ld_dst, const uint16_t* source, size_t ld_source, int rows, int columns);
 
 // C (M x N, row stride ldc) = A (M x K, row stride lda, bfloat16) * packed (K x N), or += when
 // accumulate, on the kernel available() names. Fails unless available().
