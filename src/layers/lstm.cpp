@@ -11,7 +11,10 @@
 #include "layers/cpu/bf16_gemm.h"
 
 #include "layers/cpu/blas.h"
+#include "layers/cpu/lstm_bf16.h"
 #include "layers/cpu/lstm_pointwise.h"
+#include "layers/cpu/lstm_steps.h"
+#include "layers/cpu/packing_clock.h"
 #include "layers/cpu/small_gemm.h"
 
 namespace enhanced {
@@ -37,12 +40,13 @@ std::vector<Real>& bias_sum_buffer() {
   return buffer;
 }
 
-// Time index of step s in a direction, forward 0..T-1, reverse T-1..0.
-inline int step_time(int direction, int step, int seq_len) { return direction == 0 ? step : seq_len - 1 - step; }
+using lstm_steps::previous_h;
+using lstm_steps::previous_time;
+using lstm_steps::step_time;
 
 // How the layer multiplies (enhanced/precision.h): FP32; bfloat16 operands through the FP32
 // kernels, rounded as they are packed and gathered (the reference, any CPU); or bfloat16 operands
-// through the AMX-BF16 or AVX512-BF16 kernels (bf16_gemm), the weight gradients' large GEMM included.
+// through the AMX-BF16 or AVX512-BF16 kernels (layers/cpu/lstm_bf16.h), every product included.
 enum class Arithmetic { fp32, bf16_reference, bf16_fast };
 
 template <class Real>
@@ -62,10 +66,6 @@ std::vector<float>& packing_buffer(int slot = 0) {
   thread_local std::vector<float> buffers[2];
   return buffers[slot];
 }
-std::vector<uint16_t>& bf16_buffer(int slot = 0) {
-  thread_local std::vector<uint16_t> buffers[4];  // 2: an A operand's rows, converted; 3: [x | h]^T
-  return buffers[slot];
-}
 
 // values[0, n) rounded to the nearest bfloat16 (the reference path's operands).
 template <class Real>
@@ -80,12 +80,11 @@ inline void copy_row(float* dst, const float* source, int n, bool round) {
 }
 
 // The product C (M, N) = A (M, K, row stride lda) B for an operand B packed once (K x N, element
-// (k, n) = source[n * stride_n + k * stride_k]) in the layer's arithmetic. float only: the
-// double path (the gradient checks) calls BLAS.
+// (k, n) = source[n * stride_n + k * stride_k]), its elements rounded to bfloat16 in the reference
+// path. float only: the double path (the gradient checks) calls BLAS.
 class PackedOperand {
  public:
-  PackedOperand(Arithmetic arithmetic, int slot) : arithmetic_(arithmetic), packed_(packing_buffer(slot)),
-                                                   packed_bf16_(bf16_buffer(slot)) {}
+  PackedOperand(Arithmetic arithmetic, int slot) : round_(rounds(arithmetic)), packed_(packing_buffer(slot)) {}
   void pack(const float* source, int k, int n, size_t stride_n, size_t stride_k) {
     resize(k, n);
     pack_rows(0, source, k, stride_n, stride_k);
@@ -93,37 +92,21 @@ class PackedOperand {
   void resize(int k, int n) {
     k_ = k;
     n_ = n;
-    if (arithmetic_ == Arithmetic::bf16_fast) packed_bf16_.resize(bf16_gemm::packed_size(k, n));
-    else packed_.resize(small_gemm::packed_size(k, n));
+    packed_.resize(small_gemm::packed_size(k, n));
   }
   // Rows [row_offset, row_offset + k) of the resized operand.
   void pack_rows(int row_offset, const float* source, int k, size_t stride_n, size_t stride_k) {
-    if (arithmetic_ == Arithmetic::bf16_fast)
-      bf16_gemm::pack_rows(packed_bf16_.data(), k_, row_offset, source, k, n_, stride_n, stride_k);
-    else
-      small_gemm::pack_rows(packed_.data(), k_, row_offset, source, k, n_, stride_n, stride_k, rounds(arithmetic_));
+    const packing_clock::Scope packing;
+    small_gemm::pack_rows(packed_.data(), k_, row_offset, source, k, n_, stride_n, stride_k, round_);
   }
-  // A in FP32 (already rounded in the reference path), converted here in the fast one.
+  // A in FP32, already rounded in the reference path.
   void multiply(float* c, int ldc, const float* a, int lda, int m) const {
-    if (arithmetic_ != Arithmetic::bf16_fast) {
-      small_gemm::multiply(c, ldc, a, lda, packed_.data(), m, n_, k_, false);
-      return;
-    }
-    std::vector<uint16_t>& a_bf16 = bf16_buffer(2);
-    constexpr int kChunk = 256;  // rows converted at a time: a large A is never copied whole
-    a_bf16.resize(static_cast<size_t>(std::min(m, kChunk)) * k_);
-    for (int first = 0; first < m; first += kChunk) {
-      const int rows = std::min(kChunk, m - first);
-      bf16_gemm::convert_rows(a_bf16.data(), k_, a + static_cast<size_t>(first) * lda, lda, rows, k_);
-      bf16_gemm::multiply(c + static_cast<size_t>(first) * ldc, ldc, a_bf16.data(), k_, packed_bf16_.data(), rows,
-                          n_, k_, false);
-    }
+    small_gemm::multiply(c, ldc, a, lda, packed_.data(), m, n_, k_, false);
   }
 
  private:
-  Arithmetic arithmetic_;
+  bool round_;
   std::vector<float>& packed_;
-  std::vector<uint16_t>& packed_bf16_;
   int k_ = 0, n_ = 0;
 };
 
@@ -182,11 +165,14 @@ class StepProjection<float> {
   void operator()(float* gates, int ld_gates, const float* x, int ld_x, const float* h_prev, int ld_h, int batch) {
     const int k = input_ + hidden_;
     operand_.resize(static_cast<size_t>(batch) * k);
-    for (int b = 0; b < batch; ++b) {
-      float* row = operand_.data() + static_cast<size_t>(b) * k;
-      copy_row(row, x + static_cast<size_t>(b) * ld_x, input_, round_);
-      if (h_prev) copy_row(row + input_, h_prev + static_cast<size_t>(b) * ld_h, hidden_, round_);
-      else std::memset(row + input_, 0, hidden_ * sizeof(float));
+    {
+      const packing_clock::Scope packing;
+      for (int b = 0; b < batch; ++b) {
+        float* row = operand_.data() + static_cast<size_t>(b) * k;
+        copy_row(row, x + static_cast<size_t>(b) * ld_x, input_, round_);
+        if (h_prev) copy_row(row + input_, h_prev + static_cast<size_t>(b) * ld_h, hidden_, round_);
+        else std::memset(row + input_, 0, hidden_ * sizeof(float));
+      }
     }
     packed_.multiply(gates, ld_gates, operand_.data(), k, batch);
   }
@@ -236,36 +222,52 @@ size_t bilstm_backward_scratch_size(int batch, int seq_len, int input, int hidde
               4 * static_cast<size_t>(hidden));
 }
 
+namespace {
+
+// One direction's forward: per step, gates[:, t, dir] = project([x_t | h_{t-1}]) (rows T apart in
+// (B, T, .)), then the pointwise pass per row; bias_sum (4H) = b_ih + b_hh.
+template <class Real, class Project>
+void forward_direction(Project& project, Real* y, Real* gates, Real* cell, const Real* x, const Real* bias_sum,
+                       int direction, int batch, int seq_len, int input, int hidden) {
+  const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
+  for (int step = 0; step < seq_len; ++step) {
+    const int t = step_time(direction, step, seq_len), t_prev = previous_time(direction, t);
+    project(gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<int>(static_cast<size_t>(seq_len) * G8),
+            x + static_cast<size_t>(t) * input, seq_len * input,
+            step > 0 ? y + static_cast<size_t>(t_prev) * C + direction * H : nullptr, seq_len * C, batch);
+    for (int b = 0; b < batch; ++b) {
+      const size_t p = static_cast<size_t>(b) * seq_len + t;
+      const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
+      lstm_pointwise::forward(gates + p * G8 + direction * G4, cell + p * C + direction * H, y + p * C + direction * H,
+                              c_prev, bias_sum, H);
+    }
+  }
+}
+
+}  // namespace
+
 template <class Real>
 void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real* weight_ih, const Real* weight_hh,
                     const Real* bias_ih, const Real* bias_hh, int batch, int seq_len, int input, int hidden,
                     int threads, Precision precision) {
   const Arithmetic arithmetic = arithmetic_for<Real>(precision);
-  Real* gates = saved.gates;
-  Real* cell = saved.cell;
-  const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
-  const size_t gates_time_stride = static_cast<size_t>(seq_len) * G8;  // rows of one time step are B apart
+  const int G4 = 4 * hidden;
   in_two_parts(threads, [&](int direction) {
     std::vector<Real>& bias_buffer = bias_sum_buffer<Real>();
     bias_buffer.resize(G4);
     Real* bias_sum = bias_buffer.data();  // b_ih + b_hh, added in the pointwise pass
     for (int j = 0; j < G4; ++j) bias_sum[j] = bias_ih[direction * G4 + j] + bias_hh[direction * G4 + j];
-    StepProjection<Real> project(weight_ih + static_cast<size_t>(direction) * G4 * input,
-                                 weight_hh + static_cast<size_t>(direction) * G4 * H, input, H, arithmetic);
-    for (int step = 0; step < seq_len; ++step) {
-      const int t = step_time(direction, step, seq_len);
-      const int t_prev = direction == 0 ? t - 1 : t + 1;
-      // gates[:, t, dir] = [x[:, t] | h[:, t_prev, dir]] [W_ih | W_hh]^T: rows T apart in (B, T, .).
-      project(gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<int>(gates_time_stride),
-              x + static_cast<size_t>(t) * input, seq_len * input,
-              step > 0 ? y + static_cast<size_t>(t_prev) * C + direction * H : nullptr, seq_len * C, batch);
-      for (int b = 0; b < batch; ++b) {
-        const size_t p = static_cast<size_t>(b) * seq_len + t;
-        const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
-        lstm_pointwise::forward(gates + p * G8 + direction * G4, cell + p * C + direction * H,
-                                y + p * C + direction * H, c_prev, bias_sum, H);
+    const Real* w_ih = weight_ih + static_cast<size_t>(direction) * G4 * input;
+    const Real* w_hh = weight_hh + static_cast<size_t>(direction) * G4 * hidden;
+    if constexpr (std::is_same<Real, float>::value) {
+      if (arithmetic == Arithmetic::bf16_fast) {
+        lstm_bf16::StepProjection project(w_ih, w_hh, input, hidden);
+        forward_direction(project, y, saved.gates, saved.cell, x, bias_sum, direction, batch, seq_len, input, hidden);
+        return;
       }
     }
+    StepProjection<Real> project(w_ih, w_hh, input, hidden, arithmetic);
+    forward_direction(project, y, saved.gates, saved.cell, x, bias_sum, direction, batch, seq_len, input, hidden);
   });
 }
 
@@ -274,18 +276,10 @@ namespace {
 // operand (P, D + H) = [x_t | h_{t-1}] of one direction for every position: what each step's
 // gates were computed from (h_{t-1} is zero at a sequence's first step), rounded to bfloat16 when
 // round (the weight gradients' operand).
-// h_{t-1} of position p = (b, t) in a direction: its H values in y (B, T, 2H), or null at the
-// sequence's first step (the zero initial state). What each step's gates were computed from.
-template <class Real>
-const Real* previous_h(const Real* y, size_t p, int direction, int seq_len, int hidden) {
-  const int t = static_cast<int>(p % seq_len), t_prev = direction == 0 ? t - 1 : t + 1;
-  if (t_prev < 0 || t_prev >= seq_len) return nullptr;
-  return y + (p - t + t_prev) * 2 * hidden + static_cast<size_t>(direction) * hidden;
-}
-
 template <class Real>
 void gather_step_inputs(Real* operand, const Real* x, const Real* y, int direction, int batch, int seq_len, int input,
                         int hidden, bool round) {
+  const packing_clock::Scope packing;
   const int W = input + hidden;
   const size_t P = static_cast<size_t>(batch) * seq_len;
   for (size_t p = 0; p < P; ++p) {
@@ -298,64 +292,11 @@ void gather_step_inputs(Real* operand, const Real* x, const Real* y, int directi
   }
 }
 
-// The fast path's [x_t | h_{t-1}] transposed: operand_t (D + H, P) in bfloat16, so that the
-// weight gradients' K = P runs along its rows, as bf16_gemm's A operand wants. A block of 64
-// positions at a time keeps the rows read in cache while their columns are scattered.
-void gather_step_inputs_transposed(uint16_t* operand_t, const float* x, const float* y, int direction, int batch,
-                                   int seq_len, int input, int hidden) {
-  const size_t P = static_cast<size_t>(batch) * seq_len;
-  constexpr size_t kBlock = 64;
-  for (size_t first = 0; first < P; first += kBlock) {
-    const size_t last = std::min(P, first + kBlock);
-    for (int d = 0; d < input; ++d)
-      for (size_t p = first; p < last; ++p) operand_t[d * P + p] = to_bf16_bits(x[p * input + d]);
-    for (size_t p = first; p < last; ++p) {
-      const float* h = previous_h(y, p, direction, seq_len, hidden);
-      for (int k = 0; k < hidden; ++k) operand_t[(input + k) * P + p] = h ? to_bf16_bits(h[k]) : uint16_t{0};
-    }
-  }
-}
-
-// product (D + H, 4H) = operand_t (D + H, P) dgates (P, 4H) on the bf16 kernels, K = P in chunks:
-// dgates is packed a chunk at a time (so the packed panels stay in cache) and each chunk's
-// product is added to the last.
-void multiply_transposed_bf16(float* product, const uint16_t* operand_t, const float* dgates, int ld_dgates,
-                              int positions, int width, int gates4) {
-  constexpr int kChunk = 512;
-  if (positions == 0) std::memset(product, 0, static_cast<size_t>(width) * gates4 * sizeof(float));
-  std::vector<uint16_t>& packed = bf16_buffer(1);
-  packed.resize(bf16_gemm::packed_size(std::min(kChunk, positions), gates4));
-  for (int first = 0; first < positions; first += kChunk) {
-    const int k = std::min(kChunk, positions - first);
-    bf16_gemm::pack_rows(packed.data(), k, 0, dgates + static_cast<size_t>(first) * ld_dgates, k, gates4, 1,
-                         static_cast<size_t>(ld_dgates));
-    bf16_gemm::multiply(product, gates4, operand_t + first, positions, packed.data(), width, gates4, k, first > 0);
-  }
-}
-
-// One direction's dW_ih (4H, D) and dW_hh (4H, H) += the halves of dgates^T (4H, P)
-// [x | h_{t-1}] (P, D + H), one GEMM (K = P) so that the large dgates operand is packed once:
-// BLAS into product (4H, D + H) from operand (P, D + H), or in the fast path the bf16 kernels
-// into product's transpose (D + H, 4H).
+// dW_ih (4H, D) and dW_hh (4H, H) += the halves of the product of dgates^T and [x | h_{t-1}]:
+// product (4H, D + H), or its transpose (D + H, 4H) when transposed.
 template <class Real>
-void add_weight_gradients(Real* dw_ih, Real* dw_hh, Real* product, Real* operand, const Real* dgates, int ld_dgates,
-                          const Real* x, const Real* y, int direction, int batch, int seq_len, int input, int hidden,
-                          Arithmetic arithmetic) {
-  const int G4 = 4 * hidden, W = input + hidden, positions = batch * seq_len;
-  bool transposed = false;
-  if constexpr (std::is_same<Real, float>::value) {
-    if (arithmetic == Arithmetic::bf16_fast) {
-      std::vector<uint16_t>& operand_t = bf16_buffer(3);
-      operand_t.resize(static_cast<size_t>(W) * positions);
-      gather_step_inputs_transposed(operand_t.data(), x, y, direction, batch, seq_len, input, hidden);
-      multiply_transposed_bf16(product, operand_t.data(), dgates, ld_dgates, positions, W, G4);
-      transposed = true;
-    }
-  }
-  if (!transposed) {
-    gather_step_inputs(operand, x, y, direction, batch, seq_len, input, hidden, rounds(arithmetic));
-    gemm(true, false, G4, W, positions, Real(1), dgates, ld_dgates, operand, W, Real(0), product, W);
-  }
+void add_product(Real* dw_ih, Real* dw_hh, const Real* product, bool transposed, int input, int hidden) {
+  const int G4 = 4 * hidden, W = input + hidden;
   auto at = [&](int j, int w) {
     return transposed ? product[static_cast<size_t>(w) * G4 + j] : product[static_cast<size_t>(j) * W + w];
   };
@@ -365,6 +306,44 @@ void add_weight_gradients(Real* dw_ih, Real* dw_hh, Real* product, Real* operand
   }
 }
 
+// One direction's backward: per step (T-1 down to 0) the pointwise pass per row, writing the
+// gate gradients over the gates and carrying dc and dh; then products(step, dgates rows
+// (T * 8H apart), dh_recurrent), which must leave dh_recurrent for the step before.
+template <class Real, class Products>
+void backward_direction(Products& products, Real* gates, Real* dc_carry, Real* dh_recurrent, Real* dbias_sum,
+                        const Real* cell, const Real* dy, int direction, int batch, int seq_len, int hidden) {
+  const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
+  for (int step = seq_len - 1; step >= 0; --step) {
+    const int t = step_time(direction, step, seq_len), t_prev = previous_time(direction, t);
+    for (int b = 0; b < batch; ++b) {
+      const size_t p = static_cast<size_t>(b) * seq_len + t;
+      const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
+      lstm_pointwise::backward(gates + p * G8 + direction * G4, dc_carry + static_cast<size_t>(b) * H, dbias_sum,
+                               cell + p * C + direction * H, c_prev, dy + p * C + direction * H,
+                               dh_recurrent + static_cast<size_t>(b) * H, H);
+    }
+    products(step, gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<size_t>(seq_len) * G8,
+             dh_recurrent);
+  }
+}
+
+// The FP32 and reference paths' per-step products: the gate gradients rounded in place in the
+// reference path (every later use is a product; the bias gradient, summed already, stays FP32),
+// then dh = dgates W_hh. The weight gradients and dx follow the loop, as whole-batch GEMMs.
+template <class Real>
+struct RecurrentProducts {
+  const RecurrentBackward<Real>& recurrent;
+  int batch, hidden;
+  bool round;
+  void operator()(int step, Real* dgates, size_t ld_dgates, Real* dh_recurrent) const {
+    if (round) {
+      const packing_clock::Scope packing;
+      for (int b = 0; b < batch; ++b) round_in_place(dgates + b * ld_dgates, 4 * hidden);
+    }
+    if (step > 0) recurrent(dh_recurrent, dgates, static_cast<int>(ld_dgates), batch);
+  }
+};
+
 }  // namespace
 
 template <class Real>
@@ -373,49 +352,54 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
                      const Real* weight_hh, int batch, int seq_len, int input, int hidden, int threads,
                      Precision precision) {
   const Arithmetic arithmetic = arithmetic_for<Real>(precision);
+  bool fast = false;
+  if constexpr (std::is_same<Real, float>::value) fast = arithmetic == Arithmetic::bf16_fast;
   Real* gates = saved.gates;
-  Real* scratch = saved.scratch;
-  const Real* cell = saved.cell;
-  const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
+  const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden;
   const int positions = batch * seq_len;
   const size_t state = static_cast<size_t>(batch) * H;
   const int W = input + H;  // columns of [x | h_{t-1}]
   const size_t per_direction = 2 * state + static_cast<size_t>(positions) * W + static_cast<size_t>(G4) * W + G4;
   in_two_parts(threads, [&](int direction) {
-    Real* dh_recurrent = scratch + direction * per_direction;  // (B, H)
-    Real* dc_carry = dh_recurrent + state;                     // (B, H)
-    Real* operand = dc_carry + state;                          // (P, D + H)
-    Real* dweight = operand + static_cast<size_t>(positions) * W;  // (4H, D + H) or, bf16_fast, (D + H, 4H)
-    Real* dbias_sum = dweight + static_cast<size_t>(G4) * W;       // (4H)
+    Real* dh_recurrent = saved.scratch + direction * per_direction;  // (B, H)
+    Real* dc_carry = dh_recurrent + state;                           // (B, H)
+    Real* operand = dc_carry + state;  // (P, D + H); in the fast path the reverse direction's dx (P, D)
+    Real* product = operand + static_cast<size_t>(positions) * W;  // (4H, D + H) or, fast, (D + H, 4H)
+    Real* dbias_sum = product + static_cast<size_t>(G4) * W;       // (4H)
     std::memset(dbias_sum, 0, G4 * sizeof(Real));
     std::memset(dh_recurrent, 0, state * sizeof(Real));
     std::memset(dc_carry, 0, state * sizeof(Real));
-    const RecurrentBackward<Real> recurrent_backward(weight_hh + static_cast<size_t>(direction) * G4 * H, H, arithmetic);
-    for (int step = seq_len - 1; step >= 0; --step) {
-      const int t = step_time(direction, step, seq_len);
-      const int t_prev = direction == 0 ? t - 1 : t + 1;
-      for (int b = 0; b < batch; ++b) {
-        const size_t p = static_cast<size_t>(b) * seq_len + t;
-        const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
-        lstm_pointwise::backward(gates + p * G8 + direction * G4, dc_carry + static_cast<size_t>(b) * H, dbias_sum,
-                                 cell + p * C + direction * H, c_prev, dy + p * C + direction * H,
-                                 dh_recurrent + static_cast<size_t>(b) * H, H);
-        // Every later use of dgates is a GEMM operand (the bias gradient, just summed, stays FP32).
-        if (rounds(arithmetic)) round_in_place(gates + p * G8 + direction * G4, G4);
-      }
-      if (step > 0) {
-        // dh for the previous step: dgates[:, t, dir] (B, 4H) W_hh (4H, H).
-        recurrent_backward(dh_recurrent, gates + static_cast<size_t>(t) * G8 + direction * G4, seq_len * G8, batch);
+    const Real* w_ih = weight_ih + static_cast<size_t>(direction) * G4 * input;
+    const Real* w_hh = weight_hh + static_cast<size_t>(direction) * G4 * H;
+    if constexpr (std::is_same<Real, float>::value) {
+      if (fast) {
+        lstm_bf16::StepBackward products(w_ih, w_hh, x, y, direction == 0 ? dx : operand, product, direction, batch,
+                                         seq_len, input, H);
+        backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, dy, direction, batch,
+                           seq_len, H);
       }
     }
-    add_weight_gradients(dweight_ih + static_cast<size_t>(direction) * G4 * input,
-                         dweight_hh + static_cast<size_t>(direction) * G4 * H, dweight, operand, gates + direction * G4,
-                         G8, x, y, direction, batch, seq_len, input, H, arithmetic);
+    if (!fast) {
+      const RecurrentBackward<Real> recurrent(w_hh, H, arithmetic);
+      RecurrentProducts<Real> products{recurrent, batch, H, rounds(arithmetic)};
+      backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, dy, direction, batch, seq_len,
+                         H);
+      // dW (4H, D + H) = dgates^T (4H, P) [x | h_{t-1}] (P, D + H): one GEMM, K = P.
+      gather_step_inputs(operand, x, y, direction, batch, seq_len, input, H, rounds(arithmetic));
+      gemm(true, false, G4, W, positions, Real(1), gates + direction * G4, G8, operand, W, Real(0), product, W);
+    }
+    add_product(dweight_ih + static_cast<size_t>(direction) * G4 * input,
+                dweight_hh + static_cast<size_t>(direction) * G4 * H, product, fast, input, H);
     for (int j = 0; j < G4; ++j) {
       dbias_ih[direction * G4 + j] += dbias_sum[j];
       dbias_hh[direction * G4 + j] += dbias_sum[j];
     }
   });
+  if (fast) {  // dx = the two directions' parts
+    const Real* reverse_dx = saved.scratch + per_direction + 2 * state;
+    for (size_t i = 0; i < static_cast<size_t>(positions) * input; ++i) dx[i] += reverse_dx[i];
+    return;
+  }
   // dx (P, D) = dgates (P, 8H) W_ih (8H, D), both directions at once, rows split in two halves.
   in_two_parts(threads, [&](int half) {
     const int first = half == 0 ? 0 : positions / 2;

@@ -1,0 +1,60 @@
+// The BiLSTM's products on the bfloat16 kernels (--precision bf16 where the CPU has AVX512-BF16
+// or AMX-BF16; layers/cpu/bf16_gemm.h): what layers/lstm.cpp's direction loops call a step at a
+// time in place of the FP32 products. Every operand is converted once, vectorised, while it is in
+// cache: the step's [x_t | h_{t-1}] straight to bfloat16, the step's gate gradients once for the
+// three products that read them (dh, dx and the weight gradients, written straight into the
+// weight gradients' packed layout), and the weights packed once per call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace enhanced::lstm_bf16 {
+
+// A step's gates (B, 4H) = [x_t | h_{t-1}] (B, D + H) [W_ih | W_hh]^T of one direction.
+class StepProjection {
+ public:
+  StepProjection(const float* w_ih, const float* w_hh, int input, int hidden);
+  // h_prev null: the zero initial state. Rows of gates ld_gates apart, of x ld_x, of h ld_h.
+  void operator()(float* gates, size_t ld_gates, const float* x, size_t ld_x, const float* h_prev, size_t ld_h,
+                  int batch);
+
+ private:
+  int input_, hidden_;
+  std::vector<uint16_t>& packed_;   // [W_ih | W_hh]^T, (D + H) x 4H
+  std::vector<uint16_t>& operand_;  // the step's [x_t | h_{t-1}], (B, D + H)
+};
+
+// One direction's backward products, a step at a time after its pointwise pass: from the step's
+// gate gradients dgates (B, 4H), rounded to bfloat16 in place (every later use is a product),
+//   dh_recurrent (B, H) = dgates W_hh (for the step before; not at the last),
+//   dx rows (B, D)      = dgates W_ih (this direction's part of dx),
+//   product (D + H, 4H) += [x_t | h_{t-1}]^T dgates (the weight gradients, transposed), K = the
+//                          positions, multiplied a chunk of ~512 positions at a time.
+class StepBackward {
+ public:
+  // x (B, T, D), y (B, T, 2H) the forward's; dx_part (B, T, D) this direction's dx (=); product
+  // (D + H, 4H) the weight gradients' (=, complete after the last step).
+  StepBackward(const float* w_ih, const float* w_hh, const float* x, const float* y, float* dx_part, float* product,
+               int direction, int batch, int seq_len, int input, int hidden);
+  // step counts down from T - 1 to 0; dgates: the step's rows, ld_dgates apart.
+  void operator()(int step, float* dgates, size_t ld_dgates, float* dh_recurrent);
+
+ private:
+  void add_to_chunk(int step, int t, int slot);
+  int direction_, batch_, seq_len_, input_, hidden_;
+  int pair_batch_;       // B rounded up to even: each step's K rows start a pair
+  int chunk_steps_;      // steps a chunk of the weight gradients' K holds
+  int chunk_rows_ = 0;   // K of the chunk being filled
+  const float *x_, *y_;
+  float *dx_part_, *product_;
+  std::vector<uint16_t>& packed_w_hh_;  // (4H) x H
+  std::vector<uint16_t>& packed_w_ih_;  // (4H) x D
+  std::vector<uint16_t>& dgates_;       // the step's, (B, 4H)
+  std::vector<uint16_t>& operand_;      // the step's [x_t | h_{t-1}], (B, D + H)
+  std::vector<uint16_t>& chunk_operand_;  // (D + H, chunk K): [x | h_{t-1}]^T of the chunk's steps
+  std::vector<uint16_t>& chunk_dgates_;   // the chunk's dgates, packed (chunk K) x 4H
+};
+
+}  // namespace enhanced::lstm_bf16
