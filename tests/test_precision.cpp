@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 #include "gradcheck.h"
 #include "layers/cpu/bf16_gemm.h"
 #include "layers/cpu/small_gemm.h"
+#include "layers/dense.h"
 #include "layers/lstm.h"
 
 namespace enhanced {
@@ -444,6 +446,50 @@ TEST_P(Bf16Kernels, MatchTheReferenceThroughTheLstmsForwardAndBackward) {
   const LstmRun fast = run_bilstm(c, Precision::bf16, 2), reference = run_bilstm(c, Precision::bf16_emulated, 2);
   for (const auto& [name, pair] : compared(fast, reference))
     EXPECT_LT(relative_difference(*pair.first, *pair.second), 0x1.0p-10) << name;
+}
+
+// The dense layer's three products on the kernels: each output against the double sum of its
+// rounded operands' products, within 2 (K + 1) FP32 roundings of the sum of their magnitudes
+// (plus what it adds onto: the bias, or the weight gradient's value before). B odd and L = 37
+// leave ragged tiles and panels.
+TEST_P(Bf16Kernels, DenseMultipliesRoundedOperands) {
+  Random random(23);
+  const int B = 7, F = 40, L = 37;
+  const std::vector<float> in = random_floats(random, static_cast<size_t>(B) * F, 1.0),
+                           weight = random_floats(random, static_cast<size_t>(L) * F, 0.5),
+                           bias = random_floats(random, L, 0.5), dout = random_floats(random, static_cast<size_t>(B) * L, 1.0);
+  std::vector<float> out(static_cast<size_t>(B) * L), din(static_cast<size_t>(B) * F), dbias(L, 0.0f);
+  std::vector<float> dweight = random_floats(random, static_cast<size_t>(L) * F, 0.1);
+  const std::vector<float> dweight_before = dweight;
+  dense_forward(out.data(), in.data(), weight.data(), bias.data(), B, F, L, Precision::bf16);
+  dense_backward(din.data(), dweight.data(), dbias.data(), dout.data(), in.data(), weight.data(), B, F, L,
+                 Precision::bf16);
+  // value against start + sum over i of a(i) b(i), the operands rounded.
+  auto expect = [](float value, double start, int k, const std::function<std::pair<float, float>(int)>& term,
+                   const char* what) {
+    double sum = start, magnitude = std::fabs(start);
+    for (int i = 0; i < k; ++i) {
+      const auto [a, b] = term(i);
+      const double product = static_cast<double>(round_to_bf16(a)) * round_to_bf16(b);
+      sum += product, magnitude += std::fabs(product);
+    }
+    ASSERT_NEAR(value, sum, 2 * (k + 1) * 0x1.0p-24 * magnitude) << what;
+  };
+  for (int b = 0; b < B; ++b)
+    for (int l = 0; l < L; ++l)
+      expect(out[b * L + l], bias[l], F, [&](int f) { return std::pair{in[b * F + f], weight[l * F + f]}; }, "out");
+  for (int l = 0; l < L; ++l)
+    for (int f = 0; f < F; ++f)
+      expect(dweight[l * F + f], dweight_before[l * F + f], B,
+             [&](int b) { return std::pair{dout[b * L + l], in[b * F + f]}; }, "dweight");
+  for (int b = 0; b < B; ++b)
+    for (int f = 0; f < F; ++f)
+      expect(din[b * F + f], 0.0, L, [&](int l) { return std::pair{dout[b * L + l], weight[l * F + f]}; }, "din");
+  for (int l = 0; l < L; ++l) {
+    double sum = 0;
+    for (int b = 0; b < B; ++b) sum += dout[b * L + l];
+    EXPECT_NEAR(dbias[l], sum, 1e-5) << "the bias gradient is an FP32 sum";
+  }
 }
 
 // The whole model's logits: the forward through the LSTM (one rounded GEMM a step, the error

@@ -1,22 +1,26 @@
 #include "layers/dense.h"
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "enhanced/common.h"
+#include "layers/cpu/bf16_gemm.h"
 #include "layers/cpu/blas.h"
+#include "layers/cpu/packing_clock.h"
 
 namespace enhanced {
 namespace {
 
-// The GEMM operand `values` (n of them) as the precision multiplies it: itself in FP32, else a
-// copy rounded to bfloat16 in a per-thread buffer of the slot (grown once, then reused). The
-// dense layer is a few hundred kFLOP a sample, so bf16 runs as the reference path everywhere.
+// The GEMM operand `values` (n of them) as the reference path multiplies it: itself in FP32, else
+// a copy rounded to bfloat16 in a per-thread buffer of the slot (grown once, then reused).
 template <class Real>
 const Real* operand(const Real* values, size_t n, Precision precision, int slot) {
   if (precision == Precision::fp32) return values;
   if (!std::is_same<Real, float>::value) fail("internal: the double-precision dense layer is FP32 only");
+  const packing_clock::Scope packing;
   thread_local std::vector<Real> buffers[3];
   std::vector<Real>& buffer = buffers[slot];
   buffer.resize(n);
@@ -24,11 +28,47 @@ const Real* operand(const Real* values, size_t n, Precision precision, int slot)
   return buffer.data();
 }
 
+// C (M, N) (+)= A (M, K) B (K, N) on the bf16 kernels (--precision bf16), from FP32 operands:
+// A's element (m, k) = a[m * a_row + k * a_column], B's (k, n) = b[n * b_column + k * b_row].
+void bf16_product(float* c, int ldc, const float* a, size_t a_row, size_t a_column, const float* b, size_t b_row,
+                  size_t b_column, int m, int n, int k, bool accumulate) {
+  thread_local std::vector<uint16_t> a_bf16, packed;  // grown once, then reused
+  {
+    const packing_clock::Scope packing;
+    a_bf16.resize(static_cast<size_t>(m) * k);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < k; ++j) a_bf16[static_cast<size_t>(i) * k + j] = to_bf16_bits(a[i * a_row + j * a_column]);
+    packed.resize(bf16_gemm::packed_size(k, n));
+    bf16_gemm::pack_rows(packed.data(), k, 0, b, k, n, b_column, b_row);
+  }
+  bf16_gemm::multiply(c, ldc, a_bf16.data(), k, packed.data(), m, n, k, accumulate);
+}
+
+// dbias (L) += the sum of dout's rows: a sum, not a GEMM, so FP32 in every precision.
+template <class Real>
+void add_bias_gradient(Real* dbias, const Real* dout, int batch, int out_features) {
+  for (int b = 0; b < batch; ++b)
+    for (int l = 0; l < out_features; ++l) dbias[l] += dout[static_cast<size_t>(b) * out_features + l];
+}
+
+template <class Real>
+bool on_bf16_kernels(Precision precision) {
+  return std::is_same<Real, float>::value && precision == Precision::bf16;
+}
+
 }  // namespace
 
 template <class Real>
 void dense_forward(Real* out, const Real* in, const Real* weight, const Real* bias, int batch, int in_features,
                    int out_features, Precision precision) {
+  const size_t F = static_cast<size_t>(in_features), L = static_cast<size_t>(out_features);
+  if constexpr (std::is_same<Real, float>::value) {
+    if (on_bf16_kernels<Real>(precision)) {  // out = bias + in (B, F) W^T, W^T's (f, l) = W[l * F + f]
+      for (int b = 0; b < batch; ++b) std::copy(bias, bias + L, out + b * L);
+      bf16_product(out, out_features, in, F, 1, weight, 1, F, batch, out_features, in_features, true);
+      return;
+    }
+  }
   const Real* in_operand = operand(in, static_cast<size_t>(batch) * in_features, precision, 0);
   const Real* weight_operand = operand(weight, static_cast<size_t>(out_features) * in_features, precision, 1);
   for (int b = 0; b < batch; ++b)
@@ -40,13 +80,22 @@ void dense_forward(Real* out, const Real* in, const Real* weight, const Real* bi
 template <class Real>
 void dense_backward(Real* din, Real* dweight, Real* dbias, const Real* dout, const Real* in, const Real* weight,
                     int batch, int in_features, int out_features, Precision precision) {
+  const size_t F = static_cast<size_t>(in_features), L = static_cast<size_t>(out_features);
+  if constexpr (std::is_same<Real, float>::value) {
+    if (on_bf16_kernels<Real>(precision)) {
+      // dweight (L, F) += dout^T (L, B) in (B, F); din (B, F) = dout (B, L) W (L, F).
+      bf16_product(dweight, in_features, dout, 1, L, in, F, 1, out_features, in_features, batch, true);
+      add_bias_gradient(dbias, dout, batch, out_features);
+      bf16_product(din, in_features, dout, L, 1, weight, F, 1, batch, in_features, out_features, false);
+      return;
+    }
+  }
   const Real* dout_operand = operand(dout, static_cast<size_t>(batch) * out_features, precision, 0);
   const Real* in_operand = operand(in, static_cast<size_t>(batch) * in_features, precision, 1);
   const Real* weight_operand = operand(weight, static_cast<size_t>(out_features) * in_features, precision, 2);
   gemm(true, false, out_features, in_features, batch, Real(1), dout_operand, out_features, in_operand, in_features,
        Real(1), dweight, in_features);
-  for (int b = 0; b < batch; ++b)  // the bias gradient is a sum, not a GEMM: FP32 in every precision
-    for (int l = 0; l < out_features; ++l) dbias[l] += dout[static_cast<size_t>(b) * out_features + l];
+  add_bias_gradient(dbias, dout, batch, out_features);
   gemm(false, false, batch, in_features, out_features, Real(1), dout_operand, out_features, weight_operand,
        in_features, Real(0), din, in_features);
 }
