@@ -49,11 +49,13 @@ struct EngineOptions {
 void check_class_weights(const std::vector<float>& weights, int num_labels);
 
 // One part of a step that the bench times alone (the CPU engine's layers): prepare (untimed,
-// may be empty), then run.
+// may be empty), then run. With `measured`, the part's time is not run's wall time but what
+// measured returns after each run (seconds): a share of run's work timed inside it.
 struct EnginePart {
   std::string name;
   std::function<void()> prepare;
   std::function<void()> run;
+  std::function<double()> measured;
 };
 
 class Engine {

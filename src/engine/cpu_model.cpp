@@ -15,6 +15,7 @@
 #include "enhanced/data_parallel.h"
 #include "layers/cpu/bf16_gemm.h"
 #include "layers/cpu/blas.h"
+#include "layers/cpu/packing_clock.h"
 #include "layers/dense.h"
 #include "layers/embedding_blend.h"
 #include "layers/lstm.h"
@@ -351,16 +352,34 @@ std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
   out.push_back({"blend fwd+bwd", {}, [&] {
     blend_forward(a, p, batch);
     blend_backward(g, a, batch);
-  }});
-  out.push_back({"bilstm fwd", {}, [&, B, threads, precision] { lstm_forward(a, p, B, threads, precision); }});
+  }, {}});
+  out.push_back({"bilstm fwd", {}, [&, B, threads, precision] { lstm_forward(a, p, B, threads, precision); }, {}});
   out.push_back({"bilstm fwd+bwd", {}, [&, B, threads, precision] {
     lstm_forward(a, p, B, threads, precision);
     lstm_backward(g, a, p, B, threads, precision);
-  }});
+  }, {}});
   out.push_back({"head fwd+bwd", {}, [&, B, precision] {
     head_forward(a, p, batch, true, weights_or_null(), nullptr, precision);
     head_backward(g, a, p, B, precision);
-  }});
+  }, {}});
+  // The layers' packing and conversion of GEMM operands within a forward and backward, the
+  // threads' sum divided by the threads: its share of the step's time.
+  out.push_back({"packing in f+b",
+                 [] {
+                   packing_clock::set_measuring(true);
+                   packing_clock::reset();
+                 },
+                 [&, B, threads, precision] {
+                   lstm_forward(a, p, B, threads, precision);
+                   head_forward(a, p, batch, true, weights_or_null(), nullptr, precision);
+                   head_backward(g, a, p, B, precision);
+                   lstm_backward(g, a, p, B, threads, precision);
+                 },
+                 [threads] {
+                   const double seconds = packing_clock::seconds() / std::max(1, std::min(threads, 2));
+                   packing_clock::reset();
+                   return seconds;
+                 }});
   if (optimizer_) {
     // A step on zero gradients over the batch's rows: the update's cost, not the gradients'.
     out.push_back({"optimizer",
@@ -371,7 +390,8 @@ std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
                                             static_cast<int64_t>(batch.identifier_ids.size()),
                                             batch.cur_word_ids.data(), batch.positions());
                    },
-                   [&] { optimizer_step(p, *optimizer_, g, rows_, optimizer_->config.learning_rate); }});
+                   [&] { optimizer_step(p, *optimizer_, g, rows_, optimizer_->config.learning_rate); },
+                   {}});
   }
   return out;
 }
