@@ -1,6 +1,6 @@
 // enhanced-predict: a checkpoint's predictions for every sample of a set (.ebin or JSON Lines,
 // labeled or not): the top-k labels with their probabilities as CSV or JSON Lines, and
-// optionally the full logits and probabilities as .npy (README "enhanced-predict").
+// optionally the full logits and probabilities as .npy (docs/cli.md "enhanced-predict").
 #include <filesystem>
 
 #include "enhanced/app.h"

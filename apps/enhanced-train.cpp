@@ -1,4 +1,4 @@
-// enhanced-train: trains the model on a .ebin dataset (see README "Training").
+// enhanced-train: trains the model on a .ebin dataset (see docs/cli.md "enhanced-train").
 #include "enhanced/app.h"
 #include "enhanced/communicator.h"
 #include "enhanced/trainer.h"
@@ -22,7 +22,7 @@ int train_on_ranks(const enhanced::TrainOptions& o) {
   return 1;  // not reached: abort ends the job
 }
 
-// The learning-rate schedule and what the validations decide (README "Training controls").
+// The learning-rate schedule and what the validations decide (docs/cli.md "Training controls").
 void add_schedule_options(CLI::App& app, enhanced::TrainOptions& o) {
   app.add_option("--lr-schedule", o.lr_schedule, "constant, step, cosine, linear or plateau")
       ->capture_default_str()->check(CLI::IsMember({"constant", "step", "cosine", "linear", "plateau"}));

@@ -1,6 +1,6 @@
 // enhanced-predict's work: the model's top-k labels for every sample of a set (labeled or not),
 // optionally the full logits and probabilities as .npy, through run_inference (the forward pass
-// enhanced-eval scores). Formats in README "enhanced-predict".
+// enhanced-eval scores). Formats in docs/cli.md "enhanced-predict".
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // enhanced-data split: a seeded, deterministic split of a dataset (.ebin or JSON Lines) into
-// parts by fractions, stratified by label where the set has labels (README "enhanced-data").
+// parts by fractions, stratified by label where the set has labels (docs/cli.md "enhanced-data").
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,11 @@
-// The optimizer step on the GPU: the CUDA twin of layers/optimizer.h,
-// with the same argument order plus the stream / library handle last (kernels/layers.h).
+// The optimizer step on the GPU: the CUDA twin of layers/optimizer.h, but not in its argument
+// order. The CPU's one optimizer_step(params, state, grads, touched_rows, learning_rate) is three
+// calls here: gradient_norm (its outputs first: norm, clip factor, scratch; then grads), then
+// sgd_step or adam_step. Those two take device pointers (params, the moments that the CPU keeps
+// in state, grads), the clip factor and norm that gradient_norm wrote, the step's StepScalars
+// (which hold the learning rate) before the StepRange that stands for touched_rows, then the
+// config's fields that the update needs, one by one; every call takes the stream last
+// (kernels/layers.h). zero_gradients keeps the CPU's order: grads, then the range for the rows.
 #pragma once
 
 #include <cstdint>

@@ -150,7 +150,7 @@ PredictStats predict(Engine& engine, const Dataset& dataset, int batch_size, int
     top.write(text);
     done += batch.size;
     line.show(progress_text(done, n, line.elapsed_seconds()));
-  }, nullptr, /*labels_used=*/false);  // labels, if any, are ignored (README): any value is harmless
+  }, nullptr, /*labels_used=*/false);  // labels, if any, are ignored (docs/cli.md): any value is harmless
   line.show(progress_text(done, n, line.elapsed_seconds()), true);
   line.finish();
   top.finish();
