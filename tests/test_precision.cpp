@@ -18,6 +18,7 @@
 #include "enhanced/common.h"
 #include "enhanced/engine.h"
 #include "enhanced/precision.h"
+#include "amx_model.h"
 #include "bf16_isa_model.h"
 #include "enhanced/random.h"
 #include "gradcheck.h"
@@ -266,6 +267,53 @@ std::vector<float> random_floats(Random& random, size_t n, double scale) {
   std::vector<float> v(n);
   for (float& e : v) e = static_cast<float>(random.uniform(-scale, scale));
   return v;
+}
+
+// Inside a TileSession (the AMX kernel configures its tiles once for many calls) every product
+// has the bits it has alone, and the session's end releases the tiles. K a multiple of 32 with
+// 32-row blocks is where the AMX kernel loads A's tiles straight from A: A's rows run on past K
+// into NaNs, which it must not read.
+TEST_P(Bf16Kernels, ASessionGivesEachProductItsOwnBitsAndReleasesTheTiles) {
+  struct Shape {
+    int m, n, k;
+  };
+  const Shape shapes[] = {{64, 48, 160}, {70, 32, 64}, {5, 40, 37}, {32, 512, 32}};
+  Random random(29);
+  const uint16_t nan = to_bf16_bits(std::numeric_limits<float>::quiet_NaN());
+  std::vector<std::vector<uint16_t>> a_operands, packed_operands;
+  std::vector<std::vector<float>> alone;
+  for (const Shape& s : shapes) {
+    const int lda = s.k + 3;
+    std::vector<uint16_t> a(static_cast<size_t>(s.m) * lda, nan);
+    for (int i = 0; i < s.m; ++i)
+      for (int j = 0; j < s.k; ++j) a[static_cast<size_t>(i) * lda + j] = to_bf16_bits(static_cast<float>(random.uniform(-1, 1)));
+    const std::vector<float> b = random_floats(random, static_cast<size_t>(s.k) * s.n, 1.0);
+    std::vector<uint16_t> packed(bf16_gemm::packed_size(s.k, s.n));
+    bf16_gemm::pack_rows(packed.data(), s.k, 0, b.data(), s.k, s.n, 1, static_cast<size_t>(s.n));
+    std::vector<float> c(static_cast<size_t>(s.m) * s.n);
+    bf16_gemm::multiply(c.data(), s.n, a.data(), lda, packed.data(), s.m, s.n, s.k, false);
+    for (const float v : c) ASSERT_FALSE(std::isnan(v)) << "a product read A past K";
+    a_operands.push_back(a), packed_operands.push_back(packed), alone.push_back(c);
+  }
+  {
+    const bf16_gemm::TileSession session;
+    for (int round = 0; round < 2; ++round)
+      for (size_t i = 0; i < std::size(shapes); ++i) {
+        const Shape& s = shapes[i];
+        std::vector<float> c(static_cast<size_t>(s.m) * s.n);
+        bf16_gemm::multiply(c.data(), s.n, a_operands[i].data(), s.k + 3, packed_operands[i].data(), s.m, s.n, s.k,
+                            false);
+        ASSERT_EQ(std::memcmp(c.data(), alone[i].data(), c.size() * sizeof(float)), 0) << s.m << "x" << s.n << "x" << s.k;
+      }
+    if (GetParam().isa == bf16_gemm::Isa::amx_bf16 && GetParam().model) {
+      EXPECT_TRUE(testing::amx_model::configured) << "the session's tiles released between its products";
+    }
+  }
+  EXPECT_EQ(bf16_gemm::tile_session().depth, 0);
+  EXPECT_EQ(bf16_gemm::tile_session().release, nullptr);
+  if (GetParam().isa == bf16_gemm::Isa::amx_bf16 && GetParam().model) {
+    EXPECT_FALSE(testing::amx_model::configured) << "the tiles outlived their session";
+  }
 }
 
 void expect_bilstm_matches_reference(Precision precision) {

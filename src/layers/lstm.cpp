@@ -261,6 +261,7 @@ void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real
     const Real* w_hh = weight_hh + static_cast<size_t>(direction) * G4 * hidden;
     if constexpr (std::is_same<Real, float>::value) {
       if (arithmetic == Arithmetic::bf16_fast) {
+        const bf16_gemm::TileSession tiles;  // AMX: the tiles configured once for the 400 steps
         lstm_bf16::StepProjection project(w_ih, w_hh, input, hidden);
         forward_direction(project, y, saved.gates, saved.cell, x, bias_sum, direction, batch, seq_len, input, hidden);
         return;
@@ -373,6 +374,7 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
     const Real* w_hh = weight_hh + static_cast<size_t>(direction) * G4 * H;
     if constexpr (std::is_same<Real, float>::value) {
       if (fast) {
+        const bf16_gemm::TileSession tiles;
         lstm_bf16::StepBackward products(w_ih, w_hh, x, y, direction == 0 ? dx : operand, product, direction, batch,
                                          seq_len, input, H);
         backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, dy, direction, batch,

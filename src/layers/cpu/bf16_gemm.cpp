@@ -90,6 +90,21 @@ const char* kernel_name() { return test_kernel.load() != nullptr ? "a test's ker
 
 void set_kernel_for_tests(Kernel kernel) { test_kernel.store(kernel); }
 
+TileSessionState& tile_session() {
+  thread_local TileSessionState state;
+  return state;
+}
+
+TileSession::TileSession() { ++tile_session().depth; }
+
+TileSession::~TileSession() {
+  TileSessionState& state = tile_session();
+  if (--state.depth == 0 && state.release != nullptr) {
+    state.release();
+    state.release = nullptr;
+  }
+}
+
 size_t packed_size(int k, int n) {
   const size_t panels = static_cast<size_t>((n + kPanelWidth - 1) / kPanelWidth);
   return panels * kPanelWidth * padded_depth(k);

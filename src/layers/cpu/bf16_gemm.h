@@ -68,6 +68,25 @@ void convert_rows_rounding(uint16_t* dst, size_t ld_dst, float* values, size_t l
 // dst (columns, rows, row stride ld_dst) = source (rows, columns, row stride ld_source) transposed.
 void transpose(uint16_t* dst, size_t ld_dst, const uint16_t* source, size_t ld_source, int rows, int columns);
 
+// While one is alive on a thread, the AMX kernel keeps its tile configuration from one multiply to
+// the next: LDTILECFG at the session's first multiply, TILERELEASE at its end, not both in every
+// call (a layer's 400 steps make 800 calls). Other kernels ignore it. Sessions nest.
+class TileSession {
+ public:
+  TileSession();
+  ~TileSession();
+  TileSession(const TileSession&) = delete;
+  TileSession& operator=(const TileSession&) = delete;
+};
+
+// A thread's session as the kernels see it: how many are open, and the release of the kernel
+// that configured the tiles in them (null: none has).
+struct TileSessionState {
+  int depth = 0;
+  void (*release)() = nullptr;
+};
+TileSessionState& tile_session();
+
 // C (M x N, row stride ldc) = A (M x K, row stride lda, bfloat16) * packed (K x N), or += when
 // accumulate, on the kernel available() names. Fails unless available().
 void multiply(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m, int n, int k,
