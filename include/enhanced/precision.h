@@ -34,13 +34,13 @@ CpuBf16Support cpu_bf16_support();
 std::string cpu_precision_unavailable_reason(Precision precision);
 
 // bfloat16 by round-to-nearest-even (NaN stays a quiet NaN; subnormals kept): the rounding every
-// bf16 path uses. (VDPBF16PS itself treats subnormal inputs and results as zero.)
+// bf16 path uses. (VDPBF16PS itself treats subnormal inputs and results as zero.) Written without
+// a branch, so that the loops that call it vectorise.
 inline uint16_t to_bf16_bits(float value) {
   uint32_t bits;
   __builtin_memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16, quiet_nan = (bits >> 16) | 0x0040u;
+  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 inline float from_bf16_bits(uint16_t bits) {
   const uint32_t wide = static_cast<uint32_t>(bits) << 16;

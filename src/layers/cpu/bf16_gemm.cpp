@@ -112,14 +112,6 @@ size_t packed_size(int k, int n) {
 
 namespace {
 
-// to_bf16_bits without a branch, so that the loops below vectorise (the same bits).
-ENHANCED_INLINE uint16_t bf16_bits(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16, quiet = (bits >> 16) | 0x0040u;
-  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-}
-
 // One pair row of a panel: the 32 columns' (even, odd) pairs, zero past `columns`; odd null: zeros.
 ENHANCED_INLINE void write_pair_row(uint16_t* __restrict pair_row, const uint16_t* __restrict even,
                                     const uint16_t* __restrict odd, int columns) {
@@ -192,7 +184,7 @@ void convert_rows(uint16_t* dst, int ld_dst, const float* source, int ld_source,
   for (int r = 0; r < rows; ++r) {
     const float* __restrict in = source + static_cast<size_t>(r) * ld_source;
     uint16_t* __restrict out = dst + static_cast<size_t>(r) * ld_dst;
-    for (int j = 0; j < columns; ++j) out[j] = bf16_bits(in[j]);
+    for (int j = 0; j < columns; ++j) out[j] = to_bf16_bits(in[j]);
   }
 }
 
@@ -202,11 +194,19 @@ void convert_rows_rounding(uint16_t* dst, size_t ld_dst, float* values, size_t l
     float* __restrict row = values + static_cast<size_t>(r) * ld_values;
     uint16_t* __restrict out = dst + static_cast<size_t>(r) * ld_dst;
     for (int j = 0; j < columns; ++j) {
-      const uint16_t bits = bf16_bits(row[j]);
+      const uint16_t bits = to_bf16_bits(row[j]);
       const uint32_t wide = static_cast<uint32_t>(bits) << 16;
       out[j] = bits;
       std::memcpy(&row[j], &wide, sizeof wide);
     }
+  }
+}
+
+ENHANCED_MULTIVERSION
+void round_floats(float* dst, const float* source, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t wide = static_cast<uint32_t>(to_bf16_bits(source[i])) << 16;
+    std::memcpy(&dst[i], &wide, sizeof wide);
   }
 }
 

@@ -65,6 +65,10 @@ void convert_rows(uint16_t* dst, int ld_dst, const float* source, int ld_source,
 // The same, and values rounded in place to those bfloat16 numbers (as floats).
 void convert_rows_rounding(uint16_t* dst, size_t ld_dst, float* values, size_t ld_values, int rows, int columns);
 
+// dst[0, n) = source[0, n) rounded to the nearest bfloat16, as floats (the reference path's
+// operands; dst == source rounds in place). Vectorised.
+void round_floats(float* dst, const float* source, size_t n);
+
 // dst (columns, rows, row stride ld_dst) = source (rows, columns, row stride ld_source) transposed.
 void transpose(uint16_t* dst, size_t ld_dst, const uint16_t* source, size_t ld_source, int rows, int columns);
 
