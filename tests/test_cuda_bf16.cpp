@@ -81,8 +81,8 @@ void check_bf16_bilstm(int B, int T, int D, int H, uint64_t seed) {
   // The double layer on the GEMM inputs cuDNN sees rounded: x and the weights.
   const std::vector<double> x_r = rounded(x), w_ih_r = rounded(w_ih), w_hh_r = rounded(w_hh);
   std::vector<double> y(dy.size()), gates(static_cast<size_t>(B) * T * 8 * H), cell(dy.size());
-  std::vector<double> scratch(bilstm_backward_scratch_size(B, T, D, H));
-  BiLstmState<double> saved{gates.data(), cell.data(), scratch.data()};
+  std::vector<double> workspace(bilstm_workspace_size<double>(B, T, D, H));
+  BiLstmState<double> saved{gates.data(), cell.data(), workspace.data()};
   bilstm_forward(y.data(), saved, x_r.data(), w_ih_r.data(), w_hh_r.data(), b_ih.data(), b_hh.data(), B, T, D, H, 1);
   std::vector<double> dx(x.size()), dw_ih(w_ih.size()), dw_hh(w_hh.size()), db_ih(b_ih.size()), db_hh(b_hh.size());
   bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), saved, y.data(), dy.data(),

@@ -319,8 +319,8 @@ void check_bilstm(int B, int T, int D, int H, uint64_t seed) {
   const std::vector<double> b_hh = random_floats(static_cast<size_t>(8) * H, random, 0.5);
   const std::vector<double> dy = random_floats(static_cast<size_t>(B) * T * 2 * H, random);
   std::vector<double> y(dy.size()), gates(static_cast<size_t>(B) * T * 8 * H), cell(dy.size());
-  std::vector<double> scratch(bilstm_backward_scratch_size(B, T, D, H));
-  BiLstmState<double> saved{gates.data(), cell.data(), scratch.data()};
+  std::vector<double> workspace(bilstm_workspace_size<double>(B, T, D, H));
+  BiLstmState<double> saved{gates.data(), cell.data(), workspace.data()};
   bilstm_forward(y.data(), saved, x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(), B, T, D, H, 1);
   std::vector<double> dx(x.size()), dw_ih(w_ih.size()), dw_hh(w_hh.size()), db_ih(b_ih.size()), db_hh(b_hh.size());
   bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), saved, y.data(), dy.data(),

@@ -83,8 +83,8 @@ TEST_P(LstmGradient, MatchesFiniteDifferences) {
   std::vector<double> b_hh = random_vector(8 * static_cast<size_t>(H), random, 0.5);
   const std::vector<double> projection = random_vector(P * 2 * H, random);
   std::vector<double> y(P * 2 * H), gates(P * 8 * H), cell(P * 2 * H);
-  std::vector<double> scratch(bilstm_backward_scratch_size(B, T, D, H));
-  BiLstmState<double> saved{gates.data(), cell.data(), scratch.data()};
+  std::vector<double> workspace(bilstm_workspace_size<double>(B, T, D, H));
+  BiLstmState<double> saved{gates.data(), cell.data(), workspace.data()};
   auto loss = [&] {
     bilstm_forward(y.data(), saved, x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(), B, T, D, H, threads);
     return dot(y, projection);
@@ -116,7 +116,8 @@ TEST(Lstm, ThreadedEqualsSerialBitForBit) {
   for (float& v : w_hh) v = static_cast<float>(random.uniform(-0.3, 0.3));
   for (float& v : b) v = static_cast<float>(random.uniform(-0.3, 0.3));
   std::vector<float> y1(P * 2 * H), y2(P * 2 * H), gates(P * 8 * H), cell(P * 2 * H);
-  BiLstmState<float> saved{gates.data(), cell.data(), nullptr};
+  std::vector<float> workspace(bilstm_workspace_size<float>(B, T, D, H));
+  BiLstmState<float> saved{gates.data(), cell.data(), workspace.data()};
   bilstm_forward(y1.data(), saved, x.data(), w_ih.data(), w_hh.data(), b.data(), b.data(), B, T, D, H, 1);
   bilstm_forward(y2.data(), saved, x.data(), w_ih.data(), w_hh.data(), b.data(), b.data(), B, T, D, H, 2);
   EXPECT_EQ(y1, y2);

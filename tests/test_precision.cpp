@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -18,17 +17,20 @@
 #include "enhanced/common.h"
 #include "enhanced/engine.h"
 #include "enhanced/precision.h"
-#include "amx_model.h"
 #include "bf16_isa_model.h"
+#include "bf16_kernels.h"
 #include "enhanced/random.h"
 #include "gradcheck.h"
 #include "layers/cpu/bf16_gemm.h"
 #include "layers/cpu/small_gemm.h"
-#include "layers/dense.h"
 #include "layers/lstm.h"
 
 namespace enhanced {
 namespace {
+
+using testing::Bf16Kernels;
+using testing::KernelSource;
+using testing::random_floats;
 
 // bfloat16 keeps 8 significant bits: rounding to nearest errs by at most u = 2^-8 relative.
 constexpr double kBf16UnitRoundoff = 0x1.0p-8;
@@ -106,33 +108,6 @@ TEST(Precision, DetectionAgreesWithTheCompilerAndRefusesClearly) {
   std::printf("this CPU: AVX512-BF16 %s, AMX-BF16 %s\n", support.avx512_bf16 ? "yes" : "no",
               support.amx_bf16 ? "yes" : "no");
 }
-
-// Where the fast kernels run: on the CPU's instructions (AVX512-BF16, AMX-BF16), or on models of
-// them (bf16_isa_model.h), the same kernel sources on any CPU. Each test runs on all four.
-struct KernelSource {
-  bf16_gemm::Isa isa;
-  bool model;
-};
-
-void PrintTo(const KernelSource& source, std::ostream* out) {
-  *out << (source.isa == bf16_gemm::Isa::amx_bf16 ? "AMX-BF16" : "AVX512-BF16") << (source.model ? " model" : "");
-}
-
-class Bf16Kernels : public ::testing::TestWithParam<KernelSource> {
- protected:
-  void SetUp() override {
-    const KernelSource source = GetParam();
-    const char* isa = source.isa == bf16_gemm::Isa::amx_bf16 ? "AMX-BF16" : "AVX512-BF16";
-    const bf16_gemm::Kernel kernel =
-        source.model ? testing::bf16_model_kernel(source.isa) : bf16_gemm::native_kernel(source.isa);
-    if (kernel == nullptr && source.model)
-      GTEST_SKIP() << "built without SIMDe (libsimde-dev, which scripts/setup installs): no model of " << isa;
-    if (kernel == nullptr)
-      GTEST_SKIP() << "this CPU (or the OS) does not run " << isa << ": its kernel runs here only on a model of it";
-    kernel_.emplace(kernel);
-  }
-  std::optional<testing::ScopedBf16Kernel> kernel_;
-};
 
 INSTANTIATE_TEST_SUITE_P(, Bf16Kernels,
                          ::testing::Values(KernelSource{bf16_gemm::Isa::avx512_bf16, false},
@@ -262,59 +237,6 @@ std::vector<double> reference_bilstm_bf16(const std::vector<float>& x, const std
   return y;
 }
 
-// n floats uniform in [-scale, scale].
-std::vector<float> random_floats(Random& random, size_t n, double scale) {
-  std::vector<float> v(n);
-  for (float& e : v) e = static_cast<float>(random.uniform(-scale, scale));
-  return v;
-}
-
-// Inside a TileSession (the AMX kernel configures its tiles once for many calls) every product
-// has the bits it has alone, and the session's end releases the tiles. K a multiple of 32 with
-// 32-row blocks is where the AMX kernel loads A's tiles straight from A: A's rows run on past K
-// into NaNs, which it must not read.
-TEST_P(Bf16Kernels, ASessionGivesEachProductItsOwnBitsAndReleasesTheTiles) {
-  struct Shape {
-    int m, n, k;
-  };
-  const Shape shapes[] = {{64, 48, 160}, {70, 32, 64}, {5, 40, 37}, {32, 512, 32}};
-  Random random(29);
-  const uint16_t nan = to_bf16_bits(std::numeric_limits<float>::quiet_NaN());
-  std::vector<std::vector<uint16_t>> a_operands, packed_operands;
-  std::vector<std::vector<float>> alone;
-  for (const Shape& s : shapes) {
-    const int lda = s.k + 3;
-    std::vector<uint16_t> a(static_cast<size_t>(s.m) * lda, nan);
-    for (int i = 0; i < s.m; ++i)
-      for (int j = 0; j < s.k; ++j) a[static_cast<size_t>(i) * lda + j] = to_bf16_bits(static_cast<float>(random.uniform(-1, 1)));
-    const std::vector<float> b = random_floats(random, static_cast<size_t>(s.k) * s.n, 1.0);
-    std::vector<uint16_t> packed(bf16_gemm::packed_size(s.k, s.n));
-    bf16_gemm::pack_rows(packed.data(), s.k, 0, b.data(), s.k, s.n, 1, static_cast<size_t>(s.n));
-    std::vector<float> c(static_cast<size_t>(s.m) * s.n);
-    bf16_gemm::multiply(c.data(), s.n, a.data(), lda, packed.data(), s.m, s.n, s.k, false);
-    for (const float v : c) ASSERT_FALSE(std::isnan(v)) << "a product read A past K";
-    a_operands.push_back(a), packed_operands.push_back(packed), alone.push_back(c);
-  }
-  {
-    const bf16_gemm::TileSession session;
-    for (int round = 0; round < 2; ++round)
-      for (size_t i = 0; i < std::size(shapes); ++i) {
-        const Shape& s = shapes[i];
-        std::vector<float> c(static_cast<size_t>(s.m) * s.n);
-        bf16_gemm::multiply(c.data(), s.n, a_operands[i].data(), s.k + 3, packed_operands[i].data(), s.m, s.n, s.k,
-                            false);
-        ASSERT_EQ(std::memcmp(c.data(), alone[i].data(), c.size() * sizeof(float)), 0) << s.m << "x" << s.n << "x" << s.k;
-      }
-    if (GetParam().isa == bf16_gemm::Isa::amx_bf16 && GetParam().model) {
-      EXPECT_TRUE(testing::amx_model::configured) << "the session's tiles released between its products";
-    }
-  }
-  EXPECT_EQ(bf16_gemm::tile_session().depth, 0);
-  EXPECT_EQ(bf16_gemm::tile_session().release, nullptr);
-  if (GetParam().isa == bf16_gemm::Isa::amx_bf16 && GetParam().model) {
-    EXPECT_FALSE(testing::amx_model::configured) << "the tiles outlived their session";
-  }
-}
 
 void expect_bilstm_matches_reference(Precision precision) {
   Random random(9);
@@ -324,7 +246,8 @@ void expect_bilstm_matches_reference(Precision precision) {
   const std::vector<float> b_ih = random_floats(random, 8 * H, 0.5), b_hh = random_floats(random, 8 * H, 0.5);
   std::vector<float> y(static_cast<size_t>(B) * T * 2 * H), gates(static_cast<size_t>(B) * T * 8 * H),
       cell(static_cast<size_t>(B) * T * 2 * H);
-  BiLstmState<float> saved{gates.data(), cell.data(), nullptr};
+  std::vector<float> workspace(bilstm_workspace_size<float>(B, T, D, H));
+  BiLstmState<float> saved{gates.data(), cell.data(), workspace.data()};
   bilstm_forward(y.data(), saved, x.data(), w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data(), B, T, D, H, 2,
                  precision);
   const std::vector<double> expected = reference_bilstm_bf16(x, w_ih, w_hh, b_ih, b_hh, B, T, D, H);
@@ -397,8 +320,8 @@ LstmRun run_bilstm(const LstmCase& c, Precision precision, int threads) {
   LstmRun r{std::vector<float>(P * 2 * c.H), std::vector<float>(P * 8 * c.H), std::vector<float>(P * c.D),
             std::vector<float>(c.w_ih.size()), std::vector<float>(c.w_hh.size()), std::vector<float>(c.b_ih.size()),
             std::vector<float>(c.b_hh.size())};
-  std::vector<float> cell(P * 2 * c.H), scratch(bilstm_backward_scratch_size(c.B, c.T, c.D, c.H));
-  BiLstmState<float> saved{r.gates.data(), cell.data(), scratch.data()};
+  std::vector<float> cell(P * 2 * c.H), workspace(bilstm_workspace_size<float>(c.B, c.T, c.D, c.H));
+  BiLstmState<float> saved{r.gates.data(), cell.data(), workspace.data()};
   bilstm_forward(r.y.data(), saved, c.x.data(), c.w_ih.data(), c.w_hh.data(), c.b_ih.data(), c.b_hh.data(), c.B, c.T,
                  c.D, c.H, threads, precision);
   bilstm_backward(r.dx.data(), r.dw_ih.data(), r.dw_hh.data(), r.db_ih.data(), r.db_hh.data(), saved, r.y.data(),
@@ -494,50 +417,6 @@ TEST_P(Bf16Kernels, MatchTheReferenceThroughTheLstmsForwardAndBackward) {
   const LstmRun fast = run_bilstm(c, Precision::bf16, 2), reference = run_bilstm(c, Precision::bf16_emulated, 2);
   for (const auto& [name, pair] : compared(fast, reference))
     EXPECT_LT(relative_difference(*pair.first, *pair.second), 0x1.0p-10) << name;
-}
-
-// The dense layer's three products on the kernels: each output against the double sum of its
-// rounded operands' products, within 2 (K + 1) FP32 roundings of the sum of their magnitudes
-// (plus what it adds onto: the bias, or the weight gradient's value before). B odd and L = 37
-// leave ragged tiles and panels.
-TEST_P(Bf16Kernels, DenseMultipliesRoundedOperands) {
-  Random random(23);
-  const int B = 7, F = 40, L = 37;
-  const std::vector<float> in = random_floats(random, static_cast<size_t>(B) * F, 1.0),
-                           weight = random_floats(random, static_cast<size_t>(L) * F, 0.5),
-                           bias = random_floats(random, L, 0.5), dout = random_floats(random, static_cast<size_t>(B) * L, 1.0);
-  std::vector<float> out(static_cast<size_t>(B) * L), din(static_cast<size_t>(B) * F), dbias(L, 0.0f);
-  std::vector<float> dweight = random_floats(random, static_cast<size_t>(L) * F, 0.1);
-  const std::vector<float> dweight_before = dweight;
-  dense_forward(out.data(), in.data(), weight.data(), bias.data(), B, F, L, Precision::bf16);
-  dense_backward(din.data(), dweight.data(), dbias.data(), dout.data(), in.data(), weight.data(), B, F, L,
-                 Precision::bf16);
-  // value against start + sum over i of a(i) b(i), the operands rounded.
-  auto expect = [](float value, double start, int k, const std::function<std::pair<float, float>(int)>& term,
-                   const char* what) {
-    double sum = start, magnitude = std::fabs(start);
-    for (int i = 0; i < k; ++i) {
-      const auto [a, b] = term(i);
-      const double product = static_cast<double>(round_to_bf16(a)) * round_to_bf16(b);
-      sum += product, magnitude += std::fabs(product);
-    }
-    ASSERT_NEAR(value, sum, 2 * (k + 1) * 0x1.0p-24 * magnitude) << what;
-  };
-  for (int b = 0; b < B; ++b)
-    for (int l = 0; l < L; ++l)
-      expect(out[b * L + l], bias[l], F, [&](int f) { return std::pair{in[b * F + f], weight[l * F + f]}; }, "out");
-  for (int l = 0; l < L; ++l)
-    for (int f = 0; f < F; ++f)
-      expect(dweight[l * F + f], dweight_before[l * F + f], B,
-             [&](int b) { return std::pair{dout[b * L + l], in[b * F + f]}; }, "dweight");
-  for (int b = 0; b < B; ++b)
-    for (int f = 0; f < F; ++f)
-      expect(din[b * F + f], 0.0, L, [&](int l) { return std::pair{dout[b * L + l], weight[l * F + f]}; }, "din");
-  for (int l = 0; l < L; ++l) {
-    double sum = 0;
-    for (int b = 0; b < B; ++b) sum += dout[b * L + l];
-    EXPECT_NEAR(dbias[l], sum, 1e-5) << "the bias gradient is an FP32 sum";
-  }
 }
 
 // The whole model's logits: the forward through the LSTM (one rounded GEMM a step, the error

@@ -90,18 +90,21 @@ void initialize_parameters(ParameterBuffer<float>& params, uint64_t seed);
 
 // The activations one training step keeps, sized for a batch of B: one allocation carved by
 // activation_layout on either device. P = B * T positions, F = pooled_features().
-enum class ActivationField { x, gates, cell, y, pooled, logits, dlogits, sample_losses, dpooled, dy, dx, lstm_scratch };
+enum class ActivationField {
+  x, gates, cell, y, pooled, logits, dlogits, sample_losses, dpooled, dy, dx, lstm_workspace, dense_workspace
+};
 
 struct ActivationSlot {
   ActivationField field;
   size_t numel;
 };
 
-// lstm_scratch: elements the LSTM's backward needs beside its gates and cell (CPU:
-// bilstm_backward_scratch_size). lstm_keeps_state: the LSTM keeps its own state for backward
-// (cuDNN's reserve space), so there are no gates, cell or scratch rows.
-std::vector<ActivationSlot> activation_layout(const ModelConfig& config, int batch, size_t lstm_scratch,
-                                              bool lstm_keeps_state);
+// lstm_workspace, dense_workspace: elements the layers use beside their tensors (CPU:
+// bilstm_workspace_size, dense_workspace_size; 0 where the device's layers keep their own).
+// lstm_keeps_state: the LSTM keeps its own state for backward (cuDNN's reserve space), so there
+// are no gates, cell or LSTM workspace rows.
+std::vector<ActivationSlot> activation_layout(const ModelConfig& config, int batch, size_t lstm_workspace,
+                                              size_t dense_workspace, bool lstm_keeps_state);
 
 template <class Real>
 struct ActivationTensors {
@@ -116,7 +119,8 @@ struct ActivationTensors {
   Real* dpooled = nullptr;        // (B, F)
   Real* dy = nullptr;             // (B, T, 2H)
   Real* dx = nullptr;             // (B, T, D)
-  Real* lstm_scratch = nullptr;
+  Real* lstm_workspace = nullptr;   // bilstm_workspace_size
+  Real* dense_workspace = nullptr;  // dense_workspace_size
   int32_t* argmax = nullptr;      // (B, F), its own int32 buffer
 
   // Points each field at its slot of `base` (activation_count(layout) elements, each slot

@@ -106,8 +106,8 @@ ParameterBuffer<Real>& ParameterBuffer<Real>::operator=(const ParameterBuffer& o
   return *this;
 }
 
-std::vector<ActivationSlot> activation_layout(const ModelConfig& config, int batch, size_t lstm_scratch,
-                                              bool lstm_keeps_state) {
+std::vector<ActivationSlot> activation_layout(const ModelConfig& config, int batch, size_t lstm_workspace,
+                                              size_t dense_workspace, bool lstm_keeps_state) {
   const size_t P = static_cast<size_t>(batch) * config.seq_len;
   const size_t D = config.embedding_dim, H = config.hidden, L = config.num_labels;
   const size_t F = static_cast<size_t>(batch) * config.pooled_features(), B = static_cast<size_t>(batch);
@@ -116,7 +116,8 @@ std::vector<ActivationSlot> activation_layout(const ModelConfig& config, int bat
   return {{Field::x, P * D},          {Field::gates, state * P * 8 * H}, {Field::cell, state * P * 2 * H},
           {Field::y, P * 2 * H},      {Field::pooled, F},                {Field::logits, B * L},
           {Field::dlogits, B * L},    {Field::sample_losses, B},         {Field::dpooled, F},
-          {Field::dy, P * 2 * H},     {Field::dx, P * D},                {Field::lstm_scratch, state * lstm_scratch}};
+          {Field::dy, P * 2 * H},     {Field::dx, P * D},                {Field::lstm_workspace, state * lstm_workspace},
+          {Field::dense_workspace, dense_workspace}};
 }
 
 namespace {
@@ -147,7 +148,8 @@ size_t ActivationTensors<Real>::carve(Real* base, const std::vector<ActivationSl
       case ActivationField::dpooled: dpooled = at; break;
       case ActivationField::dy: dy = at; break;
       case ActivationField::dx: dx = at; break;
-      case ActivationField::lstm_scratch: lstm_scratch = at; break;
+      case ActivationField::lstm_workspace: lstm_workspace = at; break;
+      case ActivationField::dense_workspace: dense_workspace = at; break;
     }
     offset += aligned(slot.numel);
   }

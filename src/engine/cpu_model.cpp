@@ -54,10 +54,16 @@ double cpu_gemm_gflops(int threads, int warmup, int runs) {
 }
 
 template <class Real>
+std::vector<ActivationSlot> cpu_activation_layout(const ModelConfig& config, int batch) {
+  return activation_layout(config, batch,
+                           bilstm_workspace_size<Real>(batch, config.seq_len, config.embedding_dim, config.hidden),
+                           dense_workspace_size<Real>(batch, config.pooled_features(), config.num_labels), false);
+}
+
+template <class Real>
 void Activations<Real>::reserve(const ModelConfig& config, int batch) {
   if (batch <= capacity) return;
-  const std::vector<ActivationSlot> layout = activation_layout(
-      config, batch, bilstm_backward_scratch_size(batch, config.seq_len, config.embedding_dim, config.hidden), false);
+  const std::vector<ActivationSlot> layout = cpu_activation_layout<Real>(config, batch);
   data.assign(activation_count(layout), Real(0));
   this->carve(data.data(), layout);
   argmax_data.assign(static_cast<size_t>(batch) * config.pooled_features(), 0);
@@ -83,11 +89,12 @@ void blend_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Ba
                            batch.cur_word_ids.data(), batch.positions(), c.embedding_dim, c.blend);
 }
 
+// keep: save the gates and cells for lstm_backward (a forward without its backward keeps none).
 template <class Real>
 void lstm_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, int batch, int threads,
-                  Precision precision) {
+                  Precision precision, bool keep = true) {
   const ModelConfig& c = params.config;
-  BiLstmState<Real> saved{a.gates, a.cell, a.lstm_scratch};
+  BiLstmState<Real> saved{keep ? a.gates : nullptr, keep ? a.cell : nullptr, a.lstm_workspace};
   bilstm_forward(a.y, saved, a.x, params.weight_ih, params.weight_hh, params.bias_ih, params.bias_hh, batch, c.seq_len,
                  c.embedding_dim, c.hidden, threads, precision);
 }
@@ -96,7 +103,7 @@ template <class Real>
 void lstm_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const ParameterBuffer<Real>& params, int batch,
                    int threads, Precision precision) {
   const ModelConfig& c = params.config;
-  BiLstmState<Real> saved{a.gates, a.cell, a.lstm_scratch};
+  BiLstmState<Real> saved{a.gates, a.cell, a.lstm_workspace};
   bilstm_backward(a.dx, grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, saved, a.y, a.dy, a.x,
                   params.weight_ih, params.weight_hh, batch, c.seq_len, c.embedding_dim, c.hidden, threads, precision);
 }
@@ -110,7 +117,7 @@ double head_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, c
   const int B = batch.size;
   maxpool_forward(a.pooled, a.argmax, a.y, B, c.seq_len, 2 * c.hidden, c.pool);
   dense_forward(a.logits, a.pooled, params.dense_weight, params.dense_bias, B, c.pooled_features(), c.num_labels,
-                precision);
+                precision, a.dense_workspace);
   double mean_loss = 0;
   softmax_cross_entropy(with_gradient ? a.dlogits : static_cast<Real*>(nullptr), a.sample_losses, &mean_loss, a.logits,
                         batch.labels.data(), class_weights, B, c.num_labels, whole);
@@ -122,7 +129,7 @@ void head_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Par
                    Precision precision) {
   const ModelConfig& c = params.config;
   dense_backward(a.dpooled, grads.dense_weight, grads.dense_bias, a.dlogits, a.pooled, params.dense_weight, batch,
-                 c.pooled_features(), c.num_labels, precision);
+                 c.pooled_features(), c.num_labels, precision, a.dense_workspace);
   maxpool_backward(a.dy, a.argmax, a.dpooled, batch, c.seq_len, 2 * c.hidden, c.pool);
 }
 
@@ -136,7 +143,7 @@ double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, 
   if (batch.seq_len != c.seq_len) fail("batch has T = ", batch.seq_len, ", the model expects T = ", c.seq_len);
   if (batch.size > a.capacity) fail("internal: batch of ", batch.size, " exceeds activations sized for ", a.capacity);
   blend_forward(a, params, batch);
-  lstm_forward(a, params, batch.size, threads, precision);
+  lstm_forward(a, params, batch.size, threads, precision, with_gradient);
   return head_forward(a, params, batch, with_gradient, class_weights, whole, precision);
 }
 
@@ -148,6 +155,8 @@ void model_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Pa
   blend_backward(grads, a, batch);
 }
 
+template std::vector<ActivationSlot> cpu_activation_layout<float>(const ModelConfig&, int);
+template std::vector<ActivationSlot> cpu_activation_layout<double>(const ModelConfig&, int);
 template struct Activations<float>;
 template struct Activations<double>;
 template double model_forward<float>(Activations<float>&, const ParameterBuffer<float>&, const Batch&, int, bool,

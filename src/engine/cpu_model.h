@@ -17,6 +17,11 @@ namespace enhanced {
 
 // The activations, one huge-page allocation (they are large and read with big strides: the
 // (B, T, .) rows of one time step are T rows apart) carved by activation_layout, sized once.
+// The CPU's activation_layout: the layers' workspaces sized by their own functions (for any
+// precision), the one size the engine allocates and the memory estimate counts.
+template <class Real>
+std::vector<ActivationSlot> cpu_activation_layout(const ModelConfig& config, int batch);
+
 template <class Real>
 struct Activations : ActivationTensors<Real> {
   int capacity = 0;  // largest batch the buffers hold

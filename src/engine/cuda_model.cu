@@ -71,7 +71,7 @@ CudaModel::CudaModel(const ModelConfig& config, const OptimizerConfig& optimizer
   const size_t moments = moment_names(optimizer).size();
   if (moments > 0) m.first_moment.allocate(c, m.s());
   if (moments > 1) m.second_moment.allocate(c, m.s());
-  const std::vector<ActivationSlot> activations = activation_layout(c, pass_batch, 0, true);
+  const std::vector<ActivationSlot> activations = activation_layout(c, pass_batch, 0, 0, true);
   m.activation_data.resize(activation_count(activations));
   m.act.carve(m.activation_data.data(), activations);
   m.argmax_data.resize(F);

@@ -1,5 +1,5 @@
-// The memory estimate mirrors the CPU engine's allocations (cpu_model.cpp, layers/lstm.cpp), so
-// it lives beside them: the LSTM's scratch and packing sizes are the layers' own functions.
+// The memory estimate mirrors the CPU engine's allocations (cpu_model.cpp), so it lives beside
+// them: the activations and the layers' workspaces are the layout the engine carves.
 #include "enhanced/memory.h"
 
 #include <algorithm>
@@ -9,24 +9,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/cpu_model.h"
 #include "enhanced/common.h"
-#include "layers/cpu/small_gemm.h"
-#include "layers/lstm.h"
 
 namespace enhanced {
 namespace {
 
 constexpr uint64_t kFloat = sizeof(float);
-
-// Per direction (each may run on its own thread, with its own thread_local buffers): slot 0
-// holds the packed [W_ih | W_hh] forward or W_hh backward, slot 1 a step's operand or the packed
-// W_ih of dx = dgates W_ih; plus b_ih + b_hh.
-uint64_t lstm_workspace(const ModelConfig& c, int batch) {
-  const int D = c.embedding_dim, H = c.hidden;
-  const uint64_t slot0 = std::max(small_gemm::packed_size(D + H, 4 * H), small_gemm::packed_size(4 * H, H));
-  const uint64_t slot1 = std::max<uint64_t>(static_cast<uint64_t>(batch) * (D + H), small_gemm::packed_size(4 * H, D));
-  return 2 * (slot0 + slot1 + 4 * static_cast<uint64_t>(H)) * kFloat;
-}
 
 std::string read_text(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -74,10 +63,13 @@ MemoryEstimate estimate_memory(const ModelConfig& c, const OptimizerConfig* opti
   if (optimizer) m.optimizer = moment_names(*optimizer).size() * weights;
   if (device == Device::cuda) return m;
   if (optimizer) m.gradients = weights;
-  const size_t scratch = bilstm_backward_scratch_size(batch, c.seq_len, c.embedding_dim, c.hidden);
-  m.activations = (activation_count(activation_layout(c, batch, scratch, false)) +
-                   static_cast<uint64_t>(batch) * c.pooled_features()) * kFloat;  // + the int32 argmax
-  m.workspace = lstm_workspace(c, batch);
+  std::vector<ActivationSlot> layout = cpu_activation_layout<float>(c, batch);
+  const uint64_t everything = activation_count(layout);
+  for (ActivationSlot& slot : layout)
+    if (slot.field != ActivationField::lstm_workspace && slot.field != ActivationField::dense_workspace) slot.numel = 0;
+  m.workspace = activation_count(layout) * kFloat;
+  m.activations = (everything - activation_count(layout) + static_cast<uint64_t>(batch) * c.pooled_features()) *
+                  kFloat;  // + the int32 argmax
   return m;
 }
 

@@ -33,13 +33,6 @@ void in_two_parts(int threads, Body body) {
   }
 }
 
-// b_ih + b_hh of one direction, per thread (grown once, then reused).
-template <class Real>
-std::vector<Real>& bias_sum_buffer() {
-  thread_local std::vector<Real> buffer;
-  return buffer;
-}
-
 using lstm_steps::previous_h;
 using lstm_steps::previous_time;
 using lstm_steps::step_time;
@@ -60,23 +53,73 @@ Arithmetic arithmetic_for(Precision precision) {
 
 inline bool rounds(Arithmetic arithmetic) { return arithmetic != Arithmetic::fp32; }
 
-// Per-thread buffers (grown once, then reused: no allocation in steady state): slot 0 for W_hh's
-// or [W_ih | W_hh]'s panels, slot 1 for W_ih's or a step's operand.
-std::vector<float>& packing_buffer(int slot = 0) {
-  thread_local std::vector<float> buffers[2];
-  return buffers[slot];
+// One direction's part of the layer's workspace (bilstm_workspace_size), carved the same way by
+// the forward, the backward and the size function. The dx product after the backward's loop
+// runs in two halves, each on a direction's packed_other.
+template <class Real>
+struct DirectionWorkspace {
+  float* packed_weights = nullptr;  // [W_ih | W_hh] or W_hh in panels (FP32 and reference paths)
+  float* packed_other = nullptr;    // a step's [x_t | h_{t-1}], or W_ih's panels for dx
+  Real* bias_sum = nullptr;         // (4H) b_ih + b_hh, added in the forward's pointwise pass
+  Real* dh_recurrent = nullptr;     // (B, H)
+  Real* dc_carry = nullptr;         // (B, H)
+  Real* operand = nullptr;          // (P, D + H) [x | h_{t-1}]; the fast path: the reverse direction's dx (P, D)
+  Real* product = nullptr;          // (4H, D + H) dW, or in the fast path its transpose (D + H, 4H)
+  Real* dbias_sum = nullptr;        // (4H)
+  uint16_t* bf16 = nullptr;         // lstm_bf16's buffers (the fast path)
+  Real* step_gates = nullptr;       // (B, 4H) a forward that saves nothing: one step's gates
+  Real* step_cells = nullptr;       // (2, B, H) and two steps' cells
+};
+
+// Elements of Real per direction; with base, also carves direction `direction` of the workspace
+// at base. Each part 64-byte aligned; the float and uint16_t parts sized in Real elements.
+template <class Real>
+size_t carve_direction(DirectionWorkspace<Real>* out, Real* base, int direction, int batch, int seq_len, int input,
+                       int hidden) {
+  const size_t W = static_cast<size_t>(input) + hidden, G4 = 4 * static_cast<size_t>(hidden);
+  const size_t state = static_cast<size_t>(batch) * hidden, positions = static_cast<size_t>(batch) * seq_len;
+  auto in_reals = [](size_t count, size_t bytes) { return (count * bytes + sizeof(Real) - 1) / sizeof(Real); };
+  const size_t sizes[] = {
+      in_reals(std::max(small_gemm::packed_size(static_cast<int>(W), static_cast<int>(G4)),
+                        small_gemm::packed_size(static_cast<int>(G4), hidden)), sizeof(float)),
+      in_reals(std::max(static_cast<size_t>(batch) * W, small_gemm::packed_size(2 * static_cast<int>(G4), input)),
+               sizeof(float)),
+      G4, state, state, positions * W, G4 * W, G4,
+      in_reals(lstm_bf16::workspace_size(batch, input, hidden), sizeof(uint16_t)), static_cast<size_t>(batch) * G4,
+      2 * state};
+  size_t per_direction = 0;
+  for (const size_t size : sizes) per_direction += (size + 15) / 16 * 16;
+  if (out == nullptr) return per_direction;
+  Real* at = base + direction * per_direction;
+  Real* parts[11];
+  for (int i = 0; i < 11; ++i) parts[i] = at, at += (sizes[i] + 15) / 16 * 16;
+  if constexpr (std::is_same<Real, float>::value) out->packed_weights = parts[0], out->packed_other = parts[1];
+  out->bias_sum = parts[2], out->dh_recurrent = parts[3], out->dc_carry = parts[4], out->operand = parts[5];
+  out->product = parts[6], out->dbias_sum = parts[7], out->bf16 = reinterpret_cast<uint16_t*>(parts[8]);
+  out->step_gates = parts[9], out->step_cells = parts[10];
+  return per_direction;
 }
 
-// values[0, n) rounded to the nearest bfloat16 (the reference path's operands).
+template <class Real>
+DirectionWorkspace<Real> direction_workspace(Real* workspace, int direction, int batch, int seq_len, int input,
+                                             int hidden) {
+  if (workspace == nullptr) fail("internal: the BiLSTM needs its workspace (bilstm_workspace_size)");
+  DirectionWorkspace<Real> out;
+  carve_direction(&out, workspace, direction, batch, seq_len, input, hidden);
+  return out;
+}
+
+// values[0, n) rounded to the nearest bfloat16 (the reference path's operands; float only).
 template <class Real>
 inline void round_in_place(Real* values, int n) {
-  for (int i = 0; i < n; ++i) values[i] = static_cast<Real>(round_to_bf16(values[i]));
+  if constexpr (std::is_same<Real, float>::value) bf16_gemm::round_floats(values, values, static_cast<size_t>(n));
+  else for (int i = 0; i < n; ++i) values[i] = static_cast<Real>(round_to_bf16(values[i]));
 }
 
 // dst[0, n) = source[0, n), rounded to bfloat16 when round.
 inline void copy_row(float* dst, const float* source, int n, bool round) {
   if (!round) std::memcpy(dst, source, n * sizeof(float));
-  else for (int j = 0; j < n; ++j) dst[j] = round_to_bf16(source[j]);
+  else bf16_gemm::round_floats(dst, source, static_cast<size_t>(n));
 }
 
 // The product C (M, N) = A (M, K, row stride lda) B for an operand B packed once (K x N, element
@@ -84,7 +127,8 @@ inline void copy_row(float* dst, const float* source, int n, bool round) {
 // path. float only: the double path (the gradient checks) calls BLAS.
 class PackedOperand {
  public:
-  PackedOperand(Arithmetic arithmetic, int slot) : round_(rounds(arithmetic)), packed_(packing_buffer(slot)) {}
+  // packed: room for small_gemm::packed_size(K, N) floats.
+  PackedOperand(Arithmetic arithmetic, float* packed) : round_(rounds(arithmetic)), packed_(packed) {}
   void pack(const float* source, int k, int n, size_t stride_n, size_t stride_k) {
     resize(k, n);
     pack_rows(0, source, k, stride_n, stride_k);
@@ -92,21 +136,20 @@ class PackedOperand {
   void resize(int k, int n) {
     k_ = k;
     n_ = n;
-    packed_.resize(small_gemm::packed_size(k, n));
   }
   // Rows [row_offset, row_offset + k) of the resized operand.
   void pack_rows(int row_offset, const float* source, int k, size_t stride_n, size_t stride_k) {
     const packing_clock::Scope packing;
-    small_gemm::pack_rows(packed_.data(), k_, row_offset, source, k, n_, stride_n, stride_k, round_);
+    small_gemm::pack_rows(packed_, k_, row_offset, source, k, n_, stride_n, stride_k, round_);
   }
   // A in FP32, already rounded in the reference path.
   void multiply(float* c, int ldc, const float* a, int lda, int m) const {
-    small_gemm::multiply(c, ldc, a, lda, packed_.data(), m, n_, k_, false);
+    small_gemm::multiply(c, ldc, a, lda, packed_, m, n_, k_, false);
   }
 
  private:
   bool round_;
-  std::vector<float>& packed_;
+  float* packed_;
   int k_ = 0, n_ = 0;
 };
 
@@ -118,7 +161,8 @@ class RecurrentBackward;
 template <>
 class RecurrentBackward<float> {
  public:
-  RecurrentBackward(const float* w_hh, int hidden, Arithmetic arithmetic) : hidden_(hidden), w_hh_(arithmetic, 0) {
+  RecurrentBackward(const DirectionWorkspace<float>& workspace, const float* w_hh, int hidden, Arithmetic arithmetic)
+      : hidden_(hidden), w_hh_(arithmetic, workspace.packed_weights) {
     w_hh_.pack(w_hh, 4 * hidden, hidden, 1, static_cast<size_t>(hidden));
   }
   void operator()(float* dh, const float* dgates, int ld_dgates, int batch) const {
@@ -133,7 +177,8 @@ class RecurrentBackward<float> {
 template <>
 class RecurrentBackward<double> {
  public:
-  RecurrentBackward(const double* w_hh, int hidden, Arithmetic) : w_hh_(w_hh), hidden_(hidden) {}
+  RecurrentBackward(const DirectionWorkspace<double>&, const double* w_hh, int hidden, Arithmetic)
+      : w_hh_(w_hh), hidden_(hidden) {}
   void operator()(double* dh, const double* dgates, int ld_dgates, int batch) const {
     gemm(false, false, batch, hidden_, 4 * hidden_, 1.0, dgates, ld_dgates, w_hh_, hidden_, 0.0, dh, hidden_);
   }
@@ -153,9 +198,10 @@ class StepProjection;
 template <>
 class StepProjection<float> {
  public:
-  StepProjection(const float* w_ih, const float* w_hh, int input, int hidden, Arithmetic arithmetic)
-      : input_(input), hidden_(hidden), round_(rounds(arithmetic)), packed_(arithmetic, 0),
-        operand_(packing_buffer(1)) {
+  StepProjection(const DirectionWorkspace<float>& workspace, const float* w_ih, const float* w_hh, int input,
+                 int hidden, Arithmetic arithmetic)
+      : input_(input), hidden_(hidden), round_(rounds(arithmetic)), packed_(arithmetic, workspace.packed_weights),
+        operand_(workspace.packed_other) {
     const int k = input + hidden, n = 4 * hidden;
     packed_.resize(k, n);
     packed_.pack_rows(0, w_ih, input, static_cast<size_t>(input), 1);
@@ -164,30 +210,30 @@ class StepProjection<float> {
   // h_prev null: the zero initial state.
   void operator()(float* gates, int ld_gates, const float* x, int ld_x, const float* h_prev, int ld_h, int batch) {
     const int k = input_ + hidden_;
-    operand_.resize(static_cast<size_t>(batch) * k);
     {
       const packing_clock::Scope packing;
       for (int b = 0; b < batch; ++b) {
-        float* row = operand_.data() + static_cast<size_t>(b) * k;
+        float* row = operand_ + static_cast<size_t>(b) * k;
         copy_row(row, x + static_cast<size_t>(b) * ld_x, input_, round_);
         if (h_prev) copy_row(row + input_, h_prev + static_cast<size_t>(b) * ld_h, hidden_, round_);
         else std::memset(row + input_, 0, hidden_ * sizeof(float));
       }
     }
-    packed_.multiply(gates, ld_gates, operand_.data(), k, batch);
+    packed_.multiply(gates, ld_gates, operand_, k, batch);
   }
 
  private:
   int input_, hidden_;
   bool round_;
   PackedOperand packed_;
-  std::vector<float>& operand_;
+  float* operand_;  // the step's [x_t | h_{t-1}], (B, D + H)
 };
 
 template <>
 class StepProjection<double> {
  public:
-  StepProjection(const double* w_ih, const double* w_hh, int input, int hidden, Arithmetic)
+  StepProjection(const DirectionWorkspace<double>&, const double* w_ih, const double* w_hh, int input, int hidden,
+                 Arithmetic)
       : w_ih_(w_ih), w_hh_(w_hh), input_(input), hidden_(hidden) {}
   void operator()(double* gates, int ld_gates, const double* x, int ld_x, const double* h_prev, int ld_h, int batch) {
     gemm(false, true, batch, 4 * hidden_, input_, 1.0, x, ld_x, w_ih_, input_, 0.0, gates, ld_gates);
@@ -202,45 +248,82 @@ class StepProjection<double> {
 
 // C (M, N) = A (M, K) B for B (K, N) row-major: dx = dgates W_ih, whose N = D is small.
 inline void multiply_plain(float* c, int ldc, const float* a, int lda, const float* b, int m, int n, int k,
-                           Arithmetic arithmetic) {
-  PackedOperand packed(arithmetic, 1);
+                           Arithmetic arithmetic, float* packed_b) {
+  PackedOperand packed(arithmetic, packed_b);
   packed.pack(b, k, n, 1, static_cast<size_t>(n));
   packed.multiply(c, ldc, a, lda, m);
 }
 inline void multiply_plain(double* c, int ldc, const double* a, int lda, const double* b, int m, int n, int k,
-                           Arithmetic) {
+                           Arithmetic, float*) {
   gemm(false, false, m, n, k, 1.0, a, lda, b, n, 0.0, c, ldc);
 }
 
 }  // namespace
 
-size_t bilstm_backward_scratch_size(int batch, int seq_len, int input, int hidden) {
-  // Per direction: recurrent dh (B, H), carried dc (B, H), the weight-gradient operand
-  // [x | h_{t-1}] (B, T, D + H), its product (4H, D + H) and the bias gradient (4H).
-  const size_t state = static_cast<size_t>(batch) * hidden, width = static_cast<size_t>(input) + hidden;
-  return 2 * (2 * state + static_cast<size_t>(batch) * seq_len * width + 4 * static_cast<size_t>(hidden) * width +
-              4 * static_cast<size_t>(hidden));
+template <class Real>
+size_t bilstm_workspace_size(int batch, int seq_len, int input, int hidden) {
+  return 2 * carve_direction<Real>(nullptr, nullptr, 0, batch, seq_len, input, hidden);
 }
 
 namespace {
 
-// One direction's forward: per step, gates[:, t, dir] = project([x_t | h_{t-1}]) (rows T apart in
-// (B, T, .)), then the pointwise pass per row; bias_sum (4H) = b_ih + b_hh.
-template <class Real, class Project>
-void forward_direction(Project& project, Real* y, Real* gates, Real* cell, const Real* x, const Real* bias_sum,
+// Where a direction's forward puts each row's gates (4H) and cell (H): kept for the backward
+// (SavedRows: in saved.gates (B, T, 8H) and saved.cell (B, T, 2H)), or not (StepRows: one step's
+// gates and the last two steps' cells in the workspace, for inference, where the (B, T, 8H)
+// buffer would only be traffic). The same arithmetic either way.
+template <class Real>
+struct SavedRows {
+  Real *gates, *cell;
+  int direction, seq_len, hidden;
+  Real* gates_at(int b, int t, int) const {
+    return gates + (static_cast<size_t>(b) * seq_len + t) * 8 * hidden + direction * 4 * hidden;
+  }
+  size_t gates_ld() const { return static_cast<size_t>(seq_len) * 8 * hidden; }  // rows of one step
+  Real* cell_at(int b, int t, int) const {
+    return cell + (static_cast<size_t>(b) * seq_len + t) * 2 * hidden + direction * hidden;
+  }
+};
+
+template <class Real>
+struct StepRows {
+  Real *gates, *cells;
+  int batch, hidden;
+  Real* gates_at(int b, int, int) const { return gates + static_cast<size_t>(b) * 4 * hidden; }
+  size_t gates_ld() const { return 4 * static_cast<size_t>(hidden); }
+  Real* cell_at(int b, int, int step) const { return cells + (static_cast<size_t>(step & 1) * batch + b) * hidden; }
+};
+
+// One direction's forward: per step, its gates = project([x_t | h_{t-1}]), then the pointwise
+// pass per row; bias_sum (4H) = b_ih + b_hh.
+template <class Real, class Project, class Rows>
+void forward_direction(Project& project, const Rows& rows, Real* y, const Real* x, const Real* bias_sum,
                        int direction, int batch, int seq_len, int input, int hidden) {
-  const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
+  const int H = hidden, C = 2 * hidden;
   for (int step = 0; step < seq_len; ++step) {
     const int t = step_time(direction, step, seq_len), t_prev = previous_time(direction, t);
-    project(gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<int>(static_cast<size_t>(seq_len) * G8),
-            x + static_cast<size_t>(t) * input, seq_len * input,
-            step > 0 ? y + static_cast<size_t>(t_prev) * C + direction * H : nullptr, seq_len * C, batch);
+    project(rows.gates_at(0, t, step), static_cast<int>(rows.gates_ld()), x + static_cast<size_t>(t) * input,
+            seq_len * input, step > 0 ? y + static_cast<size_t>(t_prev) * C + direction * H : nullptr, seq_len * C,
+            batch);
     for (int b = 0; b < batch; ++b) {
       const size_t p = static_cast<size_t>(b) * seq_len + t;
-      const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
-      lstm_pointwise::forward(gates + p * G8 + direction * G4, cell + p * C + direction * H, y + p * C + direction * H,
-                              c_prev, bias_sum, H);
+      const Real* c_prev = step > 0 ? rows.cell_at(b, t_prev, step - 1) : nullptr;
+      lstm_pointwise::forward(rows.gates_at(b, t, step), rows.cell_at(b, t, step), y + p * C + direction * H, c_prev,
+                              bias_sum, H);
     }
+  }
+}
+
+// forward_direction with the rows the caller asked for (saved.gates null: none kept).
+template <class Real, class Project>
+void forward_direction(Project& project, const BiLstmState<Real>& saved, const DirectionWorkspace<Real>& workspace,
+                       Real* y, const Real* x, const Real* bias_sum, int direction, int batch, int seq_len, int input,
+                       int hidden) {
+  if (saved.gates == nullptr) {
+    const StepRows<Real> rows{workspace.step_gates, workspace.step_cells, batch, hidden};
+    forward_direction(project, rows, y, x, bias_sum, direction, batch, seq_len, input, hidden);
+  } else {
+    const SavedRows<Real> rows{saved.gates, saved.cell, direction, seq_len, hidden};
+    forward_direction(project, rows, y, x, bias_sum, direction, batch, seq_len, input, hidden);
   }
 }
 
@@ -253,22 +336,23 @@ void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real
   const Arithmetic arithmetic = arithmetic_for<Real>(precision);
   const int G4 = 4 * hidden;
   in_two_parts(threads, [&](int direction) {
-    std::vector<Real>& bias_buffer = bias_sum_buffer<Real>();
-    bias_buffer.resize(G4);
-    Real* bias_sum = bias_buffer.data();  // b_ih + b_hh, added in the pointwise pass
+    const DirectionWorkspace<Real> workspace =
+        direction_workspace(saved.workspace, direction, batch, seq_len, input, hidden);
+    Real* bias_sum = workspace.bias_sum;  // b_ih + b_hh, added in the pointwise pass
     for (int j = 0; j < G4; ++j) bias_sum[j] = bias_ih[direction * G4 + j] + bias_hh[direction * G4 + j];
     const Real* w_ih = weight_ih + static_cast<size_t>(direction) * G4 * input;
     const Real* w_hh = weight_hh + static_cast<size_t>(direction) * G4 * hidden;
     if constexpr (std::is_same<Real, float>::value) {
       if (arithmetic == Arithmetic::bf16_fast) {
         const bf16_gemm::TileSession tiles;  // AMX: the tiles configured once for the 400 steps
-        lstm_bf16::StepProjection project(w_ih, w_hh, input, hidden);
-        forward_direction(project, y, saved.gates, saved.cell, x, bias_sum, direction, batch, seq_len, input, hidden);
+        lstm_bf16::StepProjection project(lstm_bf16::carve_workspace(workspace.bf16, batch, input, hidden), w_ih, w_hh,
+                                          input, hidden);
+        forward_direction(project, saved, workspace, y, x, bias_sum, direction, batch, seq_len, input, hidden);
         return;
       }
     }
-    StepProjection<Real> project(w_ih, w_hh, input, hidden, arithmetic);
-    forward_direction(project, y, saved.gates, saved.cell, x, bias_sum, direction, batch, seq_len, input, hidden);
+    StepProjection<Real> project(workspace, w_ih, w_hh, input, hidden, arithmetic);
+    forward_direction(project, saved, workspace, y, x, bias_sum, direction, batch, seq_len, input, hidden);
   });
 }
 
@@ -360,13 +444,13 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
   const int positions = batch * seq_len;
   const size_t state = static_cast<size_t>(batch) * H;
   const int W = input + H;  // columns of [x | h_{t-1}]
-  const size_t per_direction = 2 * state + static_cast<size_t>(positions) * W + static_cast<size_t>(G4) * W + G4;
+  auto workspace_of = [&](int direction) {
+    return direction_workspace(saved.workspace, direction, batch, seq_len, input, hidden);
+  };
   in_two_parts(threads, [&](int direction) {
-    Real* dh_recurrent = saved.scratch + direction * per_direction;  // (B, H)
-    Real* dc_carry = dh_recurrent + state;                           // (B, H)
-    Real* operand = dc_carry + state;  // (P, D + H); in the fast path the reverse direction's dx (P, D)
-    Real* product = operand + static_cast<size_t>(positions) * W;  // (4H, D + H) or, fast, (D + H, 4H)
-    Real* dbias_sum = product + static_cast<size_t>(G4) * W;       // (4H)
+    const DirectionWorkspace<Real> workspace = workspace_of(direction);
+    Real *dh_recurrent = workspace.dh_recurrent, *dc_carry = workspace.dc_carry, *operand = workspace.operand;
+    Real *product = workspace.product, *dbias_sum = workspace.dbias_sum;
     std::memset(dbias_sum, 0, G4 * sizeof(Real));
     std::memset(dh_recurrent, 0, state * sizeof(Real));
     std::memset(dc_carry, 0, state * sizeof(Real));
@@ -375,14 +459,14 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
     if constexpr (std::is_same<Real, float>::value) {
       if (fast) {
         const bf16_gemm::TileSession tiles;
-        lstm_bf16::StepBackward products(w_ih, w_hh, x, y, direction == 0 ? dx : operand, product, direction, batch,
-                                         seq_len, input, H);
+        lstm_bf16::StepBackward products(lstm_bf16::carve_workspace(workspace.bf16, batch, input, H), w_ih, w_hh, x, y,
+                                         direction == 0 ? dx : operand, product, direction, batch, seq_len, input, H);
         backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, dy, direction, batch,
                            seq_len, H);
       }
     }
     if (!fast) {
-      const RecurrentBackward<Real> recurrent(w_hh, H, arithmetic);
+      const RecurrentBackward<Real> recurrent(workspace, w_hh, H, arithmetic);
       RecurrentProducts<Real> products{recurrent, batch, H, rounds(arithmetic)};
       backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, dy, direction, batch, seq_len,
                          H);
@@ -398,7 +482,7 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
     }
   });
   if (fast) {  // dx = the two directions' parts
-    const Real* reverse_dx = saved.scratch + per_direction + 2 * state;
+    const Real* reverse_dx = workspace_of(1).operand;
     for (size_t i = 0; i < static_cast<size_t>(positions) * input; ++i) dx[i] += reverse_dx[i];
     return;
   }
@@ -408,10 +492,12 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
     const int rows = half == 0 ? positions / 2 : positions - positions / 2;
     if (rows > 0)
       multiply_plain(dx + static_cast<size_t>(first) * input, input, gates + static_cast<size_t>(first) * G8, G8,
-                     weight_ih, rows, input, G8, arithmetic);
+                     weight_ih, rows, input, G8, arithmetic, workspace_of(half).packed_other);
   });
 }
 
+template size_t bilstm_workspace_size<float>(int, int, int, int);
+template size_t bilstm_workspace_size<double>(int, int, int, int);
 template void bilstm_forward<float>(float*, BiLstmState<float>&, const float*, const float*, const float*,
                                     const float*, const float*, int, int, int, int, int, Precision);
 template void bilstm_forward<double>(double*, BiLstmState<double>&, const double*, const double*, const double*,

@@ -14,21 +14,27 @@
 
 namespace enhanced {
 
-// Floats of scratch bilstm_backward needs.
-size_t bilstm_backward_scratch_size(int batch, int seq_len, int input, int hidden);
+// Elements of Real in the layer's workspace, what forward and backward use beside their
+// tensors: per direction, the packed weights and a step's operand, b_ih + b_hh, the backward's
+// carried dh and dc, [x | h_{t-1}] (B, T, D + H), the weight gradients' product, the bias sum
+// and the bf16 kernels' buffers (room for every precision).
+template <class Real>
+size_t bilstm_workspace_size(int batch, int seq_len, int input, int hidden);
 
 // What forward saves for backward, in caller-owned buffers (the CUDA twin's is CudnnBiLstm):
 // gates (B, T, 8H), the activated gates [fwd i f g o | rev i f g o]; cell (B, T, 2H), the cell
-// states [c_fwd(t), c_rev(t)]; scratch, backward's workspace (bilstm_backward_scratch_size).
+// states [c_fwd(t), c_rev(t)]; workspace, both passes' (bilstm_workspace_size; no allocation
+// inside the layer).
 template <class Real>
 struct BiLstmState {
   Real* gates = nullptr;
   Real* cell = nullptr;
-  Real* scratch = nullptr;
+  Real* workspace = nullptr;
 };
 
-// y (B, T, 2H) = [h_fwd(t), h_rev(t)]; fills saved.gates and saved.cell. precision: the GEMMs'
-// (enhanced/precision.h; bf16 needs AVX512-BF16, the double path FP32).
+// y (B, T, 2H) = [h_fwd(t), h_rev(t)]; fills saved.gates and saved.cell, or, with both null (an
+// inference: nothing for a backward), keeps one step's gates and two cells in the workspace.
+// precision: the GEMMs' (enhanced/precision.h; bf16 needs AVX512-BF16, the double path FP32).
 template <class Real>
 void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real* weight_ih, const Real* weight_hh,
                     const Real* bias_ih, const Real* bias_hh, int batch, int seq_len, int input, int hidden,

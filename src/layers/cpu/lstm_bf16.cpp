@@ -10,14 +10,30 @@
 namespace enhanced::lstm_bf16 {
 namespace {
 
-// Per-thread buffers (each direction runs on its own thread; grown once, then reused).
-enum Slot { kWeights, kWeightsIh, kStepOperand, kStepDgates, kChunkOperand, kChunkDgates, kSlots };
-std::vector<uint16_t>& buffer(Slot slot) {
-  thread_local std::vector<uint16_t> buffers[kSlots];
-  return buffers[slot];
-}
-
 constexpr int kChunkPositions = 512;  // the weight gradients' K a chunk: its panels stay in cache
+
+// B rounded up to even: each step's K rows of a chunk start a pair.
+int pair_batch(int batch) { return batch + batch % 2; }
+int chunk_steps(int batch) { return std::max(1, kChunkPositions / std::max(2, pair_batch(batch))); }
+
+// The workspace's parts in order, each on a 64-byte boundary; base null: sizes only.
+Workspace carve(uint16_t* base, int batch, int input, int hidden, size_t* total) {
+  const int width = input + hidden, gates4 = 4 * hidden, chunk_rows = chunk_steps(batch) * pair_batch(batch);
+  const size_t sizes[] = {std::max(bf16_gemm::packed_size(width, gates4), bf16_gemm::packed_size(gates4, hidden)),
+                          bf16_gemm::packed_size(gates4, input),
+                          static_cast<size_t>(batch) * width,
+                          static_cast<size_t>(batch) * gates4,
+                          static_cast<size_t>(width) * chunk_rows,
+                          bf16_gemm::packed_size(chunk_rows, gates4)};
+  uint16_t* parts[6];
+  size_t offset = 0;
+  for (int i = 0; i < 6; ++i) {
+    parts[i] = base ? base + offset : nullptr;
+    offset += (sizes[i] + 31) / 32 * 32;
+  }
+  if (total) *total = offset;
+  return {parts[0], parts[1], parts[2], parts[3], parts[4], parts[5]};
+}
 
 // operand (B, D + H) = [x_t | h_{t-1}] in bfloat16; h_prev null: zeros.
 void gather_step_operand(uint16_t* operand, const float* x, size_t ld_x, const float* h_prev, size_t ld_h, int batch,
@@ -31,71 +47,70 @@ void gather_step_operand(uint16_t* operand, const float* x, size_t ld_x, const f
   }
 }
 
-std::vector<uint16_t>& packed(Slot slot, const float* source, int k, int n, size_t stride_n, size_t stride_k) {
+uint16_t* packed(uint16_t* out, const float* source, int k, int n, size_t stride_n, size_t stride_k) {
   const packing_clock::Scope packing;
-  std::vector<uint16_t>& out = buffer(slot);
-  out.resize(bf16_gemm::packed_size(k, n));
-  bf16_gemm::pack_rows(out.data(), k, 0, source, k, n, stride_n, stride_k);
+  bf16_gemm::pack_rows(out, k, 0, source, k, n, stride_n, stride_k);
   return out;
 }
 
 }  // namespace
 
-StepProjection::StepProjection(const float* w_ih, const float* w_hh, int input, int hidden)
-    : input_(input), hidden_(hidden), packed_(buffer(kWeights)), operand_(buffer(kStepOperand)) {
+size_t workspace_size(int batch, int input, int hidden) {
+  size_t total = 0;
+  carve(nullptr, batch, input, hidden, &total);
+  return total;
+}
+
+Workspace carve_workspace(uint16_t* base, int batch, int input, int hidden) {
+  return carve(base, batch, input, hidden, nullptr);
+}
+
+StepProjection::StepProjection(const Workspace& workspace, const float* w_ih, const float* w_hh, int input, int hidden)
+    : input_(input), hidden_(hidden), packed_(workspace.weights), operand_(workspace.step_operand) {
   const packing_clock::Scope packing;
   const int k = input + hidden, n = 4 * hidden;
-  packed_.resize(bf16_gemm::packed_size(k, n));
-  bf16_gemm::pack_rows(packed_.data(), k, 0, w_ih, input, n, static_cast<size_t>(input), 1);
-  bf16_gemm::pack_rows(packed_.data(), k, input, w_hh, hidden, n, static_cast<size_t>(hidden), 1);
+  bf16_gemm::pack_rows(packed_, k, 0, w_ih, input, n, static_cast<size_t>(input), 1);
+  bf16_gemm::pack_rows(packed_, k, input, w_hh, hidden, n, static_cast<size_t>(hidden), 1);
 }
 
 void StepProjection::operator()(float* gates, size_t ld_gates, const float* x, size_t ld_x, const float* h_prev,
                                 size_t ld_h, int batch) {
   const int k = input_ + hidden_;
-  operand_.resize(static_cast<size_t>(batch) * k);
   {
     const packing_clock::Scope packing;
-    gather_step_operand(operand_.data(), x, ld_x, h_prev, ld_h, batch, input_, hidden_);
+    gather_step_operand(operand_, x, ld_x, h_prev, ld_h, batch, input_, hidden_);
   }
-  bf16_gemm::multiply(gates, static_cast<int>(ld_gates), operand_.data(), k, packed_.data(), batch, 4 * hidden_, k,
-                      false);
+  bf16_gemm::multiply(gates, static_cast<int>(ld_gates), operand_, k, packed_, batch, 4 * hidden_, k, false);
 }
 
-StepBackward::StepBackward(const float* w_ih, const float* w_hh, const float* x, const float* y, float* dx_part,
-                           float* product, int direction, int batch, int seq_len, int input, int hidden)
+StepBackward::StepBackward(const Workspace& workspace, const float* w_ih, const float* w_hh, const float* x,
+                           const float* y, float* dx_part, float* product, int direction, int batch, int seq_len,
+                           int input, int hidden)
     : direction_(direction), batch_(batch), seq_len_(seq_len), input_(input), hidden_(hidden),
-      pair_batch_(batch + batch % 2), chunk_steps_(std::max(1, kChunkPositions / std::max(2, pair_batch_))), x_(x),
-      y_(y), dx_part_(dx_part), product_(product),
-      // dh = dgates W_hh: element (k, n) = W_hh[k][n]; dx = dgates W_ih likewise.
-      packed_w_hh_(packed(kWeights, w_hh, 4 * hidden, hidden, 1, static_cast<size_t>(hidden))),
-      packed_w_ih_(packed(kWeightsIh, w_ih, 4 * hidden, input, 1, static_cast<size_t>(input))),
-      dgates_(buffer(kStepDgates)), operand_(buffer(kStepOperand)), chunk_operand_(buffer(kChunkOperand)),
-      chunk_dgates_(buffer(kChunkDgates)) {
-  const int width = input + hidden, chunk_rows = chunk_steps_ * pair_batch_;
-  dgates_.resize(static_cast<size_t>(batch) * 4 * hidden);
-  operand_.resize(static_cast<size_t>(batch) * width);
-  chunk_operand_.resize(static_cast<size_t>(width) * chunk_rows);
-  chunk_dgates_.resize(bf16_gemm::packed_size(chunk_rows, 4 * hidden));
-  if (seq_len == 0) std::memset(product, 0, static_cast<size_t>(width) * 4 * hidden * sizeof(float));
+      pair_batch_(pair_batch(batch)), chunk_steps_(lstm_bf16::chunk_steps(batch)), x_(x), y_(y), dx_part_(dx_part),
+      product_(product), buffers_(workspace) {
+  // dh = dgates W_hh: element (k, n) = W_hh[k][n]; dx = dgates W_ih likewise.
+  packed(buffers_.weights, w_hh, 4 * hidden, hidden, 1, static_cast<size_t>(hidden));
+  packed(buffers_.weights_ih, w_ih, 4 * hidden, input, 1, static_cast<size_t>(input));
+  if (seq_len == 0) std::memset(product, 0, static_cast<size_t>(input + hidden) * 4 * hidden * sizeof(float));
 }
 
 void StepBackward::operator()(int step, float* dgates, size_t ld_dgates, float* dh_recurrent) {
   const int gates4 = 4 * hidden_, t = lstm_steps::step_time(direction_, step, seq_len_);
   {
     const packing_clock::Scope packing;
-    bf16_gemm::convert_rows_rounding(dgates_.data(), gates4, dgates, ld_dgates, batch_, gates4);
+    bf16_gemm::convert_rows_rounding(buffers_.step_dgates, gates4, dgates, ld_dgates, batch_, gates4);
   }
   if (step > 0)
-    bf16_gemm::multiply(dh_recurrent, hidden_, dgates_.data(), gates4, packed_w_hh_.data(), batch_, hidden_, gates4,
+    bf16_gemm::multiply(dh_recurrent, hidden_, buffers_.step_dgates, gates4, buffers_.weights, batch_, hidden_, gates4,
                         false);
-  bf16_gemm::multiply(dx_part_ + static_cast<size_t>(t) * input_, seq_len_ * input_, dgates_.data(), gates4,
-                      packed_w_ih_.data(), batch_, input_, gates4, false);
+  bf16_gemm::multiply(dx_part_ + static_cast<size_t>(t) * input_, seq_len_ * input_, buffers_.step_dgates, gates4,
+                      buffers_.weights_ih, batch_, input_, gates4, false);
   const int done = seq_len_ - 1 - step;  // steps before this one
   add_to_chunk(step, t, done % chunk_steps_);
   const bool chunk_full = done % chunk_steps_ == chunk_steps_ - 1 || step == 0;
   if (chunk_full)
-    bf16_gemm::multiply(product_, gates4, chunk_operand_.data(), chunk_rows_, chunk_dgates_.data(), input_ + hidden_,
+    bf16_gemm::multiply(product_, gates4, buffers_.chunk_operand, chunk_rows_, buffers_.chunk_dgates, input_ + hidden_,
                         gates4, chunk_rows_, done >= chunk_steps_);
 }
 
@@ -106,18 +121,18 @@ void StepBackward::add_to_chunk(int step, int t, int slot) {
   const int gates4 = 4 * hidden_, width = input_ + hidden_;
   if (slot == 0) {  // a new chunk: its K, and its pad rows zero
     chunk_rows_ = std::min(chunk_steps_, step + 1) * pair_batch_;  // steps left, this one included
-    bf16_gemm::zero_rows(chunk_dgates_.data(), bf16_gemm::padded_depth(chunk_rows_), chunk_rows_, gates4);
+    bf16_gemm::zero_rows(buffers_.chunk_dgates, bf16_gemm::padded_depth(chunk_rows_), chunk_rows_, gates4);
   }
   const int first_row = slot * pair_batch_;
-  bf16_gemm::pack_converted_rows(chunk_dgates_.data(), bf16_gemm::padded_depth(chunk_rows_), first_row,
-                                 dgates_.data(), gates4, batch_, gates4);
+  bf16_gemm::pack_converted_rows(buffers_.chunk_dgates, bf16_gemm::padded_depth(chunk_rows_), first_row,
+                                 buffers_.step_dgates, gates4, batch_, gates4);
   const float* h_prev = nullptr;
   const int t_prev = lstm_steps::previous_time(direction_, t);
   if (t_prev >= 0 && t_prev < seq_len_) h_prev = y_ + static_cast<size_t>(t_prev) * 2 * hidden_ + direction_ * hidden_;
-  gather_step_operand(operand_.data(), x_ + static_cast<size_t>(t) * input_, static_cast<size_t>(seq_len_) * input_,
+  gather_step_operand(buffers_.step_operand, x_ + static_cast<size_t>(t) * input_, static_cast<size_t>(seq_len_) * input_,
                       h_prev, static_cast<size_t>(seq_len_) * 2 * hidden_, batch_, input_, hidden_);
-  uint16_t* columns = chunk_operand_.data() + first_row;
-  bf16_gemm::transpose(columns, chunk_rows_, operand_.data(), width, batch_, width);
+  uint16_t* columns = buffers_.chunk_operand + first_row;
+  bf16_gemm::transpose(columns, chunk_rows_, buffers_.step_operand, width, batch_, width);
   if (batch_ % 2 == 1)
     for (int w = 0; w < width; ++w) columns[static_cast<size_t>(w) * chunk_rows_ + batch_] = 0;
 }

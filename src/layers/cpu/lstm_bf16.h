@@ -8,22 +8,34 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 namespace enhanced::lstm_bf16 {
+
+// One direction's buffers, carved by carve_workspace from the caller's workspace_size(...)
+// uint16_t elements (layers/lstm.cpp keeps them in the layer's workspace).
+struct Workspace {
+  uint16_t* weights;       // the forward's [W_ih | W_hh]^T or the backward's W_hh, packed
+  uint16_t* weights_ih;    // the backward's W_ih, packed
+  uint16_t* step_operand;  // a step's [x_t | h_{t-1}], (B, D + H)
+  uint16_t* step_dgates;   // a step's gate gradients, (B, 4H)
+  uint16_t* chunk_operand;  // (D + H, chunk K): [x | h_{t-1}]^T of a chunk's steps
+  uint16_t* chunk_dgates;   // a chunk's gate gradients, packed (chunk K) x 4H
+};
+size_t workspace_size(int batch, int input, int hidden);
+Workspace carve_workspace(uint16_t* base, int batch, int input, int hidden);
 
 // A step's gates (B, 4H) = [x_t | h_{t-1}] (B, D + H) [W_ih | W_hh]^T of one direction.
 class StepProjection {
  public:
-  StepProjection(const float* w_ih, const float* w_hh, int input, int hidden);
+  StepProjection(const Workspace& workspace, const float* w_ih, const float* w_hh, int input, int hidden);
   // h_prev null: the zero initial state. Rows of gates ld_gates apart, of x ld_x, of h ld_h.
   void operator()(float* gates, size_t ld_gates, const float* x, size_t ld_x, const float* h_prev, size_t ld_h,
                   int batch);
 
  private:
   int input_, hidden_;
-  std::vector<uint16_t>& packed_;   // [W_ih | W_hh]^T, (D + H) x 4H
-  std::vector<uint16_t>& operand_;  // the step's [x_t | h_{t-1}], (B, D + H)
+  uint16_t* packed_;   // [W_ih | W_hh]^T, (D + H) x 4H
+  uint16_t* operand_;  // the step's [x_t | h_{t-1}], (B, D + H)
 };
 
 // One direction's backward products, a step at a time after its pointwise pass: from the step's
@@ -36,8 +48,8 @@ class StepBackward {
  public:
   // x (B, T, D), y (B, T, 2H) the forward's; dx_part (B, T, D) this direction's dx (=); product
   // (D + H, 4H) the weight gradients' (=, complete after the last step).
-  StepBackward(const float* w_ih, const float* w_hh, const float* x, const float* y, float* dx_part, float* product,
-               int direction, int batch, int seq_len, int input, int hidden);
+  StepBackward(const Workspace& workspace, const float* w_ih, const float* w_hh, const float* x, const float* y,
+               float* dx_part, float* product, int direction, int batch, int seq_len, int input, int hidden);
   // step counts down from T - 1 to 0; dgates: the step's rows, ld_dgates apart.
   void operator()(int step, float* dgates, size_t ld_dgates, float* dh_recurrent);
 
@@ -49,12 +61,7 @@ class StepBackward {
   int chunk_rows_ = 0;   // K of the chunk being filled
   const float *x_, *y_;
   float *dx_part_, *product_;
-  std::vector<uint16_t>& packed_w_hh_;  // (4H) x H
-  std::vector<uint16_t>& packed_w_ih_;  // (4H) x D
-  std::vector<uint16_t>& dgates_;       // the step's, (B, 4H)
-  std::vector<uint16_t>& operand_;      // the step's [x_t | h_{t-1}], (B, D + H)
-  std::vector<uint16_t>& chunk_operand_;  // (D + H, chunk K): [x | h_{t-1}]^T of the chunk's steps
-  std::vector<uint16_t>& chunk_dgates_;   // the chunk's dgates, packed (chunk K) x 4H
+  Workspace buffers_;
 };
 
 }  // namespace enhanced::lstm_bf16
