@@ -14,8 +14,9 @@
 #include <thread>
 #include <unistd.h>
 
-#include "enhanced/app.h"
+#include "app.h"
 #include "enhanced/checkpoint.h"
+#include "enhanced/cpu.h"
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
 #include "enhanced/jsonl.h"

@@ -3,9 +3,10 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "enhanced/app.h"
+#include "app.h"
 #include "enhanced/atomic_file.h"
 #include "enhanced/checkpoint.h"
+#include "enhanced/cpu.h"
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
 #include "enhanced/evaluate.h"

@@ -3,8 +3,9 @@
 // optionally the full logits and probabilities as .npy (docs/cli.md "enhanced-predict").
 #include <filesystem>
 
-#include "enhanced/app.h"
+#include "app.h"
 #include "enhanced/atomic_file.h"
+#include "enhanced/cpu.h"
 #include "enhanced/evaluate.h"
 #include "enhanced/inference.h"
 #include "enhanced/jsonl.h"

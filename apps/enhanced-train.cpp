@@ -1,5 +1,5 @@
 // enhanced-train: trains the model on a .ebin dataset (see docs/cli.md "enhanced-train").
-#include "enhanced/app.h"
+#include "app.h"
 #include "enhanced/communicator.h"
 #include "enhanced/trainer.h"
 

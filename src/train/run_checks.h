@@ -8,7 +8,7 @@
 #include "enhanced/dataset.h"
 #include "enhanced/embedding_table.h"
 #include "enhanced/model.h"
-#include "enhanced/trainer.h"
+#include "enhanced/train_options.h"
 
 namespace enhanced {
 

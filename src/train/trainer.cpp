@@ -19,6 +19,7 @@
 #include "enhanced/embedding_table.h"
 #include "enhanced/common.h"
 #include "enhanced/communicator.h"
+#include "enhanced/cpu.h"
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
 #include "enhanced/evaluate.h"
