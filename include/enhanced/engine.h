@@ -45,6 +45,17 @@ struct EngineOptions {
   Precision precision = Precision::fp32;
 };
 
+// The engine an app's flags chose (each app resolves them once: resolve_engine_flags in
+// apps/app.h): the device, the CPU threads asked for (0: every core; configure_cpu_threads in
+// enhanced/cpu.h gives the count), the CUDA options and the GEMMs' arithmetic. Whoever makes the
+// engine adds the rest of EngineOptions (max_batch, class weights, communicator).
+struct EngineChoice {
+  Device device = Device::cpu;
+  int threads = 0;
+  CudaOptions cuda;
+  Precision precision = Precision::fp32;
+};
+
 // Throws Error unless `weights` is empty or holds num_labels non-negative finite numbers.
 void check_class_weights(const std::vector<float>& weights, int num_labels);
 
@@ -102,5 +113,8 @@ std::unique_ptr<Engine> make_engine(Device device, ParameterBuffer<float>& param
 
 // Version string printed by every app's --version (it says which backends this build has).
 const char* version_string();
+
+// "" when a CUDA device can be used, else the reason (no backend built, no driver, no device).
+std::string cuda_unavailable_reason();
 
 }  // namespace enhanced

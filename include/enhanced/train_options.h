@@ -41,7 +41,7 @@ struct TrainOptions {
   bool shuffle = true;
   bool drop_last = false;
   int threads = 0;              // 0: every core
-  std::string device = "auto";
+  Device device = Device::cpu;  // --device, resolved once by enhanced-train (apps/app.h)
   CudaOptions cuda;             // CUDA: TF32, graphs, LSTM algorithm
   Precision precision = Precision::fp32;  // the GEMMs' arithmetic (enhanced/precision.h)
   int64_t log_every = 20;       // steps between metrics lines
