@@ -14,9 +14,9 @@
 #include <thread>
 #include <unistd.h>
 
-#include "enhanced/app.h"
+#include "app.h"
 #include "enhanced/checkpoint.h"
-#include "enhanced/device.h"
+#include "enhanced/cpu.h"
 #include "enhanced/engine.h"
 #include "enhanced/jsonl.h"
 #include "enhanced/loader.h"
@@ -178,16 +178,14 @@ double predict_seconds_per_sample(Engine& engine, const Shapes& s, const BenchSe
 // What the command line asked for.
 struct BenchOptions {
   Shapes shapes;
-  std::string device = "cpu", optimizer = "adam", dump_case, blend = "mean", pool = "feature", precision = "fp32";
-  int threads = 0, warmup = 2, repeats = 7;
+  std::string optimizer = "adam", dump_case, blend = "mean", pool = "feature";
+  int warmup = 2, repeats = 7;
   bool json = false, lazy = false, skip_loader = false, skip_unavailable = false;
-  CudaOptions cuda;
-  CudaFlags cuda_flags;
+  EngineFlags engine;
 };
 
 void add_options(CLI::App& app, BenchOptions& o) {
   Shapes& s = o.shapes;
-  app.add_option("--device", o.device, "cpu or cuda")->capture_default_str();
   app.add_option("--batch-size,-B", s.batch, "B")->capture_default_str()->check(at_least(1));
   app.add_option("--seq-len,-T", s.seq_len, "T")->capture_default_str()->check(at_least(1));
   app.add_option("--embedding-dim,-D", s.dim, "D")->capture_default_str()->check(at_least(1));
@@ -205,9 +203,8 @@ void add_options(CLI::App& app, BenchOptions& o) {
   app.add_option("--pool", o.pool, "feature or time")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str();
   app.add_flag("--lazy-embedding-updates", o.lazy, "Lazy embedding updates");
-  add_cuda_options(app, o.cuda, o.cuda_flags);
-  add_precision_option(app, o.precision);
-  add_threads_option(app, o.threads);
+  o.engine.device = "cpu";  // --device auto is refused (run_bench)
+  add_engine_flags(app, o.engine, "cpu or cuda");
   app.add_option("--warmup", o.warmup, "Untimed runs first")->capture_default_str()->check(at_least(0));
   app.add_option("--repeats", o.repeats, "Timed runs")->capture_default_str()->check(at_least(1));
   app.add_flag("--no-loader", o.skip_loader, "Skip the loader and prediction measurements");
@@ -312,12 +309,12 @@ void print_json(const Measured& m, const BenchOptions& o, const ModelConfig& c, 
                 double peak_rss_mib) {
   const Shapes& s = o.shapes;
   const double train_flop = train_gflop(s, c), forward_flop = forward_gflop(s, c);
-  nlohmann::json out{{"device", o.device}, {"threads", m.threads}, {"blas", cpu_blas_name()},
+  nlohmann::json out{{"device", o.engine.device}, {"threads", m.threads}, {"blas", cpu_blas_name()},
                      {"shapes", {{"B", s.batch}, {"T", s.seq_len}, {"D", s.dim}, {"H", s.hidden}, {"V", s.vocab},
                                  {"L", s.labels}, {"empty_probability", s.empty_probability},
                                  {"max_identifier", s.max_identifier}, {"zipf", s.zipf}}},
                      {"blend", o.blend}, {"pool", o.pool}, {"optimizer", o.optimizer}, {"lazy_embedding", o.lazy},
-                     {"precision", o.precision}, {"cpu_avx512_bf16", cpu_bf16_support().avx512_bf16},
+                     {"precision", o.engine.precision}, {"cpu_avx512_bf16", cpu_bf16_support().avx512_bf16},
                      {"cpu_amx_bf16", cpu_bf16_support().amx_bf16},
                      {"initial_loss", m.initial_loss}, {"initial_max_abs_logit", m.initial_max_abs_logit}, {"train_gflop", train_flop}, {"forward_gflop", forward_flop},
                      {"train_gflops_achieved", train_flop / m.timings[0].median()},
@@ -377,19 +374,19 @@ int report(const Measured& m, const BenchOptions& o, const ModelConfig& c) {
 }
 
 int run_bench(BenchOptions& o) {
-  if (o.device == "auto") fail("--device must be cpu or cuda: a benchmark names what it measures");
-  finish_cuda_options(o.cuda, o.cuda_flags);
-  if (o.device == "cuda" && o.skip_unavailable && !cuda_unavailable_reason().empty()) {
+  if (o.engine.device == "auto") fail("--device must be cpu or cuda: a benchmark names what it measures");
+  if (o.engine.device == "cuda" && o.skip_unavailable && !cuda_unavailable_reason().empty()) {
+    cuda_options(o.engine);  // a bad CUDA flag is an error even where the GPU is skipped
     std::printf("skipped: no usable GPU: %s\n", cuda_unavailable_reason().c_str());
     return 77;
   }
-  const Device chosen = resolve_device(o.device, false);
+  const EngineChoice chosen = resolve_engine_flags(o.engine, false);
   Measured m;
-  m.threads = configure_cpu_threads(o.threads);
-  m.cpu = chosen == Device::cpu;
+  m.threads = configure_cpu_threads(chosen.threads);
+  m.cpu = chosen.device == Device::cpu;
   const ModelConfig c = model_config(o);
   const OptimizerConfig optimizer_settings = optimizer_config(o);
-  check_bench_memory(o, c, optimizer_settings, chosen);
+  check_bench_memory(o, c, optimizer_settings, chosen.device);
   ParameterBuffer<float> params(c);
   initialize_parameters(params, 1);
   OptimizerState optimizer(optimizer_settings, c);
@@ -399,9 +396,9 @@ int run_bench(BenchOptions& o) {
     save_checkpoint(o.dump_case + "/checkpoint.safetensors", params);
     save_batch(o.dump_case + "/batch.safetensors", batch);
   }
-  EngineOptions engine_options{o.shapes.batch, m.threads, o.cuda};
-  engine_options.precision = parse_precision(o.precision);
-  const std::unique_ptr<Engine> engine = make_engine(chosen, params, &optimizer, engine_options);
+  EngineOptions engine_options{o.shapes.batch, m.threads, chosen.cuda};
+  engine_options.precision = chosen.precision;
+  const std::unique_ptr<Engine> engine = make_engine(chosen.device, params, &optimizer, engine_options);
   std::vector<float> logits(static_cast<size_t>(batch.size) * c.num_labels);
   m.initial_loss = engine->forward(batch, logits.data());
   for (const float logit : logits) m.initial_max_abs_logit = std::max(m.initial_max_abs_logit, std::fabs(double{logit}));

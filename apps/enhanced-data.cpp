@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "enhanced/app.h"
+#include "app.h"
 #include "enhanced/atomic_file.h"
 #include "enhanced/engine.h"
 #include "enhanced/common.h"

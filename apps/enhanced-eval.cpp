@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "enhanced/app.h"
+#include "app.h"
 #include "enhanced/atomic_file.h"
 #include "enhanced/checkpoint.h"
-#include "enhanced/device.h"
 #include "enhanced/engine.h"
 #include "enhanced/evaluate.h"
 #include "enhanced/inference.h"
@@ -67,8 +66,8 @@ void write_predictions(const std::string& path, const EvalResult& r) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Evaluate a checkpoint on a held-out .ebin set"};
-  std::string data, checkpoint, predictions, device = "auto";
-  int batch_size = 64, threads = 0;
+  std::string data, checkpoint, predictions;
+  int batch_size = 64;
   bool json = false;
   app.add_option("--data", data, "Held-out set (.ebin)")->required();
   app.add_option("--checkpoint", checkpoint,
@@ -77,28 +76,19 @@ int main(int argc, char** argv) {
   app.add_option("--predictions", predictions, "Write sample,label,predicted,probability rows to this CSV");
   app.add_flag("--json", json, "Print one JSON object instead of tables");
   app.add_option("--batch-size", batch_size, "Samples per batch")->capture_default_str()->check(at_least(1));
-  add_threads_option(app, threads);
-  app.add_option("--device", device, "auto, cpu or cuda")->capture_default_str();
+  EngineFlags engine_flags;
+  add_engine_flags(app, engine_flags);
   ModelFlags model_flags;
   add_model_flags(app, model_flags);
-  CudaOptions cuda_options;
-  CudaFlags cuda_flags;
-  add_cuda_options(app, cuda_options, cuda_flags);
-  std::string precision = "fp32";
-  add_precision_option(app, precision);
   return run_app(app, argc, argv, [&] {
-    finish_cuda_options(cuda_options, cuda_flags);
-    const Precision chosen_precision = parse_precision(precision);
     check_outputs_spare_inputs({{"--predictions", predictions}}, {{"--data", data}, {"--checkpoint", checkpoint}});
     if (!predictions.empty()) check_output_directory(predictions);
-    const int thread_count = configure_cpu_threads(threads);
-    const Device chosen = resolve_device(device, !json);
+    const EngineChoice engine = resolve_engine_flags(engine_flags, !json);
     const Dataset dataset = Dataset::open(data);
     check_has_samples(dataset, "--data");
     check_has_labels(dataset, "--data", "enhanced-predict gives an unlabeled set's predictions");
     ParameterBuffer<float> params = load_model_for_data(checkpoint, model_flags, dataset, true);
-    const InferenceEngine inference = make_inference_engine(chosen, params, dataset, batch_size, thread_count, cuda_options,
-                                                            chosen_precision);
+    const InferenceEngine inference = make_inference_engine(params, dataset, batch_size, engine);
     if (!json) std::fprintf(stderr, "engine: %s\n", inference.engine->summary().c_str());
     const EvalResult result = evaluate(*inference.engine, dataset, inference.batch, !predictions.empty());
     if (!predictions.empty()) write_predictions(predictions, result);

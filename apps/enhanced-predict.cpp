@@ -3,7 +3,7 @@
 // optionally the full logits and probabilities as .npy (docs/cli.md "enhanced-predict").
 #include <filesystem>
 
-#include "enhanced/app.h"
+#include "app.h"
 #include "enhanced/atomic_file.h"
 #include "enhanced/evaluate.h"
 #include "enhanced/inference.h"
@@ -35,9 +35,9 @@ std::string ebin_of(const std::string& data, TempFiles& temps) {
 int main(int argc, char** argv) {
   remove_temp_files_on_signal();  // a run ended by SIGTERM or SIGINT leaves no temporaries
   CLI::App app{"Predict labels for every sample of a set (.ebin or .jsonl, labeled or unlabeled)"};
-  std::string data, checkpoint, device = "auto";
+  std::string data, checkpoint;
   PredictOutputs outputs;
-  int batch_size = 64, threads = 0, top_k = 1;
+  int batch_size = 64, top_k = 1;
   bool quiet = false;
   app.add_option("--checkpoint", checkpoint,
                  "Checkpoint (.safetensors from enhanced-train, or a bare state_dict: see --blend, --pool)")
@@ -48,30 +48,21 @@ int main(int argc, char** argv) {
   app.add_option("--logits", outputs.logits, "Write every logit as .npy (N, L) float32");
   app.add_option("--probabilities", outputs.probabilities, "Write every softmax probability as .npy (N, L) float32");
   app.add_option("--batch-size", batch_size, "Samples per batch")->capture_default_str()->check(at_least(1));
-  add_threads_option(app, threads);
-  app.add_option("--device", device, "auto, cpu or cuda")->capture_default_str();
+  EngineFlags engine_flags;
+  add_engine_flags(app, engine_flags);
   ModelFlags model_flags;
   add_model_flags(app, model_flags);
   app.add_flag("--quiet", quiet, "No engine line and no progress line on stderr");
-  CudaOptions cuda_options;
-  CudaFlags cuda_flags;
-  add_cuda_options(app, cuda_options, cuda_flags);
-  std::string precision = "fp32";
-  add_precision_option(app, precision);
   return run_app(app, argc, argv, [&] {
-    finish_cuda_options(cuda_options, cuda_flags);
-    const Precision chosen_precision = parse_precision(precision);
     check_predict_outputs(outputs, {{"--data", data}, {"--checkpoint", checkpoint}});  // before any work
-    const int thread_count = configure_cpu_threads(threads);
-    const Device chosen = resolve_device(device, !quiet);
+    const EngineChoice engine = resolve_engine_flags(engine_flags, !quiet);
     TempFiles temps;
     const Dataset dataset = Dataset::open(ebin_of(data, temps), data);
     check_has_samples(dataset, "--data");
     ParameterBuffer<float> params = load_model_for_data(checkpoint, model_flags, dataset, false);
     if (top_k > params.config.num_labels)
       fail("--top-k ", top_k, " is more than ", checkpoint, "'s ", params.config.num_labels, " labels");
-    const InferenceEngine inference = make_inference_engine(chosen, params, dataset, batch_size, thread_count, cuda_options,
-                                                            chosen_precision);
+    const InferenceEngine inference = make_inference_engine(params, dataset, batch_size, engine);
     if (!quiet) std::fprintf(stderr, "engine: %s\n", inference.engine->summary().c_str());
     const PredictStats stats = predict(*inference.engine, dataset, inference.batch, top_k, outputs, !quiet);
     if (!quiet)

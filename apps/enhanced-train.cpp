@@ -1,18 +1,27 @@
 // enhanced-train: trains the model on a .ebin dataset (see docs/cli.md "enhanced-train").
-#include "enhanced/app.h"
+#include "app.h"
 #include "enhanced/communicator.h"
 #include "enhanced/trainer.h"
 
 namespace {
 
-// Trains as one of the ranks mpirun or srun started (or alone). With several ranks, an error on
-// any is one line naming it and its host, and ends the whole job with a non-zero exit.
-int train_on_ranks(const enhanced::TrainOptions& o) {
+// Trains as one of the ranks mpirun or srun started (or alone), on the engine the flags choose:
+// resolved once on each rank, rank 0 alone printing the device line. With several ranks, an
+// error on any is one line naming it and its host, and ends the whole job with a non-zero exit.
+int train_on_ranks(enhanced::TrainOptions o, const enhanced::EngineFlags& engine_flags) {
   using namespace enhanced;
   const std::unique_ptr<Communicator> communicator = make_communicator();
-  if (communicator->size() == 1) return run_training(o, *communicator);
-  try {
+  const auto train = [&] {
+    const EngineChoice engine = resolve_engine_flags(engine_flags, communicator->rank() == 0);
+    o.device = engine.device;
+    o.threads = engine.threads;
+    o.cuda = engine.cuda;
+    o.precision = engine.precision;
     return run_training(o, *communicator);
+  };
+  if (communicator->size() == 1) return train();
+  try {
+    return train();
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: %s: out of memory\n", communicator->name().c_str());
   } catch (const std::exception& e) {
@@ -93,12 +102,8 @@ int main(int argc, char** argv) {
   bool no_shuffle = false;
   app.add_flag("--no-shuffle", no_shuffle, "Visit samples in file order");
   app.add_flag("--drop-last", o.drop_last, "Drop the last partial batch of each epoch");
-  add_threads_option(app, o.threads);
-  app.add_option("--device", o.device, "auto, cpu or cuda")->capture_default_str();
-  CudaFlags cuda_flags;
-  add_cuda_options(app, o.cuda, cuda_flags);
-  std::string precision = to_string(o.precision);
-  add_precision_option(app, precision);
+  EngineFlags engine_flags;
+  add_engine_flags(app, engine_flags);
   app.add_option("--log-every", o.log_every, "Steps between metrics lines")->capture_default_str()->check(at_least(int64_t{1}));
   app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: each epoch)")
       ->capture_default_str()
@@ -118,11 +123,9 @@ int main(int argc, char** argv) {
     for (const CLI::Option* option : app.get_options())
       if (option->count() > 0) o.given_flags.insert(option->get_name());
     o.shuffle = !no_shuffle;
-    finish_cuda_options(o.cuda, cuda_flags);
-    o.precision = parse_precision(precision);
     o.progress = !quiet;
     o.optimizer.kind = parse_optimizer_kind(optimizer);
     if (!o.resume && o.data_path.empty()) fail("--data is required (unless --resume)");
-    return train_on_ranks(o);
+    return train_on_ranks(o, engine_flags);
   });
 }

@@ -12,6 +12,7 @@
 
 #include "enhanced/batch.h"
 #include "enhanced/device.h"
+#include "enhanced/engine.h"
 #include "enhanced/model.h"
 #include "enhanced/precision.h"
 #include "enhanced/random.h"

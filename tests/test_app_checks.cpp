@@ -18,8 +18,8 @@
 #include "enhanced/checkpoint.h"
 #include "enhanced/common.h"
 #include "enhanced/dataset.h"
-#include "enhanced/device.h"
 #include "enhanced/embedding_table.h"
+#include "enhanced/engine.h"
 #include "enhanced/memory.h"
 
 namespace enhanced {

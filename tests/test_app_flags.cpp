@@ -1,4 +1,4 @@
-// Every numeric flag of every app is checked by one of the rules in enhanced/app.h before any
+// Every numeric flag of every app is checked by one of the rules in apps/app.h before any
 // work: each bad value is one line "error: --flag must be ..., got X" and exit 1, never CLI11's
 // range with a 300-digit bound, a crash or an unbounded allocation.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "app_runner.h"
-#include "enhanced/app.h"
+#include "app.h"
 
 namespace enhanced {
 namespace {

@@ -12,6 +12,7 @@
 #include "cuda_test_util.h"
 #include "data_test_util.h"
 #include "enhanced/common.h"
+#include "enhanced/cpu.h"
 #include "enhanced/engine.h"
 #include "train/class_weights.h"
 

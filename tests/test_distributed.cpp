@@ -17,7 +17,7 @@
 #include "enhanced/checkpoint.h"
 #include "enhanced/common.h"
 #include "enhanced/demo.h"
-#include "enhanced/trainer.h"
+#include "enhanced/train_options.h"
 #include "train/run_options.h"
 
 namespace enhanced {

@@ -1,5 +1,6 @@
-// Which device a run uses. The CPU always works; CUDA needs a build with the backend and a
-// usable GPU, and says plainly why not otherwise.
+// What a device is to the engine: which one a run uses, and the CUDA backend's options with
+// their names (all defined in src/core/device.cpp). The apps resolve --device into a Device once
+// (apps/app.h); whether this build and machine can use CUDA is engine.h's cuda_unavailable_reason.
 #pragma once
 
 #include <string>
@@ -7,6 +8,8 @@
 namespace enhanced {
 
 enum class Device { cpu, cuda };
+
+const char* to_string(Device device);  // "cpu" or "cuda"
 
 // cuDNN's LSTM algorithm: `automatic` times every one cuDNN accepts for the model's shape (and
 // whose results agree with `standard`) and keeps the fastest.
@@ -22,12 +25,5 @@ struct CudaOptions {
   bool graphs = true;   // replay each training step shape from a captured CUDA graph
   RnnAlgorithm rnn_algorithm = RnnAlgorithm::automatic;
 };
-
-// "" when a CUDA device can be used, else the reason (no backend built, no driver, no device).
-std::string cuda_unavailable_reason();
-
-// Resolves --device auto|cpu|cuda. `cuda` without a usable GPU is an Error; `auto` falls back to
-// the CPU. Prints one line to stderr saying which device was picked (and why) when verbose.
-Device resolve_device(const std::string& flag, bool verbose = true);
 
 }  // namespace enhanced

@@ -30,7 +30,7 @@ struct EngineOptions {
       : max_batch(max_batch_), threads(threads_), cuda(cuda_), class_weights(std::move(class_weights_)) {}
 
   int max_batch = 64;  // largest batch any call may pass
-  int threads = 1;     // CPU threads (configure_cpu_threads' result)
+  int threads = 1;     // CPU threads (configure_cpu_threads' result, enhanced/cpu.h)
   CudaOptions cuda;    // the CUDA engine's options (ignored on the CPU)
   // The training loss's class weights, L non-negative finite numbers (empty: unweighted), with
   // torch's CrossEntropyLoss(weight=) semantics. They weigh training steps and compute_gradients;
@@ -42,6 +42,17 @@ struct EngineOptions {
   // forward and compute_gradients stay local (evaluate divides the batches itself).
   Communicator* communicator = nullptr;
   // The GEMMs' arithmetic (enhanced/precision.h). make_engine refuses one the device cannot run.
+  Precision precision = Precision::fp32;
+};
+
+// The engine an app's flags chose (each app resolves them once: resolve_engine_flags in
+// apps/app.h): the device, the CPU threads asked for (0: every core; configure_cpu_threads in
+// enhanced/cpu.h gives the count), the CUDA options and the GEMMs' arithmetic. Whoever makes the
+// engine adds the rest of EngineOptions (max_batch, class weights, communicator).
+struct EngineChoice {
+  Device device = Device::cpu;
+  int threads = 0;
+  CudaOptions cuda;
   Precision precision = Precision::fp32;
 };
 
@@ -100,20 +111,10 @@ class Engine {
 std::unique_ptr<Engine> make_engine(Device device, ParameterBuffer<float>& params, OptimizerState* optimizer,
                                     const EngineOptions& options);
 
-// probabilities (B, L) = softmax(logits (B, L)), on the host, as the loss layer computes it.
-void softmax_probabilities(float* probabilities, const float* logits, int batch, int num_labels);
-
 // Version string printed by every app's --version (it says which backends this build has).
 const char* version_string();
 
-// Sets the engine's CPU threads: `requested`, or every core when 0; returns the count. BLAS is
-// kept single-threaded, since the layers split their work over these threads themselves.
-int configure_cpu_threads(int requested);
-
-// The bench's yardstick for the CPU engine: the CPU BLAS's build configuration, and its best
-// sgemm rate (GFLOP/s, the fastest of `runs` after `warmup`) on a GEMM the size of the step's
-// big ones with `threads` BLAS threads. Leaves BLAS those threads: configure_cpu_threads after.
-std::string cpu_blas_name();
-double cpu_gemm_gflops(int threads, int warmup, int runs);
+// "" when a CUDA device can be used, else the reason (no backend built, no driver, no device).
+std::string cuda_unavailable_reason();
 
 }  // namespace enhanced

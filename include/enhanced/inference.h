@@ -6,7 +6,6 @@
 #include <string>
 
 #include "enhanced/dataset.h"
-#include "enhanced/device.h"
 #include "enhanced/engine.h"
 #include "enhanced/model.h"
 
@@ -29,11 +28,11 @@ struct InferenceEngine {
   int batch = 0;  // the batch it runs: --batch-size, at most the set's size
 };
 
-// The engine for inference on `data`. A batch larger than the set is clamped, unlike in
-// training: the figures do not depend on how the set is cut into batches, and the engine need
-// hold no more than the set. The memory is checked first.
-InferenceEngine make_inference_engine(Device device, ParameterBuffer<float>& params, const Dataset& data,
-                                      int batch_size, int threads, const CudaOptions& cuda,
-                                      Precision precision = Precision::fp32);
+// The engine for inference on `data`, as the app's engine flags chose it (its CPU threads are
+// configured here). A batch larger than the set is clamped, unlike in training: the figures do
+// not depend on how the set is cut into batches, and the engine need hold no more than the set.
+// The memory is checked first.
+InferenceEngine make_inference_engine(ParameterBuffer<float>& params, const Dataset& data, int batch_size,
+                                      const EngineChoice& engine);
 
 }  // namespace enhanced

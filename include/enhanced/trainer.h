@@ -3,74 +3,9 @@
 // validation, atomic checkpoints and exact resumption.
 #pragma once
 
-#include <cstdint>
-#include <set>
-#include <string>
-#include <vector>
-
-#include "enhanced/device.h"
-#include "enhanced/optimizer_config.h"
-#include "enhanced/precision.h"
+#include "enhanced/train_options.h"
 
 namespace enhanced {
-
-struct TrainOptions {
-  std::string data_path;
-  std::string valid_path;       // optional
-  std::string pretrained_path;  // optional
-  std::string init_from;        // optional checkpoint
-  std::string out_dir;
-  bool resume = false;          // continue the run saved in out_dir
-  int64_t epochs = 0;           // 0: not given (1 for a new run, the saved value when resuming)
-  int64_t steps = 0;            // > 0: stop after this many steps in all (overrides epochs)
-  int batch_size = 64;
-  int hidden = 128;
-  int embedding_dim = 0;        // 0: from --pretrained, else 32
-  int64_t vocab_size = 0;       // 0: from the embedding file, else the data's largest id + 1
-  int num_labels = 0;           // 0: from the data
-  std::string blend = "mean";
-  std::string pool = "feature";
-  OptimizerConfig optimizer;
-  // --class-weights: "" (unweighted), "balanced" (from the training labels) or a file of L
-  // numbers (src/train/class_weights.h). Weighs the training loss only; validation is unweighted.
-  std::string class_weights;
-  // The weights themselves, resolved once when the run starts and recorded in the run state, so
-  // that a resume trains with them whatever has become of the file or the data since.
-  std::vector<float> class_weight_values;
-  uint64_t seed = 0;
-  bool shuffle = true;
-  bool drop_last = false;
-  int threads = 0;              // 0: every core
-  std::string device = "auto";
-  CudaOptions cuda;             // CUDA: TF32, graphs, LSTM algorithm
-  Precision precision = Precision::fp32;  // the GEMMs' arithmetic (enhanced/precision.h)
-  int64_t log_every = 20;       // steps between metrics lines
-  int64_t checkpoint_every = 0; // steps between last.safetensors writes (0: each epoch only)
-  int64_t valid_every = 0;      // steps between validations, as well as at each epoch end (0: epoch ends only)
-  bool progress = true;
-  bool overwrite = false;       // replace a run already in out_dir (its files are removed first)
-  // Data-parallel runs (docs/distributed.md): steps between the ranks' comparisons of their
-  // parameters (also compared at every checkpoint).
-  int64_t check_every = 100;
-
-  // Learning-rate schedule (src/train/schedule.h): the rate of every step is a function of the
-  // step and, for plateau, of the recorded validations.
-  std::string lr_schedule = "constant";
-  int64_t warmup_steps = 0;
-  double min_lr = 0;
-  int64_t lr_step_size = 0;     // step schedule
-  double lr_factor = 0.1;       // step and plateau schedules
-  int64_t lr_patience = 10;     // plateau schedule
-
-  // What the validations decide: best.safetensors, plateau reductions, early stopping.
-  std::string monitor = "valid_loss";  // valid_loss | valid_accuracy | valid_f1
-  double min_delta = 0;
-  int64_t early_stopping = 0;   // patience in validations (0: off)
-
-  // The command-line flags the user gave ("--hidden", ...): on --resume and --init-from, a
-  // given flag that contradicts the saved run is an error, not silently overridden.
-  std::set<std::string> given_flags;
-};
 
 class Communicator;
 

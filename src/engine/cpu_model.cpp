@@ -12,6 +12,7 @@
 
 #include "engine/data_parallel.h"
 #include "enhanced/common.h"
+#include "enhanced/cpu.h"
 #include "enhanced/data_parallel.h"
 #include "layers/cpu/bf16_gemm.h"
 #include "layers/cpu/blas.h"

@@ -9,7 +9,7 @@
 #include "enhanced/communicator.h"
 #include "enhanced/model.h"
 #include "enhanced/safetensors.h"
-#include "enhanced/trainer.h"
+#include "enhanced/train_options.h"
 
 namespace enhanced {
 

@@ -4,6 +4,7 @@
 
 #include "enhanced/common.h"
 #include "enhanced/communicator.h"
+#include "enhanced/cpu.h"
 #include "enhanced/data_parallel.h"
 #include "enhanced/engine.h"
 #include "enhanced/loader.h"

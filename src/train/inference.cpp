@@ -5,6 +5,7 @@
 
 #include "enhanced/checkpoint.h"
 #include "enhanced/common.h"
+#include "enhanced/cpu.h"
 #include "enhanced/memory.h"
 #include "enhanced/safetensors.h"
 
@@ -32,14 +33,15 @@ ParameterBuffer<float> load_model_for_data(const std::string& checkpoint, const 
   return params;
 }
 
-InferenceEngine make_inference_engine(Device device, ParameterBuffer<float>& params, const Dataset& data,
-                                      int batch_size, int threads, const CudaOptions& cuda, Precision precision) {
+InferenceEngine make_inference_engine(ParameterBuffer<float>& params, const Dataset& data, int batch_size,
+                                      const EngineChoice& engine) {
   InferenceEngine out;
+  const int threads = configure_cpu_threads(engine.threads);
   out.batch = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(batch_size, data.num_samples())));
-  check_model_fits_memory(params.config, nullptr, out.batch, device, params.size() * sizeof(float));
-  EngineOptions options{out.batch, threads, cuda};
-  options.precision = precision;
-  out.engine = make_engine(device, params, nullptr, options);
+  check_model_fits_memory(params.config, nullptr, out.batch, engine.device, params.size() * sizeof(float));
+  EngineOptions options{out.batch, threads, engine.cuda};
+  options.precision = engine.precision;
+  out.engine = make_engine(engine.device, params, nullptr, options);
   return out;
 }
 

@@ -5,7 +5,6 @@
 #include <string>
 
 #include "enhanced/common.h"
-#include "enhanced/device.h"
 #include "enhanced/evaluate.h"
 #include "enhanced/memory.h"
 #include "train/schedule.h"
@@ -26,7 +25,7 @@ RawTableShape raw_table_shape(const TrainOptions& o, const Dataset& train, const
 }
 
 void check_run_memory(const ModelConfig& config, const TrainOptions& o, uint64_t resident) {
-  check_model_fits_memory(config, &o.optimizer, o.batch_size, resolve_device(o.device, false), resident);
+  check_model_fits_memory(config, &o.optimizer, o.batch_size, o.device, resident);
 }
 
 void check_model_flags(const TrainOptions& o, const ModelConfig& c, const std::string& source) {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "enhanced/trainer.h"
+#include "enhanced/train_options.h"
 
 namespace enhanced {
 

@@ -175,7 +175,7 @@ std::vector<std::pair<std::string, std::string>> shared_options(const TrainOptio
                      value.is_boolean() ? on_off(value != field.save(defaults)) : readable(field, value));
   }
   out.emplace_back("--check-every", std::to_string(options.check_every));
-  out.emplace_back("--device", options.device);
+  out.emplace_back("--device", to_string(options.device));
   out.emplace_back("--resume", on_off(options.resume));
   return out;
 }

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "enhanced/trainer.h"
+#include "enhanced/train_options.h"
 
 namespace enhanced {
 

@@ -12,7 +12,7 @@
 #include "enhanced/optimizer_config.h"
 #include "enhanced/safetensors.h"
 #include "enhanced/train_totals.h"
-#include "enhanced/trainer.h"
+#include "enhanced/train_options.h"
 #include "train/schedule.h"
 
 namespace enhanced {

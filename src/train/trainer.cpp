@@ -19,7 +19,7 @@
 #include "enhanced/embedding_table.h"
 #include "enhanced/common.h"
 #include "enhanced/communicator.h"
-#include "enhanced/device.h"
+#include "enhanced/cpu.h"
 #include "enhanced/engine.h"
 #include "enhanced/evaluate.h"
 #include "enhanced/loader.h"
@@ -542,7 +542,6 @@ int run_training(TrainOptions options, Communicator& communicator) {
   check_same_run(communicator, options, saved_state.get());  // the first collective: the options size later ones
   if (rank0 && !out) out.emplace(options.out_dir);
   const int threads = configure_cpu_threads(threads_for_rank(options.threads, communicator));
-  const Device device = resolve_device(options.device, rank0);
 
   const Dataset train = Dataset::open(options.data_path);
   check_has_labels(train, "--data (training)");
@@ -577,12 +576,12 @@ int run_training(TrainOptions options, Communicator& communicator) {
   }
   run.check_controls_fit_the_run();
   if (!rank0) {
-    run.use_device(device, threads);
+    run.use_device(options.device, threads);
     return run.run();
   }
   prepare_run_files(options);
   remove_stale_temp_files(options.out_dir);  // left by a run killed with SIGKILL
-  run.use_device(device, threads);
+  run.use_device(options.device, threads);
   const int code = run.run();
   if (code == 0 || fs::exists(fs::path(options.out_dir) / "optimizer.safetensors")) out->keep();
   return code;

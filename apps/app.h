@@ -1,4 +1,5 @@
-// What every command-line app shares: one line "error: ..." and a non-zero exit for any failure.
+// What every command-line app shares: one line "error: ..." and a non-zero exit for any failure,
+// the numeric flag rules, and the engine flags, resolved once by each app that runs the model.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -10,12 +11,14 @@
 #include <cstdlib>
 #include <exception>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include "enhanced/common.h"
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
 #include "enhanced/inference.h"
+#include "enhanced/precision.h"
 
 namespace enhanced {
 
@@ -84,12 +87,9 @@ CLI::Validator in_range_below(T low, T high) {
   return detail::number_rule<T>({static_cast<double>(low), static_cast<double>(high), false, true});
 }
 
-// --threads, the same in every app: 0 (every core) up to kMaxThreads, far more than any machine
-// has; a larger count would only ask OpenMP for threads it cannot start.
+// --threads: 0 (every core) up to kMaxThreads, far more than any machine has; a larger count
+// would only ask OpenMP for threads it cannot start.
 constexpr int kMaxThreads = 4096;
-inline void add_threads_option(CLI::App& app, int& threads) {
-  app.add_option("--threads", threads, "CPU threads (default: every core)")->check(in_range(0, kMaxThreads));
-}
 
 // A 64-bit seed: digits only, at most 2^64 - 1 (CLI11's conversion wraps "-1" silently).
 inline CLI::Validator seed_rule() {
@@ -137,29 +137,75 @@ int run_app(CLI::App& app, int argc, char** argv, Body body) {
   return 1;
 }
 
-// The CUDA backend's flags, the same in every app: --tf32, --cuda-graphs, --rnn-algorithm.
-// Call finish_cuda_options after parsing.
-struct CudaFlags {
-  std::string graphs = "on";
+// Resolves --device auto|cpu|cuda. `cuda` without a usable GPU is an Error; `auto` falls back to
+// the CPU. Prints one line to stderr saying which device was picked (and why) when verbose. Only
+// the apps resolve the device, once each (resolve_engine_flags); below them it is a Device.
+inline Device resolve_device(const std::string& flag, bool verbose) {
+  if (flag != "auto" && flag != "cpu" && flag != "cuda") fail("--device must be auto, cpu or cuda, got '", flag, "'");
+  if (flag == "cpu") {
+    if (verbose) std::fprintf(stderr, "device: cpu\n");
+    return Device::cpu;
+  }
+  const std::string reason = cuda_unavailable_reason();
+  if (reason.empty()) {
+    if (verbose) std::fprintf(stderr, "device: cuda\n");
+    return Device::cuda;
+  }
+  if (flag == "cuda") fail("--device cuda: no usable GPU: ", reason);
+  if (verbose) std::fprintf(stderr, "device: cpu (no usable GPU: %s)\n", reason.c_str());
+  return Device::cpu;
+}
+
+// The engine flags, the same in every app that runs the model, as given: --threads, --device,
+// --precision (enhanced/precision.h) and the CUDA backend's --tf32, --cuda-graphs and
+// --rnn-algorithm. Each app resolves them once (resolve_engine_flags) into an EngineChoice.
+struct EngineFlags {
+  int threads = 0;              // 0: every core
+  std::string device = "auto";  // enhanced-bench: cpu (a benchmark names what it measures)
+  bool tf32 = false;
+  std::string cuda_graphs = "on";
   std::string rnn_algorithm = "auto";
+  std::string precision = "fp32";
 };
 
-inline void add_cuda_options(CLI::App& app, CudaOptions& options, CudaFlags& flags) {
-  app.add_flag("--tf32", options.tf32, "CUDA: allow TF32 tensor-core math (faster, looser than FP32)");
-  app.add_option("--cuda-graphs", flags.graphs, "CUDA: replay the training step from a captured graph (on, off)")
+// Adds the engine flags to `app`; `devices` is --device's help, flags.device its default.
+inline void add_engine_flags(CLI::App& app, EngineFlags& flags, const char* devices = "auto, cpu or cuda") {
+  app.add_option("--threads", flags.threads, "CPU threads (default: every core)")->check(in_range(0, kMaxThreads));
+  app.add_option("--device", flags.device, devices)->capture_default_str();
+  app.add_flag("--tf32", flags.tf32, "CUDA: allow TF32 tensor-core math (faster, looser than FP32)");
+  app.add_option("--cuda-graphs", flags.cuda_graphs, "CUDA: replay the training step from a captured graph (on, off)")
       ->capture_default_str();
   app.add_option("--rnn-algorithm", flags.rnn_algorithm,
                  "CUDA: cuDNN LSTM algorithm: auto (time each, keep the fastest that agrees), standard, persistent, "
                  "persistent-small-h")
       ->capture_default_str();
-}
-
-// --precision, the same in every app (enhanced/precision.h); parse with parse_precision.
-inline void add_precision_option(CLI::App& app, std::string& precision) {
-  app.add_option("--precision", precision,
+  app.add_option("--precision", flags.precision,
                  "GEMM arithmetic: fp32, bf16 (bfloat16 operands, FP32 accumulation; AVX512-BF16 or a GPU), or "
                  "bf16-emulated (bf16's arithmetic on any CPU, no faster than fp32)")
       ->capture_default_str();
+}
+
+// The CUDA flags checked (Error on a bad one) and typed. They are checked on every machine: a
+// typo is one clear line, never ignored because the run happens to be on the CPU.
+inline CudaOptions cuda_options(const EngineFlags& flags) {
+  if (flags.cuda_graphs != "on" && flags.cuda_graphs != "off")
+    fail("--cuda-graphs must be on or off, got '", flags.cuda_graphs, "'");
+  CudaOptions options;
+  options.tf32 = flags.tf32;
+  options.graphs = flags.cuda_graphs == "on";
+  options.rnn_algorithm = parse_rnn_algorithm(flags.rnn_algorithm);
+  return options;
+}
+
+// The engine flags checked and typed (Error on a bad one), and the device resolved (its line on
+// stderr when verbose): what an app passes down to the memory check and the engine.
+inline EngineChoice resolve_engine_flags(const EngineFlags& flags, bool verbose) {
+  EngineChoice choice;
+  choice.cuda = cuda_options(flags);
+  choice.precision = parse_precision(flags.precision);
+  choice.threads = flags.threads;
+  choice.device = resolve_device(flags.device, verbose);
+  return choice;
 }
 
 // --blend and --pool of the apps that run a checkpoint (enhanced-eval, enhanced-predict): for a
@@ -169,12 +215,6 @@ inline void add_model_flags(CLI::App& app, ModelFlags& flags) {
       ->check(CLI::IsMember({"mean", "scalar-mean"}));
   app.add_option("--pool", flags.pool, "Bare checkpoint: feature (default) or time; else must match its model")
       ->check(CLI::IsMember({"feature", "time"}));
-}
-
-inline void finish_cuda_options(CudaOptions& options, const CudaFlags& flags) {
-  if (flags.graphs != "on" && flags.graphs != "off") fail("--cuda-graphs must be on or off, got '", flags.graphs, "'");
-  options.graphs = flags.graphs == "on";
-  options.rnn_algorithm = parse_rnn_algorithm(flags.rnn_algorithm);
 }
 
 }  // namespace enhanced

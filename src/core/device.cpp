@@ -1,8 +1,12 @@
-// The CUDA options' names (--rnn-algorithm), shared by the apps, the run state and the kernels.
-#include "enhanced/common.h"
+// The devices' and the CUDA options' names (--device, --rnn-algorithm), shared by the apps, the
+// run state and the kernels.
 #include "enhanced/device.h"
 
+#include "enhanced/common.h"
+
 namespace enhanced {
+
+const char* to_string(Device device) { return device == Device::cuda ? "cuda" : "cpu"; }
 
 RnnAlgorithm parse_rnn_algorithm(const std::string& name) {
   for (RnnAlgorithm algorithm : {RnnAlgorithm::automatic, RnnAlgorithm::standard, RnnAlgorithm::persistent,
