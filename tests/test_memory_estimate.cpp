@@ -56,6 +56,23 @@ TEST(MemoryEstimate, MatchesTheCpuEnginesAllocations) {
   }
 }
 
+// The engine sizes the workspaces once, for its largest batch, and carves each smaller batch at
+// that batch's own size: so each size must grow with the batch (a smaller batch whose carving
+// were larger would write past the allocation).
+TEST(MemoryEstimate, TheLayersWorkspacesGrowWithTheBatch) {
+  for (const int seq_len : {1, 2, 20, 64})
+    for (const int hidden : {1, 16, 128}) {
+      size_t lstm = 0, dense = 0;
+      for (int batch = 1; batch <= 600; ++batch) {
+        const size_t lstm_now = bilstm_workspace_size<float>(batch, seq_len, 32, hidden);
+        const size_t dense_now = dense_workspace_size<float>(batch, 2 * hidden, 104);
+        ASSERT_GE(lstm_now, lstm) << "T " << seq_len << " H " << hidden << " B " << batch;
+        ASSERT_GE(dense_now, dense) << "H " << hidden << " B " << batch;
+        lstm = lstm_now, dense = dense_now;
+      }
+    }
+}
+
 TEST(MemoryEstimate, InferenceAndTheGpuHostSideHoldLess) {
   const ModelConfig c = small_config();
   OptimizerConfig sgd;

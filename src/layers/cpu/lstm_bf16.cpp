@@ -16,9 +16,12 @@ constexpr int kChunkPositions = 512;  // the weight gradients' K a chunk: its pa
 int pair_batch(int batch) { return batch + batch % 2; }
 int chunk_steps(int batch) { return std::max(1, kChunkPositions / std::max(2, pair_batch(batch))); }
 
-// The workspace's parts in order, each on a 64-byte boundary; base null: sizes only.
+// The workspace's parts in order, each on a 64-byte boundary; base null: sizes only. Every part
+// grows with the batch, so that a workspace sized for the largest batch holds every smaller
+// one's carving: the chunk buffers are sized for max(512, B rounded up to even) rows, which
+// bounds chunk_steps * pair_batch (exactly that product would shrink at some larger batches).
 Workspace carve(uint16_t* base, int batch, int input, int hidden, size_t* total) {
-  const int width = input + hidden, gates4 = 4 * hidden, chunk_rows = chunk_steps(batch) * pair_batch(batch);
+  const int width = input + hidden, gates4 = 4 * hidden, chunk_rows = std::max(kChunkPositions, pair_batch(batch));
   const size_t sizes[] = {std::max(bf16_gemm::packed_size(width, gates4), bf16_gemm::packed_size(gates4, hidden)),
                           bf16_gemm::packed_size(gates4, input),
                           static_cast<size_t>(batch) * width,
