@@ -38,6 +38,9 @@ struct OptimizerConfig {
 // run options, validate(), moment_names() and rows_only() iterate the rows; its update (the
 // arithmetic both devices run) is the steps/optimizer_steps.h struct of the same kind.
 
+// An OptimizerConfig float field, as a pointer to member.
+using OptimizerField = float OptimizerConfig::*;
+
 // A scalar of one optimizer: an OptimizerConfig field, whose initialiser is the flag's default.
 struct OptimizerScalar {
   enum class Rule { unit_interval, positive };  // [0, 1), or > 0 and finite
@@ -45,7 +48,7 @@ struct OptimizerScalar {
   const char* flag;    // on the command line ("--momentum")
   const char* help;    // the flag's help ("SGD momentum")
   const char* label;   // what validate()'s error calls it ("momentum", "Adam beta1")
-  float OptimizerConfig::*field;
+  OptimizerField field;
   Rule rule;
   bool optional = false;  // true for a scalar added after runs were recorded (they lack its key)
 };
@@ -56,7 +59,7 @@ struct OptimizerInfo {
   std::vector<const char*> moments;        // the saved state's tensor names, in state order
   // The moments are kept only when this field > 0 (nullptr: always). A step that keeps none
   // must leave a weight with a zero gradient unchanged (rows_only relies on it).
-  float OptimizerConfig::*moments_when;
+  OptimizerField moments_when;
   std::vector<OptimizerScalar> scalars;    // in flag and run-option order
   float bench_learning_rate;               // enhanced-bench's rate
 };
