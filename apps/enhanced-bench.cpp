@@ -201,7 +201,7 @@ void add_options(CLI::App& app, BenchOptions& o) {
       ->check(at_least(0.0));
   app.add_option("--blend", o.blend, "mean or scalar-mean")->capture_default_str();
   app.add_option("--pool", o.pool, "feature or time")->capture_default_str();
-  app.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, optimizer_names_text())->capture_default_str();
   app.add_flag("--lazy-embedding-updates", o.lazy, "Lazy embedding updates");
   o.engine.device = "cpu";  // --device auto is refused (run_bench)
   add_engine_flags(app, o.engine, "cpu or cuda");
@@ -237,7 +237,7 @@ ModelConfig model_config(const BenchOptions& o) {
 OptimizerConfig optimizer_config(const BenchOptions& o) {
   OptimizerConfig oc;
   oc.kind = parse_optimizer_kind(o.optimizer);
-  oc.learning_rate = oc.kind == OptimizerKind::sgd ? 0.01f : 1e-3f;
+  oc.learning_rate = optimizer_info(oc.kind).bench_learning_rate;
   oc.lazy_embedding = o.lazy;
   return oc;
 }

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   using namespace enhanced;
   CLI::App app{"Train the ragged-blend BiLSTM classifier on a .ebin dataset"};
   TrainOptions o;
-  std::string optimizer = "adam";
+  std::string optimizer = to_string(o.optimizer.kind);
   app.add_option("--data", o.data_path, "Training set (.ebin, from enhanced-data convert)");
   app.add_option("--valid", o.valid_path, "Validation set (.ebin); best.safetensors tracks its loss");
   app.add_option("--pretrained", o.pretrained_path, "Embedding table: raw float32, .npy or word2vec binary");
@@ -79,12 +79,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::IsMember({"mean", "scalar-mean"}));
   app.add_option("--pool", o.pool, "Max-pool over: feature (default) or time")
       ->capture_default_str()->check(CLI::IsMember({"feature", "time"}));
-  app.add_option("--optimizer", optimizer, "sgd or adam")->capture_default_str()->check(CLI::IsMember({"sgd", "adam"}));
+  std::vector<std::string> optimizer_names;
+  for (const OptimizerInfo& row : optimizers()) optimizer_names.emplace_back(row.name);
+  app.add_option("--optimizer", optimizer, optimizer_names_text())->capture_default_str()->check(CLI::IsMember(optimizer_names));
   app.add_option("--lr", o.optimizer.learning_rate, "Learning rate")->capture_default_str()->check(greater_than(0.0f));
-  app.add_option("--momentum", o.optimizer.momentum, "SGD momentum")->capture_default_str()->check(in_range_below(0.0f, 1.0f));
-  app.add_option("--beta1", o.optimizer.beta1, "Adam beta1")->capture_default_str()->check(in_range_below(0.0f, 1.0f));
-  app.add_option("--beta2", o.optimizer.beta2, "Adam beta2")->capture_default_str()->check(in_range_below(0.0f, 1.0f));
-  app.add_option("--epsilon", o.optimizer.epsilon, "Adam epsilon")->capture_default_str()->check(greater_than(0.0f));
+  for (const OptimizerInfo& row : optimizers())
+    for (const OptimizerScalar& scalar : row.scalars)
+      app.add_option(scalar.flag, o.optimizer.*scalar.field, scalar.help)->capture_default_str()->check(
+          scalar.rule == OptimizerScalar::Rule::unit_interval ? in_range_below(0.0f, 1.0f) : greater_than(0.0f));
   app.add_flag("--lazy-embedding-updates", o.optimizer.lazy_embedding,
                "Update only the embedding rows in the batch (cost independent of V)");
   app.add_option("--clip-norm", o.optimizer.clip_norm, "Clip the global gradient norm to this (0: off)")

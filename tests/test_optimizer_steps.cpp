@@ -1,6 +1,6 @@
 // The CUDA optimizer's index space, run on the CPU: the kernels of optimizer.cu visit the
-// StepRange space of steps/optimizer_steps.h and apply its sgd_update / adam_update with the
-// step's StepScalars (the CPU's optimizer_step calls the same updates over its own ranges). Here
+// StepRange space of steps/optimizer_steps.h and apply the config's update (SgdUpdate /
+// AdamUpdate, picked by steps::with_update) with the step's StepScalars (the CPU's optimizer_step calls the same updates over its own ranges). Here
 // the device's space runs on the host; from the same gradients and clipping factor it must give
 // optimizer_step's bits, step after step, for every optimizer and both the dense and the
 // touched-rows-only spaces.
@@ -64,18 +64,19 @@ void check(const Case& c) {
     const steps::StepScalars scalars = steps::step_scalars(c.config, step, c.config.learning_rate);
     const steps::Space space = steps::space_of(range, range.rows_only);
     const OptimizerConfig& o = c.config;
-    for (int64_t i = 0; i < space.size; ++i) {
-      const int64_t k = steps::element_of(range, range.rows_only, space, i);
-      // As the kernels: the element's weight decay chosen per element.
-      if (o.kind == OptimizerKind::sgd)
-        steps::sgd_update(k, emulated.data.data(), first.data.data(), grads.data.data(), scale, scalars.learning_rate,
-                          o.momentum, steps::decay_at(k, table, o.weight_decay_embedding, o.weight_decay, 0.0f),
-                          scalars.first_step != 0);
-      else
-        steps::adam_update(k, emulated.data.data(), first.data.data(), second.data.data(), grads.data.data(), scale,
-                           o.beta1, o.beta2, o.epsilon, scalars.adam_step_size, scalars.adam_bias_correction2_sqrt,
-                           steps::decay_at(k, table, o.weight_decay_embedding, scalars.adamw_decay, 1.0f));
-    }
+    steps::Moments moments;
+    moments.at[0] = first.data.data();
+    moments.at[1] = second.data.data();
+    // As update_kernel: the config's update, the element's weight decay chosen per element.
+    steps::with_update(o.kind, [&](auto kind) {
+      using Update = decltype(kind);
+      const Update update = Update::of(o, scalars);
+      for (int64_t i = 0; i < space.size; ++i) {
+        const int64_t k = steps::element_of(range, range.rows_only, space, i);
+        update(k, emulated.data.data(), moments, grads.data.data(), scale,
+               steps::decay_at(k, table, o.weight_decay_embedding, update.decay(), Update::no_decay));
+      }
+    });
     ASSERT_EQ(emulated.data, cpu.data) << c.name << ", step " << step << ": weights differ from the CPU's bits";
     if (optimizer.moment(0)) {
       ASSERT_EQ(first.data, optimizer.moment(0)->data) << c.name << ", step " << step;
@@ -121,6 +122,23 @@ TEST(OptimizerSteps, MatchOptimizerStepBitForBit) {
                         Case{"sgd momentum decay with table", momentum_decay_table}, Case{"adamw", adamw},
                         Case{"adamw with table", adamw_table}, Case{"lazy adamw with table", lazy_adamw_table}})
     check(c);
+}
+
+// Every row of optimizers() has its update in steps::Updates, a name that parses back to its
+// kind, and at most steps::kMaxMoments moments (the devices' loops hold no more).
+TEST(OptimizerSteps, EveryOptimizerRowHasItsUpdate) {
+  for (const OptimizerInfo& row : optimizers()) {
+    bool found = false;
+    steps::with_update(row.kind, [&](auto kind) { found = decltype(kind)::kind == row.kind; });
+    EXPECT_TRUE(found) << row.name;
+    EXPECT_EQ(parse_optimizer_kind(row.name), row.kind);
+    EXPECT_STREQ(to_string(row.kind), row.name);
+    EXPECT_LE(row.moments.size(), steps::kMaxMoments) << row.name;
+    OptimizerConfig config;
+    config.kind = row.kind;
+    EXPECT_LE(moment_names(config).size(), row.moments.size()) << row.name;
+  }
+  EXPECT_EQ(optimizer_names_text(), "sgd or adam");
 }
 
 }  // namespace

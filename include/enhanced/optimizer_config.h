@@ -11,9 +11,10 @@
 
 namespace enhanced {
 
+// An optimizer's kind: one a row of optimizers() (below).
 enum class OptimizerKind { sgd, adam };
-OptimizerKind parse_optimizer_kind(const std::string& text);  // "sgd" | "adam"
-const char* to_string(OptimizerKind kind);
+OptimizerKind parse_optimizer_kind(const std::string& text);  // a row's name: "sgd" | "adam"
+const char* to_string(OptimizerKind kind);                     // its row's name
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adam;
@@ -32,16 +33,55 @@ struct OptimizerConfig {
   void validate() const;  // throws Error naming the flag
 };
 
+// An optimizer is one row of optimizers(): its name, its moments, its scalars (each with its
+// command-line flag), the rate the benchmark trains it at. enhanced-train's flags, the recorded
+// run options, validate(), moment_names() and rows_only() iterate the rows; its update (the
+// arithmetic both devices run) is the steps/optimizer_steps.h struct of the same kind.
+
+// An OptimizerConfig float field, as a pointer to member.
+using OptimizerField = float OptimizerConfig::*;
+
+// A scalar of one optimizer: an OptimizerConfig field, whose initialiser is the flag's default.
+struct OptimizerScalar {
+  enum class Rule { unit_interval, positive };  // [0, 1), or > 0 and finite
+  const char* key;     // in the recorded run options ("momentum")
+  const char* flag;    // on the command line ("--momentum")
+  const char* help;    // the flag's help ("SGD momentum")
+  const char* label;   // what validate()'s error calls it ("momentum", "Adam beta1")
+  OptimizerField field;
+  Rule rule;
+  bool optional = false;  // true for a scalar added after runs were recorded (they lack its key)
+};
+
+struct OptimizerInfo {
+  OptimizerKind kind;
+  const char* name;                        // --optimizer's value, the state file's "optimizer"
+  std::vector<const char*> moments;        // the saved state's tensor names, in state order
+  // The moments are kept only when this field > 0 (nullptr: always). A step that keeps none
+  // must leave a weight with a zero gradient unchanged (rows_only relies on it).
+  OptimizerField moments_when;
+  std::vector<OptimizerScalar> scalars;    // in flag and run-option order
+  float bench_learning_rate;               // enhanced-bench's rate
+};
+
+// The rows, in --optimizer's order; optimizer_info(kind) is kind's row.
+const std::vector<OptimizerInfo>& optimizers();
+const OptimizerInfo& optimizer_info(OptimizerKind kind);
+// The rows' names as text: "sgd or adam".
+std::string optimizer_names_text();
+
 // A step's learning rate (a schedule's value) must be >= 0 and finite: throws Error naming the step.
 void check_step_learning_rate(float learning_rate, int64_t step);
 
-// Whether a step may visit only the embedding rows named in the batch: lazy updates, or plain
-// SGD, which moves only rows with a gradient (so skipping the rest is exact, not lazy) unless the
-// embedding table decays: then every row moves and every row is visited.
+// Whether a step may visit only the embedding rows named in the batch: lazy updates, or a step
+// that keeps no moments (plain SGD), which moves only rows with a gradient (so skipping the rest
+// is exact, not lazy) unless the embedding table decays: then every row moves and every row is
+// visited.
 bool rows_only(const OptimizerConfig& config);
 
-// The moments a step keeps, in state order: SGD with momentum its velocity "m"; Adam "m" and
-// "v"; plain SGD none. The names are those of the saved state's tensors.
+// The moments a step keeps, in state order (its row's moments, or none when its moments_when
+// field is 0): SGD with momentum its velocity "m"; Adam "m" and "v"; plain SGD none. The names
+// are those of the saved state's tensors.
 std::vector<const char*> moment_names(const OptimizerConfig& config);
 
 // Moments (one ParameterBuffer each, moment_names order) and the number of steps taken.

@@ -234,15 +234,11 @@ void CudaModel::Impl::step(const BatchView& b) {
   cuda::gradient_norm(norm, clip_scale.data(), partials, grads.data.data(), &totals.data()->halted, range(true),
                       o.clip_norm, s());
   const cuda::StepRange visited = range(rows_only(o));
-  if (o.kind == OptimizerKind::sgd) {
-    cuda::sgd_step(params.data.data(), first_moment.data.size() ? first_moment.data.data() : nullptr, grads.data.data(),
-                   clip_scale.data(), norm, b.scalars, visited, o.momentum, o.weight_decay,
-                   o.weight_decay_embedding, s());
-  } else {
-    cuda::adam_step(params.data.data(), first_moment.data.data(), second_moment.data.data(), grads.data.data(),
-                    clip_scale.data(), norm, b.scalars, visited, o.beta1, o.beta2, o.epsilon,
-                    o.weight_decay_embedding, s());
-  }
+  steps::Moments moments;
+  moments.at[0] = first_moment.data.size() ? first_moment.data.data() : nullptr;
+  moments.at[1] = second_moment.data.size() ? second_moment.data.data() : nullptr;
+  cuda::optimizer_update(params.data.data(), moments, grads.data.data(), clip_scale.data(), norm, b.scalars, visited,
+                         o, s());
   cuda::finish_step(totals.data(), norm, b.scalars, s());
 }
 

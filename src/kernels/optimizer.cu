@@ -1,11 +1,12 @@
-// Gradient norm (deterministic two-stage reduction), SGD and Adam in one launch each over the
-// carved parameter buffer, and gradient zeroing. The index space and the update arithmetic are
+// Gradient norm (deterministic two-stage reduction), the optimizer's update in one launch over
+// the carved parameter buffer, and gradient zeroing. The index space and the update arithmetic are
 // steps/optimizer_steps.h's, which the CPU layer (layers/optimizer.cpp) calls too, so from the
 // same inputs the device step gives the CPU step's bits (the index space is tested on the host).
 #include <cub/block/block_reduce.cuh>
 #include <math_constants.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/optimizer.cuh"
 
@@ -48,38 +49,19 @@ __global__ void norm_finish_kernel(double* __restrict__ norm, float* __restrict_
   }
 }
 
-__global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ velocity, const float* __restrict__ g,
-                           const float* __restrict__ scale_ptr, const double* __restrict__ norm,
-                           const StepScalars* __restrict__ scalars, StepRange r, float mu, float wd,
-                           bool decay_embedding) {
+template <class Update>
+__global__ void update_kernel(float* __restrict__ w, steps::Moments m, const float* __restrict__ g,
+                              const float* __restrict__ scale_ptr, const double* __restrict__ norm,
+                              const StepScalars* __restrict__ scalars, StepRange r, OptimizerConfig c) {
   if (!isfinite(*norm)) return;  // the host reports the error; weights stay unchanged
   const float scale = *scale_ptr;
-  const float lr = scalars->learning_rate;
-  const bool first_step = scalars->first_step != 0;
+  const Update update = Update::of(c, *scalars);
+  const float decay = update.decay();
   const Space s = space_of(r, r.rows_only);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.size;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t k = element_of(r, r.rows_only, s, i);
-    steps::sgd_update(k, w, velocity, g, scale, lr, mu, steps::decay_at(k, r.table, decay_embedding, wd, 0.0f),
-                      first_step);
-  }
-}
-
-__global__ void adam_kernel(float* __restrict__ w, float* __restrict__ m, float* __restrict__ v,
-                            const float* __restrict__ g, const float* __restrict__ scale_ptr,
-                            const double* __restrict__ norm, const StepScalars* __restrict__ scalars,
-                            StepRange r, float b1, float b2, float eps, bool decay_embedding) {
-  if (!isfinite(*norm)) return;
-  const float scale = *scale_ptr;
-  const float step_size = scalars->adam_step_size;
-  const float bias_correction2_sqrt = scalars->adam_bias_correction2_sqrt;
-  const float decay = scalars->adamw_decay;
-  const Space s = space_of(r, r.rows_only);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.size;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t k = element_of(r, r.rows_only, s, i);
-    steps::adam_update(k, w, m, v, g, scale, b1, b2, eps, step_size, bias_correction2_sqrt,
-                       steps::decay_at(k, r.table, decay_embedding, decay, 1.0f));
+    update(k, w, m, g, scale, steps::decay_at(k, r.table, c.weight_decay_embedding, decay, Update::no_decay));
   }
 }
 
@@ -114,23 +96,19 @@ void gradient_norm(double* norm, float* scale, double* partials, const float* gr
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 
-void sgd_step(float* params, float* velocity, const float* grads, const float* scale, const double* norm,
-              const StepScalars* scalars, const StepRange& range, float momentum, float weight_decay,
-              bool decay_embedding, cudaStream_t stream) {
+void optimizer_update(float* params, const steps::Moments& moments, const float* grads, const float* scale,
+                      const double* norm, const StepScalars* scalars, const StepRange& range,
+                      const OptimizerConfig& optimizer, cudaStream_t stream) {
   check_range(range, range.rows_only);
-  if (momentum > 0 && !velocity) fail("internal: SGD with momentum needs a velocity buffer");
-  sgd_kernel<<<blocks_for(range, range.rows_only), kThreads, 0, stream>>>(
-      params, velocity, grads, scale, norm, scalars, range, momentum, weight_decay, decay_embedding);
-  ENHANCED_CUDA_CHECK_LAUNCH();
-}
-
-void adam_step(float* params, float* first_moment, float* second_moment, const float* grads, const float* scale,
-               const double* norm, const StepScalars* scalars, const StepRange& range, float beta1, float beta2,
-               float epsilon, bool decay_embedding, cudaStream_t stream) {
-  check_range(range, range.rows_only);
-  adam_kernel<<<blocks_for(range, range.rows_only), kThreads, 0, stream>>>(
-      params, first_moment, second_moment, grads, scale, norm, scalars, range, beta1, beta2, epsilon, decay_embedding);
-  ENHANCED_CUDA_CHECK_LAUNCH();
+  const std::vector<const char*> names = moment_names(optimizer);
+  for (size_t i = 0; i < names.size(); ++i)
+    if (i >= steps::kMaxMoments || !moments.at[i])
+      fail("internal: ", to_string(optimizer.kind), " needs a buffer for its moment '", names[i], "'");
+  steps::with_update(optimizer.kind, [&](auto kind) {
+    update_kernel<decltype(kind)><<<blocks_for(range, range.rows_only), kThreads, 0, stream>>>(
+        params, moments, grads, scale, norm, scalars, range, optimizer);
+    ENHANCED_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void zero_gradients(float* grads, const StepRange& range, cudaStream_t stream) {

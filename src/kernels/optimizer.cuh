@@ -1,11 +1,12 @@
 // The optimizer step on the GPU: the CUDA twin of layers/optimizer.h, but not in its argument
-// order. The CPU's one optimizer_step(params, state, grads, touched_rows, learning_rate) is three
+// order. The CPU's one optimizer_step(params, state, grads, touched_rows, learning_rate) is two
 // calls here: gradient_norm (its outputs first: norm, clip factor, scratch; then grads), then
-// sgd_step or adam_step. Those two take device pointers (params, the moments that the CPU keeps
-// in state, grads), the clip factor and norm that gradient_norm wrote, the step's StepScalars
+// optimizer_update. That one takes device pointers (params, the moments that the CPU keeps in
+// state, grads), the clip factor and norm that gradient_norm wrote, the step's StepScalars
 // (which hold the learning rate) before the StepRange that stands for touched_rows, then the
-// config's fields that the update needs, one by one; every call takes the stream last
-// (kernels/layers.h). zero_gradients keeps the CPU's order: grads, then the range for the rows.
+// config, whose kind picks the update (steps::with_update, as on the CPU); every call takes the
+// stream last (kernels/layers.h). zero_gradients keeps the CPU's order: grads, then the range for
+// the rows.
 #pragma once
 
 #include <cstdint>
@@ -30,18 +31,14 @@ using steps::step_scalars;
 void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const int32_t* halted,
                    const StepRange& range, float clip_norm, cudaStream_t stream);
 
-// PyTorch SGD at scalars->learning_rate (momentum buffer starts at g when scalars->first_step),
-// with weight_decay added to the gradient (the table's only when decay_embedding). Skips the
-// update when *norm is not finite.
-void sgd_step(float* params, float* velocity, const float* grads, const float* scale, const double* norm,
-              const StepScalars* scalars, const StepRange& range, float momentum, float weight_decay,
-              bool decay_embedding, cudaStream_t stream);
-
-// PyTorch Adam: w -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps), the two from scalars,
-// after AdamW's w *= scalars->adamw_decay (the table's only when decay_embedding).
-void adam_step(float* params, float* first_moment, float* second_moment, const float* grads, const float* scale,
-               const double* norm, const StepScalars* scalars, const StepRange& range, float beta1, float beta2,
-               float epsilon, bool decay_embedding, cudaStream_t stream);
+// The config's optimizer (its steps/optimizer_steps.h update: SGD at scalars->learning_rate with
+// weight decay added to the gradient, momentum buffer starting at g when scalars->first_step;
+// Adam after AdamW's w *= scalars->adamw_decay), the table decaying only when
+// weight_decay_embedding. moments: as moment_names(optimizer) orders them. Skips the update when
+// *norm is not finite.
+void optimizer_update(float* params, const steps::Moments& moments, const float* grads, const float* scale,
+                      const double* norm, const StepScalars* scalars, const StepRange& range,
+                      const OptimizerConfig& optimizer, cudaStream_t stream);
 
 // grads = 0 over the range (rows_only: touched rows and everything after the table).
 void zero_gradients(float* grads, const StepRange& range, cudaStream_t stream);

@@ -17,9 +17,17 @@ namespace {
 // (or the whole table) and then everything after the embedding, as one range. Rows are random
 // in a table that can be gigabytes, so each row's cache lines in `streams` (the buffers the visit
 // reads and writes) are prefetched some rows ahead: the loop is bound by memory latency otherwise.
+struct Streams {
+  const float* at[2 + steps::kMaxMoments] = {};
+  size_t count = 0;
+  Streams(std::initializer_list<const float*> list) {
+    for (const float* stream : list) at[count++] = stream;
+  }
+};
+
 template <class Visit>
 void for_each_range(const ParameterBuffer<float>& buffer, const std::vector<int32_t>& touched_rows, bool rows_only,
-                    std::initializer_list<const float*> streams, bool parallel, Visit visit) {
+                    const Streams& streams, bool parallel, Visit visit) {
   const size_t dim = static_cast<size_t>(buffer.config.embedding_dim);
   const size_t table = buffer.embedding_size();
   // Work is split over the threads only where visit is element-wise (the same bits for any
@@ -35,8 +43,8 @@ void for_each_range(const ParameterBuffer<float>& buffer, const std::vector<int3
       for (size_t i = count * static_cast<size_t>(part) / parts; i < end; ++i) {
         if (i + kAhead < end) {
           const size_t ahead = static_cast<size_t>(touched_rows[i + kAhead]) * dim;
-          for (const float* stream : streams)
-            for (size_t line = 0; line < dim; line += 16) __builtin_prefetch(stream + ahead + line, 1);
+          for (size_t stream = 0; stream < streams.count; ++stream)
+            for (size_t line = 0; line < dim; line += 16) __builtin_prefetch(streams.at[stream] + ahead + line, 1);
         }
         const size_t row = static_cast<size_t>(touched_rows[i]);
         visit(row * dim, (row + 1) * dim);
@@ -52,30 +60,17 @@ void for_each_range(const ParameterBuffer<float>& buffer, const std::vector<int3
   }
 }
 
-// SGD, then Adam, over [begin, end) at one weight decay (steps::decay_at's value there). The
-// loop without decay passes the constant, so the compiler drops the decay from it: a step
-// without weight decay costs what it did before weight decay existed.
-void sgd_range(size_t begin, size_t end, float* w, float* v, const float* g, float scale, float lr, float mu,
-               float weight_decay, bool first_step) {
-  if (weight_decay == 0.0f) {
-    for (size_t i = begin; i < end; ++i)
-      steps::sgd_update(static_cast<int64_t>(i), w, v, g, scale, lr, mu, 0.0f, first_step);
+// An optimizer's update (steps/optimizer_steps.h's) over [begin, end) at one weight decay
+// (steps::decay_at's value there). The loop without decay passes the constant, so the compiler
+// drops the decay from it: a step without weight decay costs what it did before weight decay
+// existed.
+template <class Update>
+void update_range(size_t begin, size_t end, const Update update, float* w, const steps::Moments moments,
+                  const float* g, float scale, float decay) {
+  if (decay == Update::no_decay) {
+    for (size_t i = begin; i < end; ++i) update(static_cast<int64_t>(i), w, moments, g, scale, Update::no_decay);
   } else {
-    for (size_t i = begin; i < end; ++i)
-      steps::sgd_update(static_cast<int64_t>(i), w, v, g, scale, lr, mu, weight_decay, first_step);
-  }
-}
-
-void adam_range(size_t begin, size_t end, float* w, float* m, float* v, const float* g, float scale,
-                const OptimizerConfig& c, const steps::StepScalars& s, float decay) {
-  const float b1 = c.beta1, b2 = c.beta2, eps = c.epsilon;
-  const float step_size = s.adam_step_size, correction = s.adam_bias_correction2_sqrt;
-  if (decay == 1.0f) {
-    for (size_t i = begin; i < end; ++i)
-      steps::adam_update(static_cast<int64_t>(i), w, m, v, g, scale, b1, b2, eps, step_size, correction, 1.0f);
-  } else {
-    for (size_t i = begin; i < end; ++i)
-      steps::adam_update(static_cast<int64_t>(i), w, m, v, g, scale, b1, b2, eps, step_size, correction, decay);
+    for (size_t i = begin; i < end; ++i) update(static_cast<int64_t>(i), w, moments, g, scale, decay);
   }
 }
 
@@ -103,28 +98,25 @@ double optimizer_step(ParameterBuffer<float>& params, OptimizerState& state, con
   const size_t table = params.embedding_size();
   const auto split = [table](size_t begin, size_t end) { return std::clamp(table, begin, end); };
   const bool embedding = c.weight_decay_embedding;
-  if (c.kind == OptimizerKind::sgd) {
-    const float lr = scalars.learning_rate, mu = c.momentum, wd = c.weight_decay;
-    const float decay[2] = {steps::decay_at(0, table, embedding, wd, 0.0f),
-                            steps::decay_at(static_cast<int64_t>(table), table, embedding, wd, 0.0f)};
-    float* v = mu > 0 ? state.moments[0].data.data() : nullptr;
-    const bool first_step = scalars.first_step != 0;
-    for_each_range(params, touched_rows, rows, {w, g, v ? v : w}, true, [&](size_t begin, size_t end) {
-      const size_t middle = split(begin, end);
-      sgd_range(begin, middle, w, v, g, scale, lr, mu, decay[0], first_step);
-      sgd_range(middle, end, w, v, g, scale, lr, mu, decay[1], first_step);
-    });
-  } else {
-    float* m = state.moments[0].data.data();
-    float* v = state.moments[1].data.data();
-    const float decay[2] = {steps::decay_at(0, table, embedding, scalars.adamw_decay, 1.0f),
-                            steps::decay_at(static_cast<int64_t>(table), table, embedding, scalars.adamw_decay, 1.0f)};
-    for_each_range(params, touched_rows, rows, {w, g, m, v}, true, [&](size_t begin, size_t end) {
-      const size_t middle = split(begin, end);
-      adam_range(begin, middle, w, m, v, g, scale, c, scalars, decay[0]);
-      adam_range(middle, end, w, m, v, g, scale, c, scalars, decay[1]);
-    });
+  steps::Moments moments;
+  Streams streams{w, g};
+  if (state.moments.size() > steps::kMaxMoments) fail("internal: more moments than steps::kMaxMoments");
+  for (size_t i = 0; i < state.moments.size(); ++i) {
+    moments.at[i] = state.moments[i].data.data();
+    streams.at[streams.count++] = moments.at[i];
   }
+  steps::with_update(c.kind, [&](auto kind) {
+    using Update = decltype(kind);
+    const Update update = Update::of(c, scalars);
+    const float decay[2] = {steps::decay_at(0, table, embedding, update.decay(), Update::no_decay),
+                            steps::decay_at(static_cast<int64_t>(table), table, embedding, update.decay(),
+                                            Update::no_decay)};
+    for_each_range(params, touched_rows, rows, streams, true, [&](size_t begin, size_t end) {
+      const size_t middle = split(begin, end);
+      update_range(begin, middle, update, w, moments, g, scale, decay[0]);
+      update_range(middle, end, update, w, moments, g, scale, decay[1]);
+    });
+  });
   return norm;
 }
 

@@ -60,8 +60,20 @@ constexpr OnResume length = OnResume::length;
 
 #define ENHANCED_FIELD(type, member) [](TrainOptions& o) -> type& { return o.member; }
 
+// An optimizer's scalar (optimizers()): fixed on resume, its text exact.
+OptionField optimizer_scalar(const OptimizerScalar& scalar) {
+  const auto field = scalar.field;
+  return {scalar.key, scalar.flag, fixed,
+          [field](const TrainOptions& o) { return json(exact_text(o.optimizer.*field)); },
+          [field](TrainOptions& o, const json& j) {
+            o.optimizer.*field = static_cast<float>(std::strtod(j.get<std::string>().c_str(), nullptr));
+          },
+          scalar.optional, true};
+}
+
 const std::vector<OptionField>& option_fields() {
-  static const std::vector<OptionField> fields = {
+  static const std::vector<OptionField> fields = [] {
+    std::vector<OptionField> out = {
       plain<std::string>("data", "--data", changeable, ENHANCED_FIELD(std::string, data_path)),
       plain<std::string>("valid", "--valid", changeable, ENHANCED_FIELD(std::string, valid_path)),
       // Recorded only: a resumed model comes from the state file.
@@ -79,10 +91,11 @@ const std::vector<OptionField>& option_fields() {
       {"optimizer", "--optimizer", fixed, [](const TrainOptions& o) { return json(to_string(o.optimizer.kind)); },
        [](TrainOptions& o, const json& j) { o.optimizer.kind = parse_optimizer_kind(j.get<std::string>()); }},
       exact<float>("lr", "--lr", changeable, ENHANCED_FIELD(float, optimizer.learning_rate)),
-      exact<float>("momentum", "--momentum", fixed, ENHANCED_FIELD(float, optimizer.momentum)),
-      exact<float>("beta1", "--beta1", fixed, ENHANCED_FIELD(float, optimizer.beta1)),
-      exact<float>("beta2", "--beta2", fixed, ENHANCED_FIELD(float, optimizer.beta2)),
-      exact<float>("epsilon", "--epsilon", fixed, ENHANCED_FIELD(float, optimizer.epsilon)),
+    };
+    // Every row's scalars of optimizers(), in its order, recorded whichever optimizer runs.
+    for (const OptimizerInfo& row : optimizers())
+      for (const OptimizerScalar& scalar : row.scalars) out.push_back(optimizer_scalar(scalar));
+    out.insert(out.end(), {
       plain<bool>("lazy_embedding", "--lazy-embedding-updates", fixed, ENHANCED_FIELD(bool, optimizer.lazy_embedding)),
       exact<float>("clip_norm", "--clip-norm", fixed, ENHANCED_FIELD(float, optimizer.clip_norm)),
       // Added with issue 11: runs recorded before them have no weight decay and no class weights.
@@ -125,7 +138,9 @@ const std::vector<OptionField>& option_fields() {
       plain<std::string>("monitor", "--monitor", changeable, ENHANCED_FIELD(std::string, monitor), true),
       exact<double>("min_delta", "--min-delta", changeable, ENHANCED_FIELD(double, min_delta), true),
       plain<int64_t>("early_stopping", "--early-stopping", changeable, ENHANCED_FIELD(int64_t, early_stopping), true),
-  };
+    });
+    return out;
+  }();
   return fields;
 }
 
