@@ -2,7 +2,7 @@
 // the bench never choose a device themselves. make_engine is the only place that does.
 //
 // The CPU engine (src/engine/cpu_model.cpp) runs each step when it is queued, on the caller's
-// host buffers; the CUDA engine (src/engine/cuda_model.cu) holds copies on the GPU and queues
+// host buffers; the CUDA engine (src/engine/cuda_engine.cpp over cuda_model.*) holds copies on the GPU and queues
 // steps without waiting. Either way the loss, accuracy and a halt come back through collect(),
 // so the trainer's handling of them is the same code, tested on every machine.
 #pragma once

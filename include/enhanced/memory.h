@@ -18,7 +18,7 @@ struct MemoryEstimate {
   uint64_t gradients = 0;    // one float per weight, the embedding's full (V, D) included (training)
   uint64_t optimizer = 0;    // the moments: SGD momentum one per weight, Adam two
   uint64_t activations = 0;  // what a step keeps at the batch size (activation_layout), the argmax
-  uint64_t workspace = 0;    // the LSTM's packed weights and step operands, one set per direction
+  uint64_t workspace = 0;    // the layers' workspaces (bilstm_workspace_size, dense_workspace_size), carved from the activations' allocation
   uint64_t other = 0;        // what the caller adds (the bench: its synthetic batch, its Zipf table)
   uint64_t total() const { return parameters + gradients + optimizer + activations + workspace + other; }
 };

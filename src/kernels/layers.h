@@ -1,7 +1,7 @@
 // The CUDA twins of the CPU layers in src/layers/, one <layer>.cuh per layer, all included here
 // for the model: the same function names in namespace enhanced::cuda and the same argument
 // order (outputs first, then what forward saved, then inputs, weights and sizes), plus the
-// stream / library handle last; but the optimizer, whose step is split in three (optimizer.cuh).
+// stream / library handle last; but the optimizer, whose step is two calls (optimizer.cuh).
 // Every pointer is device memory unless it says host. float32 only. Calls are asynchronous on
 // the stream; errors throw enhanced::Error (see cuda_check.h).
 //
