@@ -32,6 +32,19 @@ struct ModelConfig {
   void validate() const;  // throws Error on a non-positive size
 };
 
+struct Batch;
+
+// A batch's T against the model's T: the one check both engines (CPU model_forward, the CUDA
+// model's validate) make before a step; throws Error "batch has T = .., the model expects T = ..".
+void check_batch_seq_len(const Batch& batch, const ModelConfig& config);
+
+// "This flag conflicts with the checkpoint": a model flag the user gave (given) must name what the
+// saved model (`source`: a checkpoint, or the run being resumed) holds. Used by training
+// (--init-from, --resume) and inference (enhanced-predict, enhanced-eval); throws Error
+// "<flag> <value> conflicts with <source>, whose model has <saved>".
+void check_flag_matches_model(const char* flag, bool given, const std::string& value, const std::string& saved,
+                              const std::string& source);
+
 // The pointers a carved parameter buffer gives the layers. Each direction pair's reverse tensor
 // directly follows the forward one, so weight_ih (2, 4H, D) covers both directions.
 enum class ParameterField { embedding, weight_ih, weight_hh, bias_ih, bias_hh, dense_weight, dense_bias, none };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "enhanced/batch.h"
 #include "enhanced/common.h"
 #include "enhanced/random.h"
 
@@ -30,6 +31,16 @@ void ModelConfig::validate() const {
   if (hidden <= 0) fail("model: hidden size must be positive, got ", hidden);
   if (seq_len <= 0) fail("model: sequence length must be positive, got ", seq_len);
   if (num_labels <= 0) fail("model: number of labels must be positive, got ", num_labels);
+}
+
+void check_batch_seq_len(const Batch& batch, const ModelConfig& config) {
+  if (batch.seq_len != config.seq_len)
+    fail("batch has T = ", batch.seq_len, ", the model expects T = ", config.seq_len);
+}
+
+void check_flag_matches_model(const char* flag, bool given, const std::string& value, const std::string& saved,
+                              const std::string& source) {
+  if (given && value != saved) fail(flag, " ", value, " conflicts with ", source, ", whose model has ", saved);
 }
 
 std::vector<TensorSlot> parameter_layout(const ModelConfig& config) {

@@ -141,7 +141,7 @@ double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, 
                      bool with_gradient, const float* class_weights, const LossDenominator* whole,
                      Precision precision) {
   const ModelConfig& c = params.config;
-  if (batch.seq_len != c.seq_len) fail("batch has T = ", batch.seq_len, ", the model expects T = ", c.seq_len);
+  check_batch_seq_len(batch, c);
   if (batch.size > a.capacity) fail("internal: batch of ", batch.size, " exceeds activations sized for ", a.capacity);
   blend_forward(a, params, batch);
   lstm_forward(a, params, batch.size, threads, precision, with_gradient);

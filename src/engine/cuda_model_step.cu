@@ -16,7 +16,7 @@ namespace enhanced {
 
 void CudaModel::Impl::validate(const Batch& batch) const {
   const ModelConfig& c = config;
-  if (batch.seq_len != c.seq_len) fail("batch has T = ", batch.seq_len, ", the model expects T = ", c.seq_len);
+  check_batch_seq_len(batch, c);
   if (batch.size < 1 || batch.size > max_batch)
     fail("batch of ", batch.size, " samples; the CUDA model holds 1..", max_batch);
   const size_t P = static_cast<size_t>(batch.positions());

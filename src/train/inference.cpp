@@ -21,8 +21,8 @@ ParameterBuffer<float> load_model_for_data(const std::string& checkpoint, const 
   const bool has_metadata = has_model_metadata(file);
   ParameterBuffer<float> params = read_checkpoint(file, bare);
   const ModelConfig& c = params.config;
-  const auto conflict = [&](const char* flag, const std::string& given, const char* saved) {
-    if (!given.empty() && given != saved) fail(flag, " ", given, " conflicts with ", checkpoint, ", whose model has ", saved);
+  const auto conflict = [&](const char* flag, const std::string& value, const char* saved) {
+    check_flag_matches_model(flag, !value.empty(), value, saved, checkpoint);
   };
   conflict("--blend", flags.blend, to_string(c.blend));
   conflict("--pool", flags.pool, to_string(c.pool));

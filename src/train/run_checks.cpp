@@ -29,9 +29,8 @@ void check_run_memory(const ModelConfig& config, const TrainOptions& o, uint64_t
 }
 
 void check_model_flags(const TrainOptions& o, const ModelConfig& c, const std::string& source) {
-  const auto conflict = [&](const char* flag, const std::string& given, const std::string& saved) {
-    if (o.given_flags.count(flag) && given != saved)
-      fail(flag, " ", given, " conflicts with ", source, ", whose model has ", saved);
+  const auto conflict = [&](const char* flag, const std::string& value, const std::string& saved) {
+    check_flag_matches_model(flag, o.given_flags.count(flag) > 0, value, saved, source);
   };
   conflict("--hidden", std::to_string(o.hidden), std::to_string(c.hidden));
   conflict("--embedding-dim", std::to_string(o.embedding_dim), std::to_string(c.embedding_dim));
@@ -39,6 +38,11 @@ void check_model_flags(const TrainOptions& o, const ModelConfig& c, const std::s
   conflict("--num-labels", std::to_string(o.num_labels), std::to_string(c.num_labels));
   conflict("--blend", o.blend, to_string(c.blend));
   conflict("--pool", o.pool, to_string(c.pool));
+}
+
+void check_data_seq_len(const Dataset& data, const ModelConfig& c, const std::string& source) {
+  if (c.seq_len != data.seq_len())
+    fail(source, ": checkpoint has T = ", c.seq_len, ", ", data.path(), " has T = ", data.seq_len());
 }
 
 void check_training_controls(const TrainOptions& o) {
