@@ -29,6 +29,10 @@ void check_run_memory(const ModelConfig& config, const TrainOptions& options, ui
 // (`source` names it).
 void check_model_flags(const TrainOptions& options, const ModelConfig& config, const std::string& source);
 
+// The training data's T against the saved model's (--init-from, --resume: `source` names the
+// checkpoint or the run); "<source>: checkpoint has T = .., <data> has T = ..".
+void check_data_seq_len(const Dataset& data, const ModelConfig& config, const std::string& source);
+
 // The controls that need each other: a schedule's own settings, and a validation set for
 // everything that watches one.
 void check_training_controls(const TrainOptions& options);

@@ -49,8 +49,7 @@ ParameterBuffer<float> build_model(const TrainOptions& o, const Dataset& train, 
     const BareModelChoice bare{parse_blend_mode(o.blend), parse_pool_mode(o.pool), train.seq_len()};
     ParameterBuffer<float> params = load_checkpoint(o.init_from, bare);
     check_model_flags(o, params.config, o.init_from);
-    if (params.config.seq_len != train.seq_len())
-      fail(o.init_from, ": checkpoint has T = ", params.config.seq_len, ", ", train.path(), " has T = ", train.seq_len());
+    check_data_seq_len(train, params.config, o.init_from);
     return params;
   }
   EmbeddingTable table;
@@ -559,9 +558,7 @@ int run_training(TrainOptions options, Communicator& communicator) {
   ParameterBuffer<float> params = options.resume ? read_model(*saved_state, "model.") : build_model(options, train, valid_ptr);
   if (options.resume || !options.init_from.empty()) check_run_memory(params.config, options, params.size() * sizeof(float));
   if (options.resume) check_model_flags(given, params.config, "the run being resumed (" + saved_state->path() + ")");
-  if (params.config.seq_len != train.seq_len())
-    fail(options.data_path, ": T = ", train.seq_len(), " but the model (", options.resume ? saved_state->path() : options.init_from,
-         ") has T = ", params.config.seq_len);
+  check_data_seq_len(train, params.config, options.resume ? saved_state->path() : options.init_from);
   train.check_fits_model(params.config.vocab_size, params.config.num_labels);
   if (valid_ptr) valid.check_fits_model(params.config.vocab_size, params.config.num_labels);
 
