@@ -279,7 +279,9 @@ class CpuEngine final : public Engine {
     clear_gradients();
     const Shard shard = shard_of(batch.size, communicator_->rank(), communicator_->size());
     // The loss's denominators are the whole batch's, summed in its sample order as one process sums them.
-    const LossDenominator whole{batch.size, steps::total_class_weight(batch.labels.data(), weights_or_null(), batch.size)};
+    LossDenominator whole;
+    whole.batch = batch.size;
+    whole.total_weight = steps::total_class_weight(batch.labels.data(), weights_or_null(), batch.size);
     double reduced[2] = {0, 0};  // this rank's share of the mean loss, its correct predictions
     rows_.clear();
     if (shard.count > 0) {
