@@ -244,7 +244,7 @@ void CudaModel::Impl::step(const BatchView& b) {
 
 // Data-parallel: the step's batch as every rank sees it decides the row bound (the most rows any
 // rank's shard can touch: its positions' current words plus its identifier ids, at most V), so
-// every rank sizes its collectives alike; returns this rank's shard (shard_of, as the CPU engine)
+// every rank sizes its collectives alike; returns this rank's shard (take_shard, as the CPU engine)
 // and, in `whole`, the whole batch's loss denominators, summed in its sample order.
 const Batch& CudaModel::Impl::shard_of_step(const Batch& batch, cuda::LossDenominator& whole) {
   const int ranks = exchange->size();
@@ -265,11 +265,8 @@ const Batch& CudaModel::Impl::shard_of_step(const Batch& batch, cuda::LossDenomi
     exchange->reserve(most + most / 2, s());
     ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
   }
-  const Shard mine = shard_of(batch.size, exchange->rank(), ranks);
-  slice_batch(shard, batch, mine.first, mine.count);
-  whole.batch = batch.size;
-  whole.total_weight = steps::total_class_weight(
-      batch.labels.data(), class_weights_host.empty() ? nullptr : class_weights_host.data(), batch.size);
+  take_shard(shard, batch, exchange->rank(), ranks, class_weights_host.empty() ? nullptr : class_weights_host.data(),
+             &whole);
   return shard;
 }
 
