@@ -17,4 +17,16 @@ Shard shard_of(int batch_size, int rank, int ranks);
 // out = samples [first, first + count) of `in`, with their sample indices (out's capacity reused).
 void slice_batch(Batch& out, const Batch& in, int first, int count);
 
+namespace steps {
+struct LossDenominator;  // src/steps/softmax_xent_steps.h
+}
+
+// Rank `rank`'s part of a data-parallel step's `batch` over `ranks`, the one rule the CPU engine,
+// the CUDA engine and evaluation shard by: its samples (shard_of, returned), sliced into `out`
+// (empty when it has none), and, when `whole` is not null, the whole batch's loss denominators:
+// its size and its total class weight (class_weights nullable: unweighted, the size), summed in
+// its sample order as one process sums them.
+Shard take_shard(Batch& out, const Batch& batch, int rank, int ranks, const float* class_weights = nullptr,
+                 steps::LossDenominator* whole = nullptr);
+
 }  // namespace enhanced

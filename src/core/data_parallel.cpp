@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "enhanced/common.h"
+#include "steps/softmax_xent_steps.h"
 
 namespace enhanced {
 
@@ -29,6 +30,17 @@ void slice_batch(Batch& out, const Batch& in, int first, int count) {
                           in.cur_word_ids.begin() + static_cast<std::ptrdiff_t>(p1));
   out.labels.assign(in.labels.begin() + first, in.labels.begin() + first + count);
   out.sample_indices.assign(in.sample_indices.begin() + first, in.sample_indices.begin() + first + count);
+}
+
+Shard take_shard(Batch& out, const Batch& batch, int rank, int ranks, const float* class_weights,
+                 steps::LossDenominator* whole) {
+  const Shard mine = shard_of(batch.size, rank, ranks);
+  slice_batch(out, batch, mine.first, mine.count);
+  if (whole) {
+    whole->batch = batch.size;
+    whole->total_weight = steps::total_class_weight(batch.labels.data(), class_weights, batch.size);
+  }
+  return mine;
 }
 
 }  // namespace enhanced

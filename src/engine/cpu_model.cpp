@@ -23,7 +23,6 @@
 #include "layers/maxpool.h"
 #include "layers/optimizer.h"
 #include "layers/softmax_xent.h"
-#include "steps/softmax_xent_steps.h"
 
 namespace enhanced {
 
@@ -272,18 +271,18 @@ class CpuEngine final : public Engine {
   }
 
   // The whole batch's gradient on every rank of a data-parallel run, from this rank's part of
-  // it (shard_of); returns the whole batch's mean loss, `correct` its samples predicted right.
+  // it (take_shard); returns the whole batch's mean loss, `correct` its samples predicted right.
   double shard_gradients(const Batch& batch, int64_t& correct) {
     check_size(batch);
     ensure_gradients();
     clear_gradients();
-    const Shard shard = shard_of(batch.size, communicator_->rank(), communicator_->size());
-    // The loss's denominators are the whole batch's, summed in its sample order as one process sums them.
-    const LossDenominator whole{batch.size, steps::total_class_weight(batch.labels.data(), weights_or_null(), batch.size)};
+    // The loss's denominators are the whole batch's (take_shard).
+    LossDenominator whole;
+    const Shard shard =
+        take_shard(shard_batch_, batch, communicator_->rank(), communicator_->size(), weights_or_null(), &whole);
     double reduced[2] = {0, 0};  // this rank's share of the mean loss, its correct predictions
     rows_.clear();
     if (shard.count > 0) {
-      slice_batch(shard_batch_, batch, shard.first, shard.count);
       embedding_touched_rows(rows_, shard_batch_.identifier_ids.data(),
                              static_cast<int64_t>(shard_batch_.identifier_ids.size()), shard_batch_.cur_word_ids.data(),
                              shard_batch_.positions());

@@ -39,7 +39,8 @@ struct DeviceParameters : ParameterTensors<float> {
 constexpr size_t kWholeInts = 8;
 constexpr size_t kHeaderInts = 16;
 static_assert(sizeof(StepScalars) <= kWholeInts * sizeof(int32_t), "the step scalars must fit the header");
-static_assert(sizeof(cuda::WholeBatch) <= (kHeaderInts - kWholeInts) * sizeof(int32_t), "so must the denominators");
+static_assert(sizeof(cuda::LossDenominator) <= (kHeaderInts - kWholeInts) * sizeof(int32_t),
+              "so must the denominators");
 
 struct BatchLayout {
   size_t offsets = 0, cur = 0, labels = 0, ids = 0;  // in int32 units from the block's start
@@ -132,7 +133,7 @@ struct CudaModel::Impl {
   struct BatchView {
     int size = 0, positions = 0;
     const StepScalars* scalars = nullptr;
-    const cuda::WholeBatch* whole = nullptr;  // a shard of a data-parallel step (null: the whole batch)
+    const cuda::LossDenominator* whole = nullptr;  // a shard of a data-parallel step (null: the whole batch)
     const int32_t *offsets = nullptr, *cur = nullptr, *labels = nullptr, *identifiers = nullptr;
   };
 
@@ -161,7 +162,7 @@ struct CudaModel::Impl {
   void validate(const Batch& batch) const;
   void allocate_batch_blocks();
   void grow_ids(size_t ids);
-  const Batch& shard_of_step(const Batch& batch, cuda::WholeBatch& whole);
+  const Batch& shard_of_step(const Batch& batch, cuda::LossDenominator& whole);
   BatchView enqueue(const Batch& batch, StepKind kind, float learning_rate);
   void run_step(const BatchView& b, StepKind kind, int slot);
   template <class Body>

@@ -64,7 +64,7 @@ CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind
   if (kind == StepKind::train) check_step_learning_rate(learning_rate, steps + 1);
   // A data-parallel step computes this rank's shard of the batch; forward (evaluation) is given
   // its shard by the caller already.
-  cuda::WholeBatch whole;
+  cuda::LossDenominator whole;
   const bool sharded = exchange && kind != StepKind::forward;
   const Batch& part = sharded ? shard_of_step(batch, whole) : batch;
   if (part.size > pass_batch)
@@ -99,7 +99,7 @@ CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind
   view.positions = static_cast<int>(P);
   const int32_t* block = slot.block.data();
   view.scalars = reinterpret_cast<const StepScalars*>(block);
-  if (sharded) view.whole = reinterpret_cast<const cuda::WholeBatch*>(block + kWholeInts);
+  if (sharded) view.whole = reinterpret_cast<const cuda::LossDenominator*>(block + kWholeInts);
   view.offsets = block + layout.offsets;
   view.cur = block + layout.cur;
   view.labels = block + layout.labels;
@@ -244,9 +244,9 @@ void CudaModel::Impl::step(const BatchView& b) {
 
 // Data-parallel: the step's batch as every rank sees it decides the row bound (the most rows any
 // rank's shard can touch: its positions' current words plus its identifier ids, at most V), so
-// every rank sizes its collectives alike; returns this rank's shard (shard_of, as the CPU engine)
+// every rank sizes its collectives alike; returns this rank's shard (take_shard, as the CPU engine)
 // and, in `whole`, the whole batch's loss denominators, summed in its sample order.
-const Batch& CudaModel::Impl::shard_of_step(const Batch& batch, cuda::WholeBatch& whole) {
+const Batch& CudaModel::Impl::shard_of_step(const Batch& batch, cuda::LossDenominator& whole) {
   const int ranks = exchange->size();
   const size_t T = static_cast<size_t>(config.seq_len);
   int64_t most = 0;
@@ -265,11 +265,8 @@ const Batch& CudaModel::Impl::shard_of_step(const Batch& batch, cuda::WholeBatch
     exchange->reserve(most + most / 2, s());
     ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
   }
-  const Shard mine = shard_of(batch.size, exchange->rank(), ranks);
-  slice_batch(shard, batch, mine.first, mine.count);
-  whole.batch = batch.size;
-  whole.total_weight = steps::total_class_weight(
-      batch.labels.data(), class_weights_host.empty() ? nullptr : class_weights_host.data(), batch.size);
+  take_shard(shard, batch, exchange->rank(), ranks, class_weights_host.empty() ? nullptr : class_weights_host.data(),
+             &whole);
   return shard;
 }
 

@@ -16,11 +16,11 @@ __global__ void total_weight_kernel(double* __restrict__ total, const int32_t* _
 
 // One thread per sample row (L is small); the same three passes as the CPU layer. total_weight:
 // the batch's total class weight (read only with class_weights); whole (nullable): the whole
-// batch's denominators instead (a shard's share, as the CPU layer's LossDenominator).
+// batch's denominators instead (a shard's share, as the CPU layer's).
 __global__ void softmax_xent_kernel(float* __restrict__ dlogits, float* __restrict__ sample_losses,
                                     const float* __restrict__ logits, const int32_t* __restrict__ labels,
                                     const float* __restrict__ class_weights, const double* __restrict__ total_weight,
-                                    const WholeBatch* __restrict__ whole, int batch, int num_labels) {
+                                    const LossDenominator* __restrict__ whole, int batch, int num_labels) {
   const int b = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (b >= batch) return;
   const float* row = logits + static_cast<int64_t>(b) * num_labels;
@@ -45,7 +45,7 @@ __global__ void softmax_xent_kernel(float* __restrict__ dlogits, float* __restri
 // the whole batch's total weight divides instead.
 __global__ void mean_loss_kernel(double* __restrict__ mean_loss, const float* __restrict__ sample_losses,
                                  const int32_t* __restrict__ labels, const float* __restrict__ class_weights,
-                                 const WholeBatch* __restrict__ whole, int batch) {
+                                 const LossDenominator* __restrict__ whole, int batch) {
   const double total_weight = whole ? whole->total_weight : class_weights ? *mean_loss : static_cast<double>(batch);
   double total = 0.0;
   for (int b = 0; b < batch; ++b)
@@ -57,7 +57,7 @@ __global__ void mean_loss_kernel(double* __restrict__ mean_loss, const float* __
 
 void softmax_cross_entropy(float* dlogits, float* sample_losses, double* mean_loss, const float* logits,
                            const int32_t* labels, const float* class_weights, int batch, int num_labels,
-                           cudaStream_t stream, const WholeBatch* whole) {
+                           cudaStream_t stream, const LossDenominator* whole) {
   if (batch == 0) return;
   if (class_weights && !whole) {
     if (!mean_loss) fail("internal: the weighted softmax_cross_entropy needs mean_loss for the total weight");

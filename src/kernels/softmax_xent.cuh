@@ -6,18 +6,13 @@
 
 #include "enhanced/model.h"
 #include "kernels/cuda_check.h"
+#include "steps/softmax_xent_steps.h"
 
 namespace enhanced::cuda {
 
 // The whole batch's denominators when the call sees one rank's shard of it (data-parallel
-// training: the CPU layer's LossDenominator), read on the device so that a captured graph serves
-// every step. total_weight: the whole batch's total class weight, summed in its sample order
-// (its size when unweighted).
-struct WholeBatch {
-  double total_weight = 0;
-  int32_t batch = 0;
-  int32_t reserved = 0;
-};
+// training), read on the device: steps/softmax_xent_steps.h's, as the CPU layer's.
+using steps::LossDenominator;
 
 // mean_loss (1, double) = mean over the batch, summed in sample order; dlogits (B, L) =
 // (softmax - onehot) / B when not null; sample_losses (B, unweighted) when not null (needed for
@@ -28,6 +23,6 @@ struct WholeBatch {
 // batch's mean (the shares summed over the ranks give the whole mean).
 void softmax_cross_entropy(float* dlogits, float* sample_losses, double* mean_loss, const float* logits,
                            const int32_t* labels, const float* class_weights, int batch, int num_labels,
-                           cudaStream_t stream, const WholeBatch* whole = nullptr);
+                           cudaStream_t stream, const LossDenominator* whole = nullptr);
 
 }  // namespace enhanced::cuda

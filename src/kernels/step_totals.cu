@@ -56,7 +56,7 @@ __global__ void shard_totals_kernel(double* __restrict__ sums, const double* __r
 }
 
 __global__ void account_reduced_kernel(DeviceTotals* __restrict__ totals, double* __restrict__ mean_loss,
-                                       const double* __restrict__ sums, const WholeBatch* __restrict__ whole,
+                                       const double* __restrict__ sums, const LossDenominator* __restrict__ whole,
                                        const StepScalars* __restrict__ scalars) {
   *mean_loss = sums[0];
   account(totals, sums[0], whole->batch, static_cast<int64_t>(sums[1]), scalars);
@@ -88,7 +88,7 @@ void shard_totals(double* sums, const double* loss_share, const float* logits, c
   ENHANCED_CUDA_CHECK_LAUNCH();
 }
 
-void account_reduced_step(DeviceTotals* totals, double* mean_loss, const double* sums, const WholeBatch* whole,
+void account_reduced_step(DeviceTotals* totals, double* mean_loss, const double* sums, const LossDenominator* whole,
                           const StepScalars* scalars, cudaStream_t stream) {
   account_reduced_kernel<<<1, 1, 0, stream>>>(totals, mean_loss, sums, whole, scalars);
   ENHANCED_CUDA_CHECK_LAUNCH();

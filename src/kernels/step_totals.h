@@ -45,7 +45,7 @@ void shard_totals(double* sums, const double* loss_share, const float* logits, c
 // After the sums are reduced over the ranks: account_step for the whole batch, as the CPU engine's
 // data-parallel step: *mean_loss = sums[0] (the whole batch's mean, on every rank), then its
 // times whole->batch, whole->batch samples and sums[1] correct are added, or the run halts.
-void account_reduced_step(DeviceTotals* totals, double* mean_loss, const double* sums, const WholeBatch* whole,
+void account_reduced_step(DeviceTotals* totals, double* mean_loss, const double* sums, const LossDenominator* whole,
                           const StepScalars* scalars, cudaStream_t stream);
 
 // After the update: counts the step, or halts (Halt::gradient) when the gradient norm is not finite

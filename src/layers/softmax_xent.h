@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "steps/softmax_xent_steps.h"
+
 namespace enhanced {
 
 // mean_loss = the mean over the batch, summed in sample order in double (as the CUDA twin
@@ -18,11 +20,9 @@ namespace enhanced {
 //
 // whole (nullable): when this batch is one rank's part of a data-parallel step, the whole step's
 // B and sum_b w[y_b] (B unweighted): the shares are then those of the whole batch, and mean_loss
-// this part's share of the whole batch's mean (the ranks' values sum to it).
-struct LossDenominator {
-  int batch = 0;
-  double total_weight = 0;
-};
+// this part's share of the whole batch's mean (the ranks' values sum to it). The struct is
+// steps/softmax_xent_steps.h's, the one the CUDA twin reads.
+using steps::LossDenominator;
 
 template <class Real>
 void softmax_cross_entropy(Real* dlogits, Real* sample_losses, double* mean_loss, const Real* logits,

@@ -10,6 +10,17 @@
 
 namespace enhanced::steps {
 
+// The whole batch's loss denominators when a call sees one rank's shard of a data-parallel
+// step's batch (data_parallel.h's take_shard): its size and its total class weight, summed in its
+// sample order (its size when unweighted). The CPU layer (layers/softmax_xent.h) takes it on the
+// host; the CUDA engine uploads it with the step's header for its kernels to read on the device,
+// so that a captured graph serves every step (hence the fixed layout).
+struct LossDenominator {
+  double total_weight = 0;
+  int32_t batch = 0;
+  int32_t reserved = 0;
+};
+
 // sum_b w[y_b] in sample order (B when class_weights is null: every sample weighs 1).
 ENHANCED_HOST_DEVICE inline double total_class_weight(const int32_t* labels, const float* class_weights, int batch) {
   if (!class_weights) return static_cast<double>(batch);

@@ -90,9 +90,7 @@ void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const
   while (const Batch* whole = loader.next()) {
     const Batch* batch = whole;
     if (sharded) {
-      const Shard shard = shard_of(whole->size, communicator->rank(), communicator->size());
-      if (shard.count == 0) continue;
-      slice_batch(shard_batch, *whole, shard.first, shard.count);
+      if (take_shard(shard_batch, *whole, communicator->rank(), communicator->size()).count == 0) continue;
       batch = &shard_batch;
     }
     const double loss = engine.forward(*batch, logits.data());
