@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
-#include <vector>
 
 #include "enhanced/common.h"
 #include "enhanced/precision.h"
 #include "layers/cpu/bf16_gemm.h"
+#include "layers/cpu/carve.h"
 
 #include "layers/cpu/blas.h"
 #include "layers/cpu/lstm_bf16.h"
@@ -87,12 +88,10 @@ size_t carve_direction(DirectionWorkspace<Real>* out, Real* base, int direction,
       G4, state, state, positions * W, G4 * W, G4,
       in_reals(lstm_bf16::workspace_size(batch, input, hidden), sizeof(uint16_t)), static_cast<size_t>(batch) * G4,
       2 * state};
-  size_t per_direction = 0;
-  for (const size_t size : sizes) per_direction += (size + 15) / 16 * 16;
+  const size_t per_direction = carve_parts(base, sizes, 16);
   if (out == nullptr) return per_direction;
-  Real* at = base + direction * per_direction;
-  Real* parts[11];
-  for (int i = 0; i < 11; ++i) parts[i] = at, at += (sizes[i] + 15) / 16 * 16;
+  Real* parts[std::size(sizes)];
+  carve_parts(base + direction * per_direction, sizes, 16, &parts);
   if constexpr (std::is_same<Real, float>::value) out->packed_weights = parts[0], out->packed_other = parts[1];
   out->bias_sum = parts[2], out->dh_recurrent = parts[3], out->dc_carry = parts[4], out->operand = parts[5];
   out->product = parts[6], out->dbias_sum = parts[7], out->bf16 = reinterpret_cast<uint16_t*>(parts[8]);
@@ -301,9 +300,10 @@ void forward_direction(Project& project, const Rows& rows, Real* y, const Real* 
   const int H = hidden, C = 2 * hidden;
   for (int step = 0; step < seq_len; ++step) {
     const int t = step_time(direction, step, seq_len), t_prev = previous_time(direction, t);
+    // The step's h_{t-1} rows start at position (0, t)'s, T positions apart (null at the first step).
     project(rows.gates_at(0, t, step), static_cast<int>(rows.gates_ld()), x + static_cast<size_t>(t) * input,
-            seq_len * input, step > 0 ? y + static_cast<size_t>(t_prev) * C + direction * H : nullptr, seq_len * C,
-            batch);
+            seq_len * input, previous_h(static_cast<const Real*>(y), static_cast<size_t>(t), direction, seq_len, H),
+            seq_len * C, batch);
     for (int b = 0; b < batch; ++b) {
       const size_t p = static_cast<size_t>(b) * seq_len + t;
       const Real* c_prev = step > 0 ? rows.cell_at(b, t_prev, step - 1) : nullptr;

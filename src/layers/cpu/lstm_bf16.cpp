@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "layers/cpu/bf16_gemm.h"
+#include "layers/cpu/carve.h"
 #include "layers/cpu/lstm_steps.h"
 #include "layers/cpu/packing_clock.h"
 
@@ -28,13 +29,9 @@ Workspace carve(uint16_t* base, int batch, int input, int hidden, size_t* total)
                           static_cast<size_t>(batch) * gates4,
                           static_cast<size_t>(width) * chunk_rows,
                           bf16_gemm::packed_size(chunk_rows, gates4)};
-  uint16_t* parts[6];
-  size_t offset = 0;
-  for (int i = 0; i < 6; ++i) {
-    parts[i] = base ? base + offset : nullptr;
-    offset += (sizes[i] + 31) / 32 * 32;
-  }
-  if (total) *total = offset;
+  uint16_t* parts[6] = {};
+  const size_t elements = carve_parts(base, sizes, 32, base ? &parts : nullptr);
+  if (total) *total = elements;
   return {parts[0], parts[1], parts[2], parts[3], parts[4], parts[5]};
 }
 
@@ -50,10 +47,9 @@ void gather_step_operand(uint16_t* operand, const float* x, size_t ld_x, const f
   }
 }
 
-uint16_t* packed(uint16_t* out, const float* source, int k, int n, size_t stride_n, size_t stride_k) {
+void pack(uint16_t* out, const float* source, int k, int n, size_t stride_n, size_t stride_k) {
   const packing_clock::Scope packing;
   bf16_gemm::pack_rows(out, k, 0, source, k, n, stride_n, stride_k);
-  return out;
 }
 
 }  // namespace
@@ -93,8 +89,8 @@ StepBackward::StepBackward(const Workspace& workspace, const float* w_ih, const 
       pair_batch_(pair_batch(batch)), chunk_steps_(lstm_bf16::chunk_steps(batch)), x_(x), y_(y), dx_part_(dx_part),
       product_(product), buffers_(workspace) {
   // dh = dgates W_hh: element (k, n) = W_hh[k][n]; dx = dgates W_ih likewise.
-  packed(buffers_.weights, w_hh, 4 * hidden, hidden, 1, static_cast<size_t>(hidden));
-  packed(buffers_.weights_ih, w_ih, 4 * hidden, input, 1, static_cast<size_t>(input));
+  pack(buffers_.weights, w_hh, 4 * hidden, hidden, 1, static_cast<size_t>(hidden));
+  pack(buffers_.weights_ih, w_ih, 4 * hidden, input, 1, static_cast<size_t>(input));
   if (seq_len == 0) std::memset(product, 0, static_cast<size_t>(input + hidden) * 4 * hidden * sizeof(float));
 }
 
@@ -129,9 +125,8 @@ void StepBackward::add_to_chunk(int step, int t, int slot) {
   const int first_row = slot * pair_batch_;
   bf16_gemm::pack_converted_rows(buffers_.chunk_dgates, bf16_gemm::padded_depth(chunk_rows_), first_row,
                                  buffers_.step_dgates, gates4, batch_, gates4);
-  const float* h_prev = nullptr;
-  const int t_prev = lstm_steps::previous_time(direction_, t);
-  if (t_prev >= 0 && t_prev < seq_len_) h_prev = y_ + static_cast<size_t>(t_prev) * 2 * hidden_ + direction_ * hidden_;
+  // The step's h_{t-1} rows start at position (0, t)'s; they are T positions apart.
+  const float* h_prev = lstm_steps::previous_h(y_, static_cast<size_t>(t), direction_, seq_len_, hidden_);
   gather_step_operand(buffers_.step_operand, x_ + static_cast<size_t>(t) * input_, static_cast<size_t>(seq_len_) * input_,
                       h_prev, static_cast<size_t>(seq_len_) * 2 * hidden_, batch_, input_, hidden_);
   uint16_t* columns = buffers_.chunk_operand + first_row;
