@@ -1,10 +1,12 @@
 // The fixture of the tests that run on each bf16 kernel (Bf16Kernels, instantiated in
 // test_precision.cpp for the four sources: each ISA on its instructions and on its model), and
-// the random operands they share.
+// what the bf16 tests share: random operands, a random LSTM case, a float's bits.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <optional>
 #include <ostream>
 #include <vector>
@@ -48,6 +50,33 @@ inline std::vector<float> random_floats(Random& random, size_t n, double scale) 
   std::vector<float> v(n);
   for (float& e : v) e = static_cast<float>(random.uniform(-scale, scale));
   return v;
+}
+
+
+// The bits of a float.
+inline uint32_t bits_of(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+// A random BiLSTM layer's inputs, weights and output gradient (B, T, D, H as bilstm_forward's).
+struct LstmCase {
+  int B, T, D, H;
+  std::vector<float> x, dy, w_ih, w_hh, b_ih, b_hh;
+  size_t positions() const { return static_cast<size_t>(B) * T; }
+};
+
+inline LstmCase random_lstm_case(uint64_t seed, int B, int T, int D, int H) {
+  Random random(seed);
+  LstmCase c{B, T, D, H, {}, {}, {}, {}, {}, {}};
+  c.x = random_floats(random, c.positions() * D, 1.0);
+  c.dy = random_floats(random, c.positions() * 2 * H, 1.0);
+  c.w_ih = random_floats(random, 8 * H * D, 0.4);
+  c.w_hh = random_floats(random, 8 * H * H, 0.4);
+  c.b_ih = random_floats(random, 8 * H, 0.4);
+  c.b_hh = random_floats(random, 8 * H, 0.4);
+  return c;
 }
 
 }  // namespace enhanced::testing

@@ -74,12 +74,10 @@ TEST_P(Bf16Kernels, ASessionGivesEachProductItsOwnBitsAndReleasesTheTiles) {
 // A forward that keeps nothing for a backward (saved.gates and saved.cell null: an inference)
 // computes y with the same bits as one that keeps the gates and cells, in each precision.
 void expect_forward_without_saving_gives_the_same_bits(Precision precision) {
-  Random random(31);
-  const int B = 5, T = 9, D = 6, H = 20;
-  const std::vector<float> x = random_floats(random, static_cast<size_t>(B) * T * D, 1.0);
-  const std::vector<float> w_ih = random_floats(random, 8 * H * D, 0.5), w_hh = random_floats(random, 8 * H * H, 0.5);
-  const std::vector<float> b_ih = random_floats(random, 8 * H, 0.5), b_hh = random_floats(random, 8 * H, 0.5);
-  const size_t P = static_cast<size_t>(B) * T;
+  const testing::LstmCase c = testing::random_lstm_case(31, 5, 9, 6, 20);
+  const int B = c.B, T = c.T, D = c.D, H = c.H;
+  const std::vector<float>&x = c.x, &w_ih = c.w_ih, &w_hh = c.w_hh, &b_ih = c.b_ih, &b_hh = c.b_hh;
+  const size_t P = c.positions();
   std::vector<float> kept(P * 2 * H), unkept(P * 2 * H, std::numeric_limits<float>::quiet_NaN());
   std::vector<float> gates(P * 8 * H), cell(P * 2 * H), workspace(bilstm_workspace_size<float>(B, T, D, H));
   BiLstmState<float> saving{gates.data(), cell.data(), workspace.data()}, not_saving{nullptr, nullptr, workspace.data()};

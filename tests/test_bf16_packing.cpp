@@ -7,12 +7,15 @@
 #include <cstring>
 #include <vector>
 
+#include "bf16_kernels.h"
 #include "enhanced/precision.h"
 #include "enhanced/random.h"
 #include "layers/cpu/bf16_gemm.h"
 
 namespace enhanced {
 namespace {
+
+using testing::bits_of;
 
 constexpr uint16_t kGarbage = 0xffff;  // what a reused buffer may hold (a NaN's bits)
 
@@ -32,11 +35,6 @@ std::vector<float> random_bit_patterns(Random& random, size_t n) {
   return values;
 }
 
-uint32_t bits_of(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
-}
 
 // Where element (k, n) of a K x N operand packed to depth padded_k lives (bf16_gemm.h's layout).
 size_t packed_at(size_t padded_k, int k, int n) {

@@ -29,17 +29,15 @@ namespace enhanced {
 namespace {
 
 using testing::Bf16Kernels;
+using testing::bits_of;
 using testing::KernelSource;
+using testing::LstmCase;
 using testing::random_floats;
+using testing::random_lstm_case;
 
 // bfloat16 keeps 8 significant bits: rounding to nearest errs by at most u = 2^-8 relative.
 constexpr double kBf16UnitRoundoff = 0x1.0p-8;
 
-uint32_t bits_of(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
-}
 float float_of(uint32_t bits) {
   float value;
   std::memcpy(&value, &bits, sizeof value);
@@ -237,7 +235,6 @@ std::vector<double> reference_bilstm_bf16(const std::vector<float>& x, const std
   return y;
 }
 
-
 void expect_bilstm_matches_reference(Precision precision) {
   Random random(9);
   const int B = 5, T = 7, D = 6, H = 9;
@@ -290,24 +287,6 @@ double relative_difference(const std::vector<float>& value, const std::vector<fl
 constexpr double kBf16Bound = 6 * kBf16UnitRoundoff;
 constexpr double kFp32Noise = 1e-5;
 
-// A random BiLSTM layer's inputs, weights and output gradient (B, T, D, H as bilstm_forward's).
-struct LstmCase {
-  int B, T, D, H;
-  std::vector<float> x, dy, w_ih, w_hh, b_ih, b_hh;
-  size_t positions() const { return static_cast<size_t>(B) * T; }
-};
-
-LstmCase random_lstm_case(uint64_t seed, int B, int T, int D, int H) {
-  Random random(seed);
-  LstmCase c{B, T, D, H, {}, {}, {}, {}, {}, {}};
-  c.x = random_floats(random, c.positions() * D, 1.0);
-  c.dy = random_floats(random, c.positions() * 2 * H, 1.0);
-  c.w_ih = random_floats(random, 8 * H * D, 0.4);
-  c.w_hh = random_floats(random, 8 * H * H, 0.4);
-  c.b_ih = random_floats(random, 8 * H, 0.4);
-  c.b_hh = random_floats(random, 8 * H, 0.4);
-  return c;
-}
 
 // What one forward and backward of the layer leave: y, the gates (on exit, their gradients) and
 // the gradients.
