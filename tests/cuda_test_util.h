@@ -6,14 +6,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "enhanced/batch.h"
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
 #include "enhanced/model.h"
+#include "enhanced/optimizer_config.h"
 #include "enhanced/precision.h"
 #include "enhanced/random.h"
 #include "gradcheck.h"
@@ -69,6 +72,47 @@ inline std::vector<Batch> training_batches(const ModelConfig& config, int count,
   for (int i = 0; i < count; ++i)
     batches.push_back(random_batch(i % 5 == 4 ? 2 : 4, config.seq_len, ids, config.num_labels, random));
   return batches;
+}
+
+// A model trained through Engine alone, as the trainer drives it: the host's parameters and
+// optimizer state, which the engine updates (sync() refreshes them from a device).
+struct EngineRun {
+  ParameterBuffer<float> params;
+  OptimizerState state;
+  std::unique_ptr<Engine> engine;
+
+  EngineRun(Device device, const ParameterBuffer<float>& initial, const OptimizerConfig& optimizer,
+            const EngineOptions& options)
+      : params(initial), state(optimizer, initial.config), engine(make_engine(device, params, &state, options)) {}
+  EngineRun(const EngineRun&) = delete;
+  EngineRun& operator=(const EngineRun&) = delete;
+
+  // One training step, waited for: its totals (its mean loss is loss_sum / samples).
+  TrainTotals step(const Batch& batch, float learning_rate) {
+    engine->enqueue_train_step(batch, learning_rate);
+    return engine->collect();
+  }
+  void sync() { engine->sync_to_host(); }
+};
+
+// EngineOptions for batches of up to 4 on the GPU.
+inline EngineOptions gpu_options(const CudaOptions& cuda, std::vector<float> class_weights = {},
+                                 Precision precision = Precision::fp32) {
+  EngineOptions options(4, 1, cuda, std::move(class_weights));
+  options.precision = precision;
+  return options;
+}
+
+// The steps a CUDA engine replayed from graphs, as its closing note says ("cuda: N steps replayed
+// from CUDA graphs"); -1 when the note says graphs are off (the note is then in `why`).
+inline int64_t graph_replays(const Engine& engine, std::string* why = nullptr) {
+  const std::string note = engine.closing_note();
+  if (why) *why = note;
+  const std::string prefix = "cuda: ", suffix = " steps replayed from CUDA graphs";
+  if (note.rfind(prefix, 0) != 0 || note.size() <= prefix.size() + suffix.size() ||
+      note.compare(note.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  return std::stoll(note.substr(prefix.size(), note.size() - prefix.size() - suffix.size()));
 }
 
 #ifdef ENHANCED_HAVE_CUDA

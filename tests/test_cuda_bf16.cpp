@@ -40,7 +40,6 @@
 #include "layers/lstm.h"
 
 #ifdef ENHANCED_HAVE_CUDA
-#include "engine/cuda_model.h"
 #include "kernels/layers.h"
 #endif
 
@@ -243,16 +242,15 @@ TEST(CudaBf16, CapturedGraphsGiveTheEagerBits) {
   for (int run = 0; run < 2; ++run) {
     CudaOptions options;
     options.graphs = run == 0;
-    CudaModel model(config, adam, 4, options, {}, Precision::bf16);
-    EXPECT_NE(model.summary().find("precision bf16"), std::string::npos) << model.summary();
-    model.upload_parameters(initial);
-    for (const Batch& batch : batches) losses[run].push_back(model.train_step(batch));
+    testing::EngineRun model(Device::cuda, initial, adam, testing::gpu_options(options, {}, Precision::bf16));
+    EXPECT_NE(model.engine->summary().find("precision bf16"), std::string::npos) << model.engine->summary();
+    for (const Batch& batch : batches) losses[run].push_back(model.step(batch, adam.learning_rate).loss_sum);
     if (run == 0) {
-      EXPECT_GT(model.graph_replays(), 0) << model.graphs_off_reason();
+      std::string note;
+      EXPECT_GT(testing::graph_replays(*model.engine, &note), 0) << note;
     }
-    ParameterBuffer<float> out(config);
-    model.download_parameters(out);
-    weights[run].assign(out.data.begin(), out.data.end());
+    model.sync();
+    weights[run].assign(model.params.data.begin(), model.params.data.end());
   }
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_TRUE(weights[0] == weights[1]) << "graph replay changed the bf16 step's arithmetic";

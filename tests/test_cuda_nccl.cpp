@@ -26,7 +26,6 @@
 
 #ifdef ENHANCED_HAVE_CUDA
 #include "engine/cuda_exchange.h"
-#include "engine/cuda_model.h"
 #include "kernels/row_exchange.cuh"
 #endif
 
@@ -51,6 +50,7 @@ struct OneRankCase {
   std::vector<float> class_weights = {};
   bool graphs = true;
   PoolMode pool = PoolMode::feature;
+  size_t collect_every = 5;  // steps between two reads of the totals
 };
 
 std::vector<OneRankCase> one_rank_cases() {
@@ -68,6 +68,9 @@ std::vector<OneRankCase> one_rank_cases() {
   lazy.clip_norm = 0.05f;
   cases.push_back({"lazy Adam, clipped, class weights", lazy, {0.5f, 2.0f, 1.0f, 0.25f}});
   cases.push_back({"lazy Adam without graphs", lazy, {}, false});
+  // Each step's totals alone: its loss is the whole batch's, read back from the reduced sums.
+  cases.push_back({"Adam, class weights, totals every step", adam, {1.0f, 0.5f, 3.0f, 1.0f}, true,
+                   PoolMode::feature, 1});
   return cases;
 }
 
@@ -80,26 +83,28 @@ void expect_same(const ParameterBuffer<float>& got, const ParameterBuffer<float>
                         << got.data[first] << " against " << want.data[first];
 }
 
-// 20 training steps of batches of 4 and 2 (graphs captured and replayed), totals read every 5.
+// 20 training steps of batches of 4 and 2 (graphs captured and replayed), through Engine on
+// both: the plain CUDA engine, and one that takes the data-parallel path alone (exchange_alone).
 void check_one_rank(const OneRankCase& c) {
   SCOPED_TRACE(c.name);
   ModelConfig config = small_config(BlendMode::mean, c.pool, 6);
   const std::vector<Batch> batches = training_batches(config, 20, 57);
   ParameterBuffer<float> initial(config);
   initialize_parameters(initial, 21);
-  CudaOptions options = standard_lstm_options();  // both models: the same algorithm
+  CudaOptions options = standard_lstm_options();  // both engines: the same algorithm
   options.graphs = c.graphs;
   Communicator alone;
-  CudaModel plain(config, c.optimizer, 4, options, c.class_weights);
-  CudaModel ranked(config, c.optimizer, 4, options, c.class_weights, Precision::fp32, &alone);
-  plain.upload_parameters(initial);
-  ranked.upload_parameters(initial);
+  EngineOptions ranked_options = testing::gpu_options(options, c.class_weights);
+  ranked_options.communicator = &alone;
+  ranked_options.exchange_alone = true;
+  testing::EngineRun plain(Device::cuda, initial, c.optimizer, testing::gpu_options(options, c.class_weights));
+  testing::EngineRun ranked(Device::cuda, initial, c.optimizer, ranked_options);
   for (size_t step = 0; step < batches.size(); ++step) {
     const float lr = c.optimizer.learning_rate * (1.0f - 0.02f * static_cast<float>(step));
-    plain.enqueue_train_step(batches[step], lr);
-    ranked.enqueue_train_step(batches[step], lr);
-    if ((step + 1) % 5 == 0) {
-      const TrainTotals want = plain.collect(), got = ranked.collect();
+    plain.engine->enqueue_train_step(batches[step], lr);
+    ranked.engine->enqueue_train_step(batches[step], lr);
+    if ((step + 1) % c.collect_every == 0) {
+      const TrainTotals want = plain.engine->collect(), got = ranked.engine->collect();
       ASSERT_EQ(got.halted, Halt::none);
       EXPECT_EQ(got.steps, want.steps);
       EXPECT_EQ(got.samples, want.samples);
@@ -108,53 +113,26 @@ void check_one_rank(const OneRankCase& c) {
     }
   }
   if (c.graphs) {
-    EXPECT_GT(ranked.graph_replays(), 0) << ranked.graphs_off_reason();
+    std::string note;
+    EXPECT_GT(testing::graph_replays(*ranked.engine, &note), 0) << note;
   }
-  EXPECT_NE(ranked.summary().find("data-parallel: rank 0 of 1, NCCL"), std::string::npos) << ranked.summary();
-  ParameterBuffer<float> want(config), got(config);
-  plain.download_parameters(want);
-  ranked.download_parameters(got);
-  expect_same(got, want, "parameters");
+  const std::string summary = ranked.engine->summary();
+  EXPECT_NE(summary.find("data-parallel: rank 0 of 1, NCCL"), std::string::npos) << summary;
+  plain.sync();
+  ranked.sync();
+  expect_same(ranked.params, plain.params, "parameters");
   double moved = 0;
-  for (size_t i = 0; i < want.size(); ++i)
-    moved = std::max(moved, static_cast<double>(std::fabs(want.data[i] - initial.data[i])));
+  for (size_t i = 0; i < plain.params.size(); ++i)
+    moved = std::max(moved, static_cast<double>(std::fabs(plain.params.data[i] - initial.data[i])));
   EXPECT_GT(moved, 1e-2) << "training barely moved the weights: the comparison would be vacuous";
-  OptimizerState plain_state(c.optimizer, config), ranked_state(c.optimizer, config);
-  plain.download_optimizer_state(plain_state.moment(0), plain_state.moment(1));
-  ranked.download_optimizer_state(ranked_state.moment(0), ranked_state.moment(1));
-  for (size_t m = 0; m < plain_state.moments.size(); ++m)
-    expect_same(ranked_state.moments[m], plain_state.moments[m], "moment " + std::to_string(m));
-  EXPECT_EQ(ranked.optimizer_steps(), plain.optimizer_steps());
+  for (size_t m = 0; m < plain.state.moments.size(); ++m)
+    expect_same(ranked.state.moments[m], plain.state.moments[m], "moment " + std::to_string(m));
+  EXPECT_EQ(ranked.state.steps, plain.state.steps);
 }
 
 TEST(CudaNccl, OneRankTrainingStepsEqualThePlainEngine) {
   SKIP_WITHOUT_NCCL();
   for (const OneRankCase& c : one_rank_cases()) check_one_rank(c);
-}
-
-TEST(CudaNccl, OneRankGradientsAndLossEqualThePlainEngine) {
-  SKIP_WITHOUT_NCCL();
-  const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature, 5);
-  const std::vector<Batch> batches = training_batches(config, 5, 8);
-  ParameterBuffer<float> initial(config);
-  initialize_parameters(initial, 4);
-  OptimizerConfig adam;
-  const std::vector<float> weights = {1.0f, 0.5f, 3.0f, 1.0f};
-  Communicator alone;
-  CudaModel plain(config, adam, 4, standard_lstm_options(), weights);
-  CudaModel ranked(config, adam, 4, standard_lstm_options(), weights, Precision::fp32, &alone);
-  plain.upload_parameters(initial);
-  ranked.upload_parameters(initial);
-  ParameterBuffer<float> want(config), got(config);
-  for (const Batch& batch : batches) {
-    EXPECT_EQ(ranked.compute_gradients(batch), plain.compute_gradients(batch));
-    plain.download_gradients(want);
-    ranked.download_gradients(got);
-    expect_same(got, want, "gradients");
-    // One synchronous step too: its loss is the whole batch's, read back from the reduced sums.
-    EXPECT_EQ(ranked.train_step(batch), plain.train_step(batch));
-    EXPECT_EQ(ranked.last_gradient_norm(), plain.last_gradient_norm());
-  }
 }
 
 // The exchange's kernels for three ranks without NCCL: each rank's rows packed into its block of
@@ -223,6 +201,7 @@ TEST(CudaNccl, ExchangeKernelsMergeRanksInRankOrderAsTheCpu) {
 #else
 
 TEST(CudaNccl, OneRankTrainingStepsEqualThePlainEngine) { SKIP_WITHOUT_GPU(); }
+TEST(CudaNccl, ExchangeKernelsMergeRanksInRankOrderAsTheCpu) { SKIP_WITHOUT_GPU(); }
 
 #endif
 

@@ -43,7 +43,6 @@
 #include "layers/softmax_xent.h"
 
 #ifdef ENHANCED_HAVE_CUDA
-#include "engine/cuda_model.h"
 #include "steps/embedding_blend_steps.h"
 #include "kernels/layers.h"
 #endif
@@ -53,6 +52,8 @@ namespace {
 
 using testing::small_config;
 using testing::standard_lstm_options;
+using testing::EngineRun;
+using testing::gpu_options;
 using testing::training_batches;
 
 #ifdef ENHANCED_HAVE_CUDA
@@ -387,8 +388,8 @@ TEST(CudaParity, ModelLossAndEveryGradientMatchCpu) {
       const double loss = model_forward(activations, params_d, batch, 1, true);
       model_backward(grads_d, activations, params_d, batch, 1);
 
-      CudaModel model(config, OptimizerConfig{}, 4, standard_lstm_options());  // compute-sanitizer runs it
-      model.upload_parameters(params);
+      EngineRun run(Device::cuda, params, OptimizerConfig{}, gpu_options(standard_lstm_options()));
+      Engine& model = *run.engine;  // compute-sanitizer runs it
       std::vector<float> logits(static_cast<size_t>(3) * config.num_labels);
       const double gpu_loss = model.compute_gradients(batch, logits.data());
       EXPECT_NEAR(gpu_loss, loss, 1e-4 * std::max(1.0, loss)) << to_string(blend) << "/" << to_string(pool);
@@ -407,7 +408,7 @@ TEST(CudaParity, ModelLossAndEveryGradientMatchCpu) {
       std::fill(grads_d.data.begin(), grads_d.data.end(), 0.0);
       model_forward(activations, params_d, other, 1, true);
       model_backward(grads_d, activations, params_d, other, 1);
-      model.compute_gradients(other);
+      model.compute_gradients(other, nullptr);
       model.download_gradients(grads);
       expect_relative(grads.data, grads_d.data, 2e-4, "second batch gradients");
     }
@@ -420,39 +421,42 @@ struct TrainCase {
 };
 
 
+// The CPU engine and the CUDA engine, both through Engine: each batch's loss and gradient (whose
+// norm the clipped cases scale by), then a training step on each.
 void check_training(const TrainCase& c, BlendMode blend, PoolMode pool) {
   const ModelConfig config = small_config(blend, pool, 6);
   const std::vector<Batch> batches = training_batches(config, 50, 31);
-  ParameterBuffer<float> cpu(config);
-  initialize_parameters(cpu, 9);
-  const ParameterBuffer<float> initial = cpu;
-  CudaModel model(config, c.optimizer, 4);
-  model.upload_parameters(cpu);
-
-  // The CPU engine's step is the reference; its gradient on each batch gives the norm.
-  OptimizerState optimizer(c.optimizer, config);
-  const std::unique_ptr<Engine> engine = make_engine(Device::cpu, cpu, &optimizer, EngineOptions{4, 1, {}});
-  ParameterBuffer<float> grads(config);
-  for (size_t step = 0; step < batches.size(); ++step) {
-    const Batch& batch = batches[step];
-    const double loss = engine->compute_gradients(batch, nullptr);
-    engine->download_gradients(grads);
+  ParameterBuffer<float> initial(config);
+  initialize_parameters(initial, 9);
+  EngineRun cpu(Device::cpu, initial, c.optimizer, EngineOptions{4, 1, {}});
+  EngineRun gpu(Device::cuda, initial, c.optimizer, gpu_options({}));
+  ParameterBuffer<float> cpu_grads(config), gpu_grads(config);
+  const auto norm_of = [](const ParameterBuffer<float>& grads) {
     double sum_squares = 0;
     for (const float g : grads.data) sum_squares += static_cast<double>(g) * g;
-    const double norm = std::sqrt(sum_squares);
-    engine->enqueue_train_step(batch, c.optimizer.learning_rate);
-    ASSERT_EQ(engine->collect().steps, 1) << c.name << " step " << step + 1;
-    const double gpu_loss = model.train_step(batch);
+    return std::sqrt(sum_squares);
+  };
+  for (size_t step = 0; step < batches.size(); ++step) {
+    const Batch& batch = batches[step];
+    const double loss = cpu.engine->compute_gradients(batch, nullptr);
+    const double gpu_loss = gpu.engine->compute_gradients(batch, nullptr);
     ASSERT_NEAR(gpu_loss, loss, 1e-4 * std::max(1.0, loss)) << c.name << " step " << step + 1;
-    ASSERT_NEAR(model.last_gradient_norm(), norm, 1e-3 * std::max(1.0, norm)) << c.name << " step " << step + 1;
+    cpu.engine->download_gradients(cpu_grads);
+    gpu.engine->download_gradients(gpu_grads);
+    const double norm = norm_of(cpu_grads);
+    ASSERT_NEAR(norm_of(gpu_grads), norm, 1e-3 * std::max(1.0, norm)) << c.name << " step " << step + 1;
+    const TrainTotals want = cpu.step(batch, c.optimizer.learning_rate);
+    const TrainTotals got = gpu.step(batch, c.optimizer.learning_rate);
+    ASSERT_EQ(want.steps, 1) << c.name << " step " << step + 1;
+    ASSERT_EQ(got.steps, 1) << c.name << " step " << step + 1;
+    ASSERT_NEAR(got.loss_sum, want.loss_sum, 1e-4 * std::max(1.0, want.loss_sum)) << c.name << " step " << step + 1;
   }
-  EXPECT_EQ(model.optimizer_steps(), optimizer.steps);
-  ParameterBuffer<float> gpu(config);
-  model.download_parameters(gpu);
+  gpu.sync();
+  EXPECT_EQ(gpu.state.steps, cpu.state.steps);
   double moved = 0;
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    ASSERT_NEAR(gpu.data[i], cpu.data[i], 1e-3) << c.name << " parameter " << i;
-    moved = std::max(moved, static_cast<double>(std::fabs(cpu.data[i] - initial.data[i])));
+  for (size_t i = 0; i < cpu.params.size(); ++i) {
+    ASSERT_NEAR(gpu.params.data[i], cpu.params.data[i], 1e-3) << c.name << " parameter " << i;
+    moved = std::max(moved, static_cast<double>(std::fabs(cpu.params.data[i] - initial.data[i])));
   }
   EXPECT_GT(moved, 1e-2) << c.name << ": training barely moved the weights, the comparison would be vacuous";
 }
@@ -471,8 +475,14 @@ TEST(CudaParity, FiftyTrainingStepsMatchCpuTrainer) {
   lazy.lazy_embedding = true;
   OptimizerConfig clipped = adam;
   clipped.clip_norm = 0.05f;
+  // SGD's step is proportional to the clip factor, so a wrong gradient norm on the GPU moves the
+  // weights by a different amount (Adam's step barely depends on the gradient's scale).
+  OptimizerConfig sgd_clipped = sgd;
+  sgd_clipped.learning_rate = 0.5f;
+  sgd_clipped.clip_norm = 0.05f;
   for (const TrainCase& c : {TrainCase{sgd, "sgd"}, TrainCase{momentum, "sgd+momentum"}, TrainCase{adam, "adam"},
-                             TrainCase{lazy, "lazy adam"}, TrainCase{clipped, "adam clip"}})
+                             TrainCase{lazy, "lazy adam"}, TrainCase{clipped, "adam clip"},
+                             TrainCase{sgd_clipped, "sgd clip"}})
     check_training(c, BlendMode::mean, PoolMode::feature);
   check_training(TrainCase{adam, "adam scalar-mean/time"}, BlendMode::scalar_mean, PoolMode::time);
 }
@@ -489,13 +499,14 @@ TEST(CudaParity, SameRunTwiceGivesIdenticalBits) {
   // resumed run does): determinism is promised for the same arithmetic.
   CudaOptions options;
   for (int run = 0; run < 2; ++run) {
-    CudaModel model(config, OptimizerConfig{}, 4, options);
-    options.rnn_algorithm = model.rnn_algorithm();
-    model.upload_parameters(initial);
-    for (const Batch& batch : batches) losses[run].push_back(model.train_step(batch));
-    ParameterBuffer<float> out(config);
-    model.download_parameters(out);
-    results[run].assign(out.data.begin(), out.data.end());
+    EngineRun model(Device::cuda, initial, OptimizerConfig{}, gpu_options(options));
+    options.rnn_algorithm = model.engine->rnn_algorithm();
+    for (const Batch& batch : batches) {
+      const TrainTotals step = model.step(batch, OptimizerConfig{}.learning_rate);
+      losses[run].push_back(step.loss_sum);
+    }
+    model.sync();
+    results[run].assign(model.params.data.begin(), model.params.data.end());
   }
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_TRUE(results[0] == results[1]) << "two identical runs gave different weights";
@@ -512,30 +523,39 @@ TEST(CudaParity, EvaluationForwardMatchesCpu) {
   Activations<float> activations;
   activations.reserve(config, 4);
   const double loss = model_forward(activations, params, batch, 1, false);
-  CudaModel model(config, OptimizerConfig{}, 4);
-  model.upload_parameters(params);
+  ParameterBuffer<float> gpu_params = params;
+  const std::unique_ptr<Engine> model = make_engine(Device::cuda, gpu_params, nullptr, gpu_options({}));
   std::vector<float> logits(static_cast<size_t>(4) * config.num_labels);
-  EXPECT_NEAR(model.forward(batch, logits.data()), loss, 1e-4 * std::max(1.0, loss));
+  EXPECT_NEAR(model->forward(batch, logits.data()), loss, 1e-4 * std::max(1.0, loss));
   expect_relative(logits, to_double(std::span<const float>(activations.logits, logits.size())), 1e-4, "evaluation logits");
 }
 
 TEST(CudaParity, BadBatchesAreErrors) {
   SKIP_WITHOUT_GPU();
   const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature);
-  CudaModel model(config, OptimizerConfig{}, 2);
+  ParameterBuffer<float> initial(config);
+  initialize_parameters(initial, 6);
+  EngineOptions options = gpu_options({});
+  options.max_batch = 2;
+  EngineRun model(Device::cuda, initial, OptimizerConfig{}, options);
+  const float lr = OptimizerConfig{}.learning_rate;
   Random random(61);
   Batch big = testing::random_batch(3, config.seq_len, 5, config.num_labels, random);
-  EXPECT_THROW(model.train_step(big), Error);
+  EXPECT_THROW(model.engine->enqueue_train_step(big, lr), Error);
   Batch bad = testing::random_batch(1, config.seq_len, 5, config.num_labels, random);
   bad.cur_word_ids[0] = static_cast<int32_t>(config.vocab_size);
-  EXPECT_THROW(model.train_step(bad), Error);
+  EXPECT_THROW(model.engine->enqueue_train_step(bad, lr), Error);
   Batch backwards = testing::random_batch(1, config.seq_len, 5, config.num_labels, random);
   backwards.identifier_offsets = {0, 2, 1, 2, 2, 2, 2};  // T = 6; the second list ends before it starts
   backwards.identifier_ids = {1, 2};
-  EXPECT_THROW(model.train_step(backwards), Error);
-  // The model still works after the rejected batches.
+  EXPECT_THROW(model.engine->enqueue_train_step(backwards, lr), Error);
+  // The engine still works after the rejected batches, which took no step.
   Batch good = testing::random_batch(2, config.seq_len, 5, config.num_labels, random);
-  EXPECT_TRUE(std::isfinite(model.train_step(good)));
+  const TrainTotals step = model.step(good, lr);
+  EXPECT_EQ(step.steps, 1);
+  EXPECT_TRUE(std::isfinite(step.loss_sum));
+  model.sync();
+  EXPECT_EQ(model.state.steps, 1);
 }
 
 #else  // no CUDA backend: the same test names, each skipped with the reason.

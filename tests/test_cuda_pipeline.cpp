@@ -34,10 +34,6 @@
 #include "engine/cpu_model.h"
 #include "enhanced/safetensors.h"
 
-#ifdef ENHANCED_HAVE_CUDA
-#include "engine/cuda_model.h"
-#endif
-
 namespace enhanced {
 namespace {
 
@@ -50,30 +46,9 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-struct ModelState {
-  std::vector<float> params, first, second;
-};
-
-ModelState state_of(const CudaModel& model, const OptimizerConfig& optimizer) {
-  const ModelConfig& config = model.config();
-  ParameterBuffer<float> params(config), first(config), second(config);
-  model.download_parameters(params);
-  const size_t moments = moment_names(optimizer).size();
-  model.download_optimizer_state(moments > 0 ? &first : nullptr, moments > 1 ? &second : nullptr);
-  const auto copy = [](const ParameterBuffer<float>& buffer) {
-    return std::vector<float>(buffer.data.begin(), buffer.data.end());
-  };
-  return {copy(params), copy(first), copy(second)};
-}
-
-int64_t correct_count(const std::vector<float>& logits, const Batch& batch, int num_labels) {
-  int64_t correct = 0;
-  for (int b = 0; b < batch.size; ++b) {
-    const float* row = logits.data() + static_cast<size_t>(b) * num_labels;
-    correct += (std::max_element(row, row + num_labels) - row) == batch.labels[b];
-  }
-  return correct;
-}
+using testing::EngineRun;
+using testing::gpu_options;
+using testing::graph_replays;
 
 // A batch whose positions hold 10 identifier ids each: more than the model's initial room
 // (4 per position), so the id buffers grow and every captured graph is recaptured.
@@ -102,22 +77,23 @@ void check_pipeline(const OptimizerConfig& optimizer, const char* name) {
   eager_options.rnn_algorithm = RnnAlgorithm::standard;
   CudaOptions graph_options = eager_options;
   graph_options.graphs = true;
-  CudaModel eager(config, optimizer, 4, eager_options), piped(config, optimizer, 4, graph_options);
-  eager.upload_parameters(initial);
-  piped.upload_parameters(initial);
+  EngineRun eager(Device::cuda, initial, optimizer, gpu_options(eager_options));
+  EngineRun piped(Device::cuda, initial, optimizer, gpu_options(graph_options));
   constexpr size_t kInterval = 10;
-  std::vector<float> logits(static_cast<size_t>(4) * config.num_labels);
   TrainTotals want;
   for (size_t step = 0; step < batches.size(); ++step) {
     const Batch& batch = batches[step];
-    const double loss = eager.train_step(batch, logits.data());
-    want.loss_sum += loss * batch.size;
-    want.samples += batch.size;
-    want.correct += correct_count(logits, batch, config.num_labels);
-    want.steps += 1;
-    piped.enqueue_train_step(batch, optimizer.learning_rate);
+    // Each eager step waited for alone; the host adds their totals in step order, which is the
+    // device's order and rounding (loss_sum + loss * B, each step's product already rounded).
+    const TrainTotals one = eager.step(batch, optimizer.learning_rate);
+    ASSERT_EQ(one.halted, Halt::none) << name << " step " << step + 1;
+    want.loss_sum += one.loss_sum;
+    want.samples += one.samples;
+    want.correct += one.correct;
+    want.steps += one.steps;
+    piped.engine->enqueue_train_step(batch, optimizer.learning_rate);
     if ((step + 1) % kInterval == 0) {
-      const TrainTotals got = piped.collect();
+      const TrainTotals got = piped.engine->collect();
       // Summed on the device in the same order with the same roundings: equal, not close.
       EXPECT_EQ(got.loss_sum, want.loss_sum) << name << " interval ending at step " << step + 1;
       EXPECT_EQ(got.samples, want.samples) << name;
@@ -127,17 +103,20 @@ void check_pipeline(const OptimizerConfig& optimizer, const char* name) {
       want = TrainTotals{};
     }
   }
-  EXPECT_EQ(piped.optimizer_steps(), eager.optimizer_steps());
-  EXPECT_TRUE(piped.graphs_off_reason().empty()) << name << ": " << piped.graphs_off_reason();
+  eager.sync();
+  piped.sync();
+  EXPECT_EQ(piped.state.steps, eager.state.steps);
+  EXPECT_EQ(piped.state.steps, static_cast<int64_t>(batches.size()));
   // 40 steps over (batch 4 | 2) x 2 slots, each shape eager once and captured once, recaptured
   // after the buffers grew: most steps are replays.
-  EXPECT_GT(piped.graph_replays(), 20) << name;
-  EXPECT_EQ(eager.graph_replays(), 0) << name;
-  const ModelState a = state_of(eager, optimizer), b = state_of(piped, optimizer);
-  EXPECT_TRUE(same_bits(a.params, b.params)) << name << ": graph replays changed the weights";
-  EXPECT_TRUE(same_bits(a.first, b.first)) << name << ": first moments differ";
-  EXPECT_TRUE(same_bits(a.second, b.second)) << name << ": second moments differ";
-  EXPECT_FALSE(same_bits(a.params, initial.data)) << name << ": training did not move the weights";
+  std::string note;
+  EXPECT_GT(graph_replays(*piped.engine, &note), 20) << name << ": " << note;
+  EXPECT_EQ(graph_replays(*eager.engine, &note), -1) << name << ": " << note;
+  EXPECT_TRUE(same_bits(eager.params.data, piped.params.data)) << name << ": graph replays changed the weights";
+  ASSERT_EQ(eager.state.moments.size(), piped.state.moments.size());
+  for (size_t m = 0; m < eager.state.moments.size(); ++m)
+    EXPECT_TRUE(same_bits(eager.state.moments[m].data, piped.state.moments[m].data)) << name << ": moment " << m;
+  EXPECT_FALSE(same_bits(piped.params.data, initial.data)) << name << ": training did not move the weights";
 }
 
 TEST(CudaPipeline, GraphReplayedStepsMatchSynchronousEagerStepsBitForBit) {
@@ -168,31 +147,34 @@ TEST(CudaPipeline, NonFiniteLossHaltsAndKeepsTheLastGoodWeights) {
     initial.embedding[(config.vocab_size - 1) * config.embedding_dim + d] = std::numeric_limits<float>::quiet_NaN();
   OptimizerConfig adam;
   CudaOptions options;
-  options.rnn_algorithm = RnnAlgorithm::standard;  // both models: the same arithmetic
-  CudaModel reference(config, adam, 4, options), piped(config, adam, 4, options);
-  reference.upload_parameters(initial);
-  piped.upload_parameters(initial);
+  options.rnn_algorithm = RnnAlgorithm::standard;  // both engines: the same arithmetic
+  EngineRun reference(Device::cuda, initial, adam, gpu_options(options));
+  EngineRun piped(Device::cuda, initial, adam, gpu_options(options));
   int64_t good_samples = 0;
   for (int step = 0; step < 5; ++step) {
-    ASSERT_TRUE(std::isfinite(reference.train_step(batches[step])));
+    ASSERT_EQ(reference.step(batches[step], adam.learning_rate).halted, Halt::none);
     good_samples += batches[step].size;
   }
-  for (int step = 0; step < 8; ++step) piped.enqueue_train_step(batches[step], adam.learning_rate);
-  const TrainTotals totals = piped.collect();
+  for (int step = 0; step < 8; ++step) piped.engine->enqueue_train_step(batches[step], adam.learning_rate);
+  const TrainTotals totals = piped.engine->collect();
   EXPECT_EQ(totals.halted, Halt::loss);
   EXPECT_EQ(totals.halted_step, 6);
   EXPECT_TRUE(std::isnan(totals.halted_value));
   EXPECT_EQ(totals.steps, 5);
   EXPECT_EQ(totals.samples, good_samples);
-  EXPECT_EQ(piped.optimizer_steps(), 5);
-  EXPECT_TRUE(same_bits(state_of(piped, adam).params, state_of(reference, adam).params))
+  piped.sync();
+  reference.sync();
+  EXPECT_EQ(piped.state.steps, 5);
+  EXPECT_TRUE(same_bits(piped.params.data, reference.params.data))
       << "the halted step or the ones after it changed the weights";
-  // The halt stays until a synchronous call reports it: later steps change nothing.
-  piped.enqueue_train_step(batches[8], adam.learning_rate);
-  const TrainTotals later = piped.collect();
+  // The halt stays in force (the trainer stops): later steps change nothing.
+  piped.engine->enqueue_train_step(batches[8], adam.learning_rate);
+  const TrainTotals later = piped.engine->collect();
   EXPECT_EQ(later.halted, Halt::loss);
   EXPECT_EQ(later.steps, 0);
-  EXPECT_TRUE(same_bits(state_of(piped, adam).params, state_of(reference, adam).params));
+  piped.sync();
+  EXPECT_EQ(piped.state.steps, 5);
+  EXPECT_TRUE(same_bits(piped.params.data, reference.params.data));
 }
 
 // Each algorithm cuDNN accepts for this shape gives the CPU's loss and gradients; standard must
@@ -217,23 +199,23 @@ TEST(CudaPipeline, EveryLstmAlgorithmCudnnAcceptsMatchesTheCpu) {
        {RnnAlgorithm::standard, RnnAlgorithm::persistent, RnnAlgorithm::persistent_small_h, RnnAlgorithm::automatic}) {
     CudaOptions options;
     options.rnn_algorithm = algorithm;
-    std::unique_ptr<CudaModel> model;
+    std::unique_ptr<EngineRun> run;
     try {
-      model = std::make_unique<CudaModel>(config, OptimizerConfig{}, 3, options);
+      run = std::make_unique<EngineRun>(Device::cuda, params, OptimizerConfig{}, gpu_options(options));
     } catch (const Error& e) {
       ASSERT_NE(algorithm, RnnAlgorithm::standard) << e.what();
       ASSERT_NE(algorithm, RnnAlgorithm::automatic) << e.what();
       std::printf("[ info ] %s: not accepted here: %s\n", to_string(algorithm), e.what());
       continue;
     }
-    std::printf("[ info ] %s: %s\n", to_string(algorithm), model->summary().c_str());
-    if (algorithm == RnnAlgorithm::automatic) EXPECT_NE(model->rnn_algorithm(), RnnAlgorithm::automatic);
-    else EXPECT_EQ(model->rnn_algorithm(), algorithm);
-    model->upload_parameters(params);
-    const double gpu_loss = model->compute_gradients(batch);
+    Engine& engine = *run->engine;
+    std::printf("[ info ] %s: %s\n", to_string(algorithm), engine.summary().c_str());
+    if (algorithm == RnnAlgorithm::automatic) EXPECT_NE(engine.rnn_algorithm(), RnnAlgorithm::automatic);
+    else EXPECT_EQ(engine.rnn_algorithm(), algorithm);
+    const double gpu_loss = engine.compute_gradients(batch, nullptr);
     EXPECT_NEAR(gpu_loss, loss, 1e-4 * std::max(1.0, loss)) << to_string(algorithm);
     ParameterBuffer<float> grads(config);
-    model->download_gradients(grads);
+    engine.download_gradients(grads);
     for (size_t i = 0; i < grads.size(); ++i)
       ASSERT_NEAR(grads.data[i], grads_d.data[i], 2e-4 * scale) << to_string(algorithm) << " gradient " << i;
   }

@@ -18,7 +18,6 @@
 #include "enhanced/engine.h"
 
 #ifdef ENHANCED_HAVE_CUDA
-#include "engine/cuda_model.h"
 #endif
 
 namespace enhanced {
@@ -41,49 +40,49 @@ struct ScheduledCase {
   std::vector<float> class_weights = {};
 };
 
-// The same batches and rates through the CPU engine and through CudaModel with graphs on; the
+// The same batches and rates through the CPU engine and the CUDA engine with graphs on; the
 // totals are read every 10 steps, as the trainer does.
 void check_scheduled(const ScheduledCase& c) {
   const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature, 6);
   const std::vector<Batch> batches = training_batches(config, 40, 91);
-  ParameterBuffer<float> cpu(config);
-  initialize_parameters(cpu, 13);
-  const ParameterBuffer<float> initial = cpu;
-  OptimizerState optimizer(c.optimizer, config);
-  const std::unique_ptr<Engine> engine =
-      make_engine(Device::cpu, cpu, &optimizer, EngineOptions{4, 1, {}, c.class_weights});
+  ParameterBuffer<float> initial(config);
+  initialize_parameters(initial, 13);
   CudaOptions options;
   options.graphs = true;
-  CudaModel model(config, c.optimizer, 4, options, c.class_weights);
-  model.upload_parameters(initial);
+  testing::EngineRun cpu(Device::cpu, initial, c.optimizer, EngineOptions{4, 1, {}, c.class_weights});
+  testing::EngineRun gpu(Device::cuda, initial, c.optimizer, testing::gpu_options(options, c.class_weights));
   for (size_t step = 0; step < batches.size(); ++step) {
     const float lr = rate_of(c.optimizer.learning_rate, step);
-    engine->enqueue_train_step(batches[step], lr);
-    model.enqueue_train_step(batches[step], lr);
+    cpu.engine->enqueue_train_step(batches[step], lr);
+    gpu.engine->enqueue_train_step(batches[step], lr);
     if ((step + 1) % 10 == 0) {
-      const TrainTotals want = engine->collect(), got = model.collect();
+      const TrainTotals want = cpu.engine->collect(), got = gpu.engine->collect();
       ASSERT_EQ(got.halted, Halt::none) << c.name;
       ASSERT_EQ(got.steps, want.steps) << c.name;
+      ASSERT_EQ(got.samples, want.samples) << c.name;
       ASSERT_NEAR(got.loss_sum, want.loss_sum, 1e-4 * std::max(1.0, std::fabs(want.loss_sum)))
           << c.name << ", interval ending at step " << step + 1;
     }
   }
-  EXPECT_GT(model.graph_replays(), 0) << c.name << ": " << model.graphs_off_reason();
-  ParameterBuffer<float> gpu(config);
-  model.download_parameters(gpu);
+  std::string note;
+  EXPECT_GT(testing::graph_replays(*gpu.engine, &note), 0) << c.name << ": " << note;
+  gpu.sync();
   double moved = 0;
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    ASSERT_NEAR(gpu.data[i], cpu.data[i], 1e-3) << c.name << " parameter " << i;
-    moved = std::max(moved, static_cast<double>(std::fabs(cpu.data[i] - initial.data[i])));
+  for (size_t i = 0; i < cpu.params.size(); ++i) {
+    ASSERT_NEAR(gpu.params.data[i], cpu.params.data[i], 1e-3) << c.name << " parameter " << i;
+    moved = std::max(moved, static_cast<double>(std::fabs(cpu.params.data[i] - initial.data[i])));
   }
   EXPECT_GT(moved, 1e-2) << c.name << ": training barely moved the weights, the comparison would be vacuous";
   // From the same weights: compute_gradients is weighted like the steps, forward is not.
-  model.upload_parameters(cpu);
-  const double cpu_gradients_loss = engine->compute_gradients(batches[0], nullptr);
-  const double cpu_forward_loss = engine->forward(batches[0], nullptr);
-  EXPECT_NEAR(model.compute_gradients(batches[0]), cpu_gradients_loss, 1e-4 * std::max(1.0, cpu_gradients_loss))
+  ParameterBuffer<float> same = cpu.params;
+  const std::unique_ptr<Engine> fresh =
+      make_engine(Device::cuda, same, nullptr, testing::gpu_options(options, c.class_weights));
+  const double cpu_gradients_loss = cpu.engine->compute_gradients(batches[0], nullptr);
+  const double cpu_forward_loss = cpu.engine->forward(batches[0], nullptr);
+  EXPECT_NEAR(fresh->compute_gradients(batches[0], nullptr), cpu_gradients_loss,
+              1e-4 * std::max(1.0, cpu_gradients_loss))
       << c.name;
-  EXPECT_NEAR(model.forward(batches[0], nullptr), cpu_forward_loss, 1e-4 * std::max(1.0, cpu_forward_loss)) << c.name;
+  EXPECT_NEAR(fresh->forward(batches[0], nullptr), cpu_forward_loss, 1e-4 * std::max(1.0, cpu_forward_loss)) << c.name;
 }
 
 TEST(CudaTrainingParity, PerStepLearningRateWithGraphReplayMatchesCpu) {

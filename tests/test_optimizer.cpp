@@ -80,14 +80,14 @@ TEST(Optimizer, ClippingScalesTheWholeGradientToTheNorm) {
   EXPECT_NEAR(params.embedding[3 * 2], -0.8f, 1e-6f);
 }
 
-TEST(Optimizer, NonFiniteGradientThrowsAndLeavesWeightsUnchanged) {
+TEST(Optimizer, NonFiniteGradientIsReturnedAndLeavesWeightsUnchanged) {
   const ModelConfig c = small_config();
   OptimizerState optimizer(OptimizerConfig{}, c);
   ParameterBuffer<float> params(c), grads(c);
   params.dense_bias[1] = 0.25f;
   const ParameterBuffer<float> before = params;
   grads.dense_weight[0] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_THROW(optimizer_step(params, optimizer, grads, {}, optimizer.config.learning_rate), Error);
+  EXPECT_TRUE(std::isnan(optimizer_step(params, optimizer, grads, {}, optimizer.config.learning_rate)));
   EXPECT_TRUE(std::equal(params.data.begin(), params.data.end(), before.data.begin()));
   EXPECT_EQ(optimizer.steps, 0);
 }

@@ -6,6 +6,7 @@
 // touched-rows-only spaces.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "layers/optimizer.h"
 #include "enhanced/random.h"
 #include "steps/optimizer_steps.h"
+#include "steps/step_totals_steps.h"
 #include "layers/embedding_blend.h"
 
 namespace enhanced {
@@ -139,6 +141,39 @@ TEST(OptimizerSteps, EveryOptimizerRowHasItsUpdate) {
     EXPECT_LE(moment_names(config).size(), row.moments.size()) << row.name;
   }
   EXPECT_EQ(optimizer_names_text(), "sgd or adam");
+}
+
+
+// The step totals' rule that both engines follow (steps/step_totals_steps.h): the loss summed as
+// loss * B in step order, the first largest logit, and a sticky halt, loss before gradient.
+TEST(StepTotals, HaltsStickAndTheHaltedGradientStepKeepsItsLoss) {
+  TrainTotals totals;
+  steps::account_loss(totals, 0.5, 4, 3, 1);
+  steps::account_update(totals, 2.0, 1);
+  EXPECT_EQ(totals.loss_sum, 2.0);
+  EXPECT_EQ(totals.samples, 4);
+  EXPECT_EQ(totals.correct, 3);
+  EXPECT_EQ(totals.steps, 1);
+  // A finite loss with a non-finite norm: its loss and samples count, its step does not.
+  steps::account_loss(totals, 0.25, 2, 1, 2);
+  steps::account_update(totals, std::numeric_limits<double>::infinity(), 2);
+  EXPECT_EQ(totals.halted, Halt::gradient);
+  EXPECT_EQ(totals.halted_step, 2);
+  EXPECT_EQ(totals.samples, 6);
+  EXPECT_EQ(totals.steps, 1);
+  // Nothing after a halt, not even a later non-finite loss.
+  steps::account_loss(totals, std::numeric_limits<double>::quiet_NaN(), 4, 4, 3);
+  steps::account_update(totals, 1.0, 3);
+  EXPECT_EQ(totals.halted, Halt::gradient);
+  EXPECT_EQ(totals.halted_step, 2);
+  EXPECT_EQ(totals.samples, 6);
+  TrainTotals lost;
+  steps::account_loss(lost, std::numeric_limits<double>::quiet_NaN(), 4, 4, 7);
+  EXPECT_EQ(lost.halted, Halt::loss);
+  EXPECT_EQ(lost.halted_step, 7);
+  EXPECT_EQ(lost.samples, 0);
+  const float tie[] = {1.0f, 3.0f, 3.0f, -1.0f};
+  EXPECT_EQ(steps::predicted_label(tie, 4), 1) << "the first of equal largest logits, as std::max_element";
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // the bench never choose a device themselves. make_engine is the only place that does.
 //
 // The CPU engine (src/engine/cpu_model.cpp) runs each step when it is queued, on the caller's
-// host buffers; the CUDA engine (src/engine/cuda_engine.cpp over cuda_model.*) holds copies on the GPU and queues
+// host buffers; the CUDA engine (src/engine/cuda_engine.*) holds copies on the GPU and queues
 // steps without waiting. Either way the loss, accuracy and a halt come back through collect(),
 // so the trainer's handling of them is the same code, tested on every machine.
 #pragma once
@@ -41,6 +41,9 @@ struct EngineOptions {
   // part of it (shard_of) and leaves every rank with the whole batch's loss, gradient and update.
   // forward and compute_gradients stay local (evaluate divides the batches itself).
   Communicator* communicator = nullptr;
+  // With a communicator of one rank: take the data-parallel path all the same (the shard, which
+  // is the whole batch, and the exchange), so that one process or one GPU tests it.
+  bool exchange_alone = false;
   // The GEMMs' arithmetic (enhanced/precision.h). make_engine refuses one the device cannot run.
   Precision precision = Precision::fp32;
 };
@@ -55,6 +58,11 @@ struct EngineChoice {
   CudaOptions cuda;
   Precision precision = Precision::fp32;
 };
+
+// The ranks a data-parallel engine exchanges gradients with (EngineOptions::communicator when
+// it has more than one rank, or one with exchange_alone), else null: this process alone. Both
+// engines decide with this.
+Communicator* data_parallel_ranks(const EngineOptions& options);
 
 // Throws Error unless `weights` is empty or holds num_labels non-negative finite numbers.
 void check_class_weights(const std::vector<float>& weights, int num_labels);

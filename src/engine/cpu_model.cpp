@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -23,6 +24,7 @@
 #include "layers/maxpool.h"
 #include "layers/optimizer.h"
 #include "layers/softmax_xent.h"
+#include "steps/step_totals_steps.h"
 
 namespace enhanced {
 
@@ -170,16 +172,17 @@ template void model_backward<double>(ParameterBuffer<double>&, Activations<doubl
 
 namespace {
 
-// Runs each step as it is queued, on the caller's buffers, accumulating the totals the way the
-// device does: loss * B in step order, the first largest logit against the label, a sticky halt
-// on a non-finite loss. (A non-finite gradient with a finite loss throws from optimizer_step.)
+// Runs each step as it is queued, on the caller's buffers, accumulating the totals with the
+// device's rules (steps/step_totals_steps.h): loss * B in step order, the first largest logit
+// against the label, a sticky halt on a non-finite loss or gradient norm. Its members are the
+// CUDA engine's (cuda_engine.h), in the same order.
 class CpuEngine final : public Engine {
  public:
   CpuEngine(ParameterBuffer<float>& params, OptimizerState* optimizer, const EngineOptions& options)
       : params_(params), optimizer_(optimizer), threads_(options.threads),
         max_batch_(options.max_batch), rnn_algorithm_(options.cuda.rnn_algorithm), precision_(options.precision),
         class_weights_(options.class_weights),
-        communicator_(options.communicator && options.communicator->size() > 1 ? options.communicator : nullptr) {
+        communicator_(data_parallel_ranks(options)) {
     // An inference engine (enhanced-eval) holds no gradients unless compute_gradients asks
     // (the tests): estimate_memory counts them for training only.
     if (optimizer_) grads_ = ParameterBuffer<float>(params.config);
@@ -198,10 +201,13 @@ class CpuEngine final : public Engine {
   // No cuDNN here: the run records the algorithm it was asked for, unchanged.
   RnnAlgorithm rnn_algorithm() const override { return rnn_algorithm_; }
 
+  bool queues_steps() const override { return false; }
+
   void enqueue_train_step(const Batch& batch, float learning_rate) override {
     if (!optimizer_) fail("internal: this engine was made for inference only");
     if (totals_.halted != Halt::none) return;
-    check_step_learning_rate(learning_rate, optimizer_->steps + 1);
+    const int64_t step = optimizer_->steps + 1;
+    check_step_learning_rate(learning_rate, step);
     int64_t correct = 0;
     double loss = 0;
     if (communicator_) {
@@ -210,30 +216,16 @@ class CpuEngine final : public Engine {
       loss = gradients(batch);
       correct = count_correct(batch.labels.data(), batch.size);
     }
-    if (!std::isfinite(loss)) {
-      totals_.halted = Halt::loss;
-      totals_.halted_step = optimizer_->steps + 1;
-      totals_.halted_value = loss;
-      return;
-    }
-    try {
-      optimizer_step(params_, *optimizer_, grads_, rows_, learning_rate);  // a non-finite gradient throws
-    } catch (const Error& e) {
-      // Every rank holds the same gradient and meets the same error: rank 0 alone reports it.
-      if (!communicator_) throw;
-      communicator_->fail_as(0, e.what());
-    }
+    steps::account_loss(totals_, loss, batch.size, correct, step);
+    if (totals_.halted != Halt::none) return;
+    // A non-finite gradient norm skips the update and halts (every rank alike: the same gradient).
+    steps::account_update(totals_, optimizer_step(params_, *optimizer_, grads_, rows_, learning_rate), step);
     clear_gradients();
-    totals_.correct += correct;
-    totals_.loss_sum += loss * batch.size;
-    totals_.samples += batch.size;
-    totals_.steps += 1;
   }
 
   TrainTotals collect() override {
     const TrainTotals out = totals_;
-    totals_.loss_sum = 0;
-    totals_.samples = totals_.correct = totals_.steps = 0;
+    std::memset(static_cast<void*>(&totals_), 0, kTotalsCounterBytes);  // the halt stays, as on the device
     return out;
   }
 
@@ -252,6 +244,7 @@ class CpuEngine final : public Engine {
 
   void download_gradients(ParameterBuffer<float>& grads) override { grads = grads_; }
   void sync_to_host() override {}  // the host's buffers are the model
+  std::string closing_note() const override { return ""; }
 
   std::vector<EnginePart> parts(const Batch& batch) override;
 
@@ -303,10 +296,8 @@ class CpuEngine final : public Engine {
   int64_t count_correct(const int32_t* labels, int batch) const {
     const int L = params_.config.num_labels;
     int64_t correct = 0;
-    for (int b = 0; b < batch; ++b) {
-      const float* row = activations_.logits + static_cast<size_t>(b) * L;
-      correct += (std::max_element(row, row + L) - row) == labels[b];
-    }
+    for (int b = 0; b < batch; ++b)
+      correct += steps::predicted_label(activations_.logits + static_cast<size_t>(b) * L, L) == labels[b];
     return correct;
   }
 

@@ -10,6 +10,12 @@
 
 namespace enhanced {
 
+std::string no_nccl_reason(int ranks) {
+  return cat("--device cuda with ", ranks, " rank(s) needs NCCL, and this build has none (configured with "
+             "ENHANCED_NCCL=OFF, or nccl.h / libnccl.so.2 not found: set ENHANCED_NCCL_ROOT); --device cpu trains on "
+             "several ranks without it");
+}
+
 #ifdef ENHANCED_HAVE_NCCL
 bool built_with_nccl() { return true; }
 
@@ -64,8 +70,7 @@ CudaGradientExchange::CudaGradientExchange(Communicator& communicator, int vocab
   reserve(1, stream);
 #else
   static_cast<void>(stream);
-  fail("--device cuda with ", size_, " rank(s) needs NCCL, and this build has none (ENHANCED_NCCL=OFF, or nccl.h / "
-       "libnccl.so.2 not found when it was configured: set ENHANCED_NCCL_ROOT); --device cpu trains on several ranks");
+  fail(no_nccl_reason(size_));
 #endif
 }
 

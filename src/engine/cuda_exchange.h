@@ -1,10 +1,9 @@
 // The CUDA engine's side of a data-parallel run (docs/distributed.md): one GPU a rank, and the
-// gradient exchange over NCCL on the step's stream: the dense gradients (everything after the
-// embedding table, one flat buffer) all-reduced; the embedding's touched rows packed as ids and
-// rows into buffers of a fixed bound per rank and all-gathered, then added in rank order (what
-// the CPU's GradientExchange computes, never a V x D buffer); the step's loss share and correct
-// count all-reduced with them. The NCCL calls are made outside any captured CUDA graph (see
-// CudaModel: capture is per rank, NCCL needs every rank to capture alike).
+// gradient exchange over NCCL on the step's stream, by the rule the CPU's GradientExchange
+// follows too (steps/gradient_exchange_steps.h): the dense part all-reduced; the embedding's
+// touched rows packed as ids and rows into buffers of a fixed bound per rank and all-gathered,
+// then added in rank order; the step's loss share and correct count all-reduced with them. The NCCL calls are made outside any captured CUDA graph (see
+// cuda_engine_step.cu: capture is per rank, NCCL needs every rank to capture alike).
 //
 // Host-compilable; without NCCL in the build (ENHANCED_HAVE_NCCL) the exchange refuses to start.
 #pragma once
@@ -23,6 +22,8 @@ namespace enhanced {
 // Whether this build has NCCL (multi-rank --device cuda), and its version ("2.28.9") or why not.
 bool built_with_nccl();
 std::string nccl_version();
+// The error of a data-parallel CUDA run of `ranks` ranks in a build without NCCL.
+std::string no_nccl_reason(int ranks);
 
 // Makes this rank's GPU the current device: its local rank (its index among the ranks on its
 // host) modulo the devices the host shows. Returns the device; *device_count its count.

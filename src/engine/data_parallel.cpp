@@ -3,12 +3,14 @@
 #include <algorithm>
 
 #include "enhanced/common.h"
+#include "steps/gradient_exchange_steps.h"
 
 namespace enhanced {
 
+// The exchange's rule: steps/gradient_exchange_steps.h (the CUDA engine's is the same).
 void GradientExchange::run(ParameterBuffer<float>& grads, std::vector<int32_t>& rows, Communicator& communicator) {
-  const size_t table = grads.embedding_size();
-  communicator.sum(grads.data.data() + table, grads.size() - table);
+  const steps::DensePart dense = steps::dense_part(grads.embedding_size(), grads.size());
+  communicator.sum(grads.data.data() + dense.offset, dense.count);
   // This rank's rows, packed and cleared: the merge below adds every rank's (its own included)
   // in rank order, so each row's sum is formed in the same order on every rank.
   const size_t D = static_cast<size_t>(grads.config.embedding_dim);
@@ -25,7 +27,7 @@ void GradientExchange::run(ParameterBuffer<float>& grads, std::vector<int32_t>& 
   for (size_t i = 0; i < all_ids_.size(); ++i) {
     float* row = grads.embedding + static_cast<size_t>(all_ids_[i]) * D;
     const float* add = all_values_.data() + i * D;
-    for (size_t d = 0; d < D; ++d) row[d] += add[d];
+    for (size_t d = 0; d < D; ++d) steps::add_exchanged(row[d], add[d]);
   }
   rows = all_ids_;
   std::sort(rows.begin(), rows.end());

@@ -1,5 +1,6 @@
 // The gradient exchange of a data-parallel CPU step: after each rank's backward over its part
-// of the batch, every rank holds the gradient of the whole batch (the same bits on each).
+// of the batch, every rank holds the gradient of the whole batch (the same bits on each), by the
+// rule of steps/gradient_exchange_steps.h (the CUDA engine's exchange over NCCL follows it too).
 #pragma once
 
 #include <cstdint>

@@ -7,7 +7,7 @@
 #include "engine/cpu_model.h"
 #include "enhanced/common.h"
 #ifdef ENHANCED_HAVE_CUDA
-#include "engine/cuda_model.h"
+#include "engine/cuda_engine.h"
 #endif
 
 namespace enhanced {
@@ -32,6 +32,11 @@ void check_class_weights(const std::vector<float>& weights, int num_labels) {
       fail("class weights: the weight of class ", c, " must be non-negative and finite, got ", weights[c]);
 }
 
+Communicator* data_parallel_ranks(const EngineOptions& options) {
+  Communicator* ranks = options.communicator;
+  return ranks && (ranks->size() > 1 || options.exchange_alone) ? ranks : nullptr;
+}
+
 std::unique_ptr<Engine> make_engine(Device device, ParameterBuffer<float>& params, OptimizerState* optimizer,
                                     const EngineOptions& options) {
   check_class_weights(options.class_weights, params.config.num_labels);
@@ -39,7 +44,7 @@ std::unique_ptr<Engine> make_engine(Device device, ParameterBuffer<float>& param
     return allocating(cat("allocating the CPU engine's gradients and activations for batches of up to ", options.max_batch),
                       [&] { return make_cpu_engine(params, optimizer, options); });
 #ifdef ENHANCED_HAVE_CUDA
-  // With more than one rank: this rank's GPU and the NCCL exchange (a build without NCCL refuses there).
+  // Data-parallel: this rank's GPU and the NCCL exchange (a build without NCCL refuses there).
   return make_cuda_engine(params, optimizer, options);
 #else
   fail("this build has no CUDA backend");

@@ -37,13 +37,13 @@ __global__ void norm_partials_kernel(double* __restrict__ partials, const float*
 }
 
 __global__ void norm_finish_kernel(double* __restrict__ norm, float* __restrict__ scale,
-                                   const double* __restrict__ partials, const int32_t* __restrict__ halted,
+                                   const double* __restrict__ partials, const Halt* __restrict__ halted,
                                    float clip_norm) {
   using Reduce = cub::BlockReduce<double, kNormBlocks>;
   __shared__ typename Reduce::TempStorage storage;
   const double total = Reduce(storage).Sum(partials[threadIdx.x]);
   if (threadIdx.x == 0) {
-    const double value = (halted && *halted) ? CUDART_NAN : sqrt(total);
+    const double value = (halted && *halted != Halt::none) ? CUDART_NAN : sqrt(total);
     *norm = value;
     *scale = steps::clip_factor(value, clip_norm);
   }
@@ -86,7 +86,7 @@ void check_range(const StepRange& r, bool needs_rows) {
 
 }  // namespace
 
-void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const int32_t* halted,
+void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const Halt* halted,
                    const StepRange& range, float clip_norm, cudaStream_t stream) {
   const bool rows_only = range.rows != nullptr;  // as on the CPU: untouched rows are zero
   check_range(range, false);

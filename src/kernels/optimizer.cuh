@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "enhanced/model.h"
+#include "enhanced/train_totals.h"
 #include "kernels/cuda_check.h"
 #include "steps/optimizer_steps.h"
 
@@ -27,8 +28,8 @@ using steps::step_scalars;
 // norm (1, double) = sqrt(sum of squares of grads over the touched rows and the rest), in a
 // fixed order (fixed grid, then one block): deterministic. scale (1, float) = the clipping
 // factor (1 when clip_norm <= 0 or norm <= clip_norm). partials: 256 doubles of scratch.
-// halted (nullable, device): when non-zero, *norm = NaN, so the update below is skipped.
-void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const int32_t* halted,
+// halted (nullable, device): when not Halt::none, *norm = NaN, so the update below is skipped.
+void gradient_norm(double* norm, float* scale, double* partials, const float* grads, const Halt* halted,
                    const StepRange& range, float clip_norm, cudaStream_t stream);
 
 // The config's optimizer (its steps/optimizer_steps.h update: SGD at scalars->learning_rate with

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "steps/gradient_exchange_steps.h"
+
 namespace enhanced::cuda {
 namespace {
 
@@ -45,7 +47,7 @@ __global__ void add_rows_kernel(float* __restrict__ dembedding, const int32_t* _
     const int32_t row = ids[k / dim];
     if (row == vocab) continue;
     float* target = dembedding + static_cast<int64_t>(row) * dim + k % dim;
-    *target = __fadd_rn(*target, values[k]);  // the CPU's `row[d] += add[d]`, never contracted
+    steps::add_exchanged(*target, values[k]);  // the CPU's addition, in the same rank order
   }
 }
 

@@ -8,42 +8,23 @@ namespace {
 
 constexpr int kAccountThreads = 256;
 
-// The samples whose first largest logit is the label, in thread 0 of a block of kAccountThreads.
+// The samples whose first largest logit is the label (steps::predicted_label), in thread 0 of a
+// block of kAccountThreads.
 __device__ int block_correct(const float* __restrict__ logits, const int32_t* __restrict__ labels, int batch,
                              int num_labels) {
   using Reduce = cub::BlockReduce<int, kAccountThreads>;
   __shared__ typename Reduce::TempStorage storage;
   int correct = 0;
-  for (int b = static_cast<int>(threadIdx.x); b < batch; b += kAccountThreads) {
-    const float* row = logits + static_cast<int64_t>(b) * num_labels;
-    int best = 0;
-    for (int l = 1; l < num_labels; ++l)
-      if (row[l] > row[best]) best = l;
-    correct += best == labels[b];
-  }
+  for (int b = static_cast<int>(threadIdx.x); b < batch; b += kAccountThreads)
+    correct += steps::predicted_label(logits + static_cast<int64_t>(b) * num_labels, num_labels) == labels[b];
   return Reduce(storage).Sum(correct);
-}
-
-// One step's loss, samples and correct predictions into the totals, or the halt.
-__device__ void account(DeviceTotals* __restrict__ totals, double loss, int64_t batch, int64_t correct,
-                        const StepScalars* __restrict__ scalars) {
-  if (totals->halted) return;
-  if (!isfinite(loss)) {
-    totals->halted = static_cast<int32_t>(Halt::loss);
-    totals->halted_step = scalars->step;
-    totals->halted_value = loss;
-    return;
-  }
-  totals->loss_sum = __dadd_rn(totals->loss_sum, __dmul_rn(loss, static_cast<double>(batch)));
-  totals->samples += batch;
-  totals->correct += correct;
 }
 
 __global__ void account_kernel(DeviceTotals* __restrict__ totals, const double* __restrict__ mean_loss,
                                const float* __restrict__ logits, const int32_t* __restrict__ labels,
                                const StepScalars* __restrict__ scalars, int batch, int num_labels) {
   const int correct = block_correct(logits, labels, batch, num_labels);
-  if (threadIdx.x == 0) account(totals, *mean_loss, batch, correct, scalars);
+  if (threadIdx.x == 0) steps::account_loss(*totals, *mean_loss, batch, correct, scalars->step);
 }
 
 __global__ void shard_totals_kernel(double* __restrict__ sums, const double* __restrict__ loss_share,
@@ -59,19 +40,12 @@ __global__ void account_reduced_kernel(DeviceTotals* __restrict__ totals, double
                                        const double* __restrict__ sums, const LossDenominator* __restrict__ whole,
                                        const StepScalars* __restrict__ scalars) {
   *mean_loss = sums[0];
-  account(totals, sums[0], whole->batch, static_cast<int64_t>(sums[1]), scalars);
+  steps::account_loss(*totals, sums[0], whole->batch, static_cast<int64_t>(sums[1]), scalars->step);
 }
 
 __global__ void finish_step_kernel(DeviceTotals* __restrict__ totals, const double* __restrict__ norm,
                                    const StepScalars* __restrict__ scalars) {
-  if (totals->halted) return;
-  if (!isfinite(*norm)) {
-    totals->halted = static_cast<int32_t>(Halt::gradient);
-    totals->halted_step = scalars->step;
-    totals->halted_value = *norm;
-    return;
-  }
-  totals->steps += 1;
+  steps::account_update(*totals, *norm, scalars->step);
 }
 
 }  // namespace

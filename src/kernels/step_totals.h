@@ -1,6 +1,6 @@
-// What the device keeps about the training steps between two collect() calls: the
+// What the device keeps about the training steps between two collect() calls (TrainTotals: the
 // loss sum, samples, correct predictions and steps, and a halt that is sticky once a step meets
-// a non-finite loss or gradient norm. Two launches a step fill it (step_totals.cu).
+// a non-finite loss or gradient norm). Two launches a step fill it (step_totals.cu).
 #pragma once
 
 #include <cstddef>
@@ -10,24 +10,16 @@
 #include "kernels/softmax_xent.cuh"
 #include "enhanced/train_totals.h"
 #include "steps/optimizer_steps.h"
+#include "steps/step_totals_steps.h"
 
 namespace enhanced::cuda {
 
 using steps::StepScalars;
 
-// The first four fields are what collect() hands out and resets; the rest is the halt, sticky
-// until a synchronous call reports and clears it.
-struct DeviceTotals {
-  double loss_sum;
-  int64_t samples;
-  int64_t correct;
-  int64_t steps;
-  double halted_value;
-  int64_t halted_step;
-  int32_t halted;  // a Halt
-  int32_t reserved;
-};
-constexpr size_t kTotalsCountersBytes = offsetof(DeviceTotals, halted_value);
+// The device keeps the host's TrainTotals itself (its layout is the same on both sides); the
+// kernels fill it with steps/step_totals_steps.h's rules, as the CPU engine does on the host.
+using DeviceTotals = TrainTotals;
+constexpr size_t kTotalsCountersBytes = kTotalsCounterBytes;
 constexpr size_t kTotalsHaltBytes = sizeof(DeviceTotals) - kTotalsCountersBytes;
 
 // After the loss: adds mean_loss * B (rounded as the host's `sum += loss * B`), B, and the

@@ -87,8 +87,7 @@ double optimizer_step(ParameterBuffer<float>& params, OptimizerState& state, con
     for (size_t i = begin; i < end; ++i) sum_squares += static_cast<double>(grads.data[i]) * grads.data[i];
   });
   const double norm = std::sqrt(sum_squares);
-  if (!std::isfinite(norm))
-    fail("non-finite gradient (norm ", norm, ") at step ", state.steps + 1, "; weights left unchanged");
+  if (!std::isfinite(norm)) return norm;  // the step is skipped; the engine halts (steps::account_update)
   const float scale = steps::clip_factor(norm, c.clip_norm);
   const steps::StepScalars scalars = steps::step_scalars(c, ++state.steps, learning_rate);
   float* w = params.data.data();

@@ -15,8 +15,9 @@ namespace enhanced {
 // params, state.moments -= update(grads); state.steps += 1. touched_rows: the sorted embedding
 // rows named in the batch (every other row's gradient is zero). learning_rate: this step's rate
 // (state.config's learning_rate is only the run's base rate; a schedule passes each step's).
-// Returns the global gradient norm before clipping; a non-finite norm or a bad rate throws Error
-// and leaves everything unchanged.
+// Returns the global gradient norm before clipping. A non-finite norm leaves everything unchanged
+// and is returned (the engine halts on it, as the GPU's update kernels skip such a step); a bad
+// rate throws Error and leaves everything unchanged.
 double optimizer_step(ParameterBuffer<float>& params, OptimizerState& state, const ParameterBuffer<float>& grads,
                       const std::vector<int32_t>& touched_rows, float learning_rate);
 

@@ -49,4 +49,12 @@ ENHANCED_HOST_DEVICE inline float sqrt_rn(float a) {
 #endif
 }
 
+ENHANCED_HOST_DEVICE inline bool is_finite(double x) {
+#ifdef __CUDA_ARCH__
+  return isfinite(x);
+#else
+  return std::isfinite(x);
+#endif
+}
+
 }  // namespace enhanced::steps

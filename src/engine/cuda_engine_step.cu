@@ -1,4 +1,4 @@
-// CudaModel's step pipeline (cuda_model_impl.h's Impl): batches validated and uploaded on the copy
+// The CUDA engine's step pipeline (cuda_engine_state.h's CudaEngineState): batches validated and uploaded on the copy
 // stream into two staging slots, each training step replayed from a CUDA graph captured for its
 // (batch size, slot) after an eager first run, the forward, backward and optimizer passes, and in
 // a data-parallel run the shard before the collectives and the merge after them.
@@ -8,13 +8,14 @@
 #include <exception>
 #include <vector>
 
-#include "engine/cuda_model_impl.h"
+#include "engine/cuda_engine_state.h"
 #include "enhanced/data_parallel.h"
+#include "steps/gradient_exchange_steps.h"
 #include "steps/softmax_xent_steps.h"
 
 namespace enhanced {
 
-void CudaModel::Impl::validate(const Batch& batch) const {
+void CudaEngineState::validate(const Batch& batch) const {
   const ModelConfig& c = config;
   check_batch_seq_len(batch, c);
   if (batch.size < 1 || batch.size > max_batch)
@@ -35,7 +36,7 @@ void CudaModel::Impl::validate(const Batch& batch) const {
     fail("batch has a label outside [0, ", c.num_labels, ")");
 }
 
-void CudaModel::Impl::allocate_batch_blocks() {
+void CudaEngineState::allocate_batch_blocks() {
   for (Slot& slot : slots) {
     slot.staging.resize(layout.ids + id_capacity);
     slot.block.resize(layout.ids + id_capacity);
@@ -47,7 +48,7 @@ void CudaModel::Impl::allocate_batch_blocks() {
 // Rare: a batch with more identifier ids than the buffers hold. Everything in flight finishes,
 // the previous backward's gradients are cleared (growing the workspace forgets its touched
 // rows), and the buffers grow with headroom; captured graphs become stale and are recaptured.
-void CudaModel::Impl::grow_ids(size_t ids) {
+void CudaEngineState::grow_ids(size_t ids) {
   drain();
   cuda::zero_gradients(grads.data.data(), range(true), s());
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
@@ -59,13 +60,13 @@ void CudaModel::Impl::grow_ids(size_t ids) {
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
 }
 
-CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind kind, float learning_rate) {
+CudaEngineState::BatchView CudaEngineState::enqueue(const Batch& batch, StepKind kind, float learning_rate) {
   validate(batch);  // the whole batch: in a data-parallel run every rank finds a bad one alike
   if (kind == StepKind::train) check_step_learning_rate(learning_rate, steps + 1);
-  // A data-parallel step computes this rank's shard of the batch; forward (evaluation) is given
-  // its shard by the caller already.
+  // A data-parallel training step computes this rank's shard of the batch; forward (evaluation
+  // is given its shard by the caller) and compute_gradients stay local, as on the CPU.
   cuda::LossDenominator whole;
-  const bool sharded = exchange && kind != StepKind::forward;
+  const bool sharded = exchange && kind == StepKind::train;
   const Batch& part = sharded ? shard_of_step(batch, whole) : batch;
   if (part.size > pass_batch)
     fail("internal: a pass of ", part.size, " samples; this rank's buffers hold its shard, 1..", pass_batch);
@@ -123,23 +124,21 @@ CudaModel::Impl::BatchView CudaModel::Impl::enqueue(const Batch& batch, StepKind
 // stream: NCCL can be captured (>= 2.9), but only when every rank captures the same collectives
 // alike, and here capture is each rank's own affair (a rank's shard size picks its graphs and
 // its cuDNN workspace growth, a failed capture turns one rank's graphs off).
-void CudaModel::Impl::run_step(const BatchView& b, StepKind kind, int slot) {
+void CudaEngineState::run_step(const BatchView& b, StepKind kind, int slot) {
   if (!b.whole) {
     if (kind != StepKind::train) return run_eager(b, kind);
     return run_graph(b, slot, 0, [&] { run_eager(b, kind); });
   }
-  const auto before = [&] { shard_pass(b); };
-  const auto after = [&] { merge_pass(b, kind); };
-  const size_t table = static_cast<size_t>(config.vocab_size) * config.embedding_dim;
-  if (kind == StepKind::train) run_graph(b, slot, 1, before);
-  else before();
-  exchange->communicate(grads.data.data() + table, grads.data.size() - table, shard_sums.data(), 2, s());
-  if (kind == StepKind::train) run_graph(b, slot, 2, after);
-  else after();
+  // Only training steps are sharded (enqueue).
+  const steps::DensePart dense =
+      steps::dense_part(static_cast<size_t>(config.vocab_size) * config.embedding_dim, grads.data.size());
+  run_graph(b, slot, 1, [&] { shard_pass(b); });
+  exchange->communicate(grads.data.data() + dense.offset, dense.count, shard_sums.data(), 2, s());
+  run_graph(b, slot, 2, [&] { merge_pass(b); });
 }
 
 template <class Body>
-void CudaModel::Impl::run_graph(const BatchView& b, int slot, int phase, const Body& body) {
+void CudaEngineState::run_graph(const BatchView& b, int slot, int phase, const Body& body) {
   if (!graphs_off.empty()) return body();
   auto found = std::find_if(graphs.begin(), graphs.end(), [&](const StepGraph& g) {
     return g.batch == b.size && g.slot == slot && g.phase == phase;
@@ -183,14 +182,14 @@ void CudaModel::Impl::run_graph(const BatchView& b, int slot, int phase, const B
   if (phase < 2) ++replays;
 }
 
-void CudaModel::Impl::run_eager(const BatchView& b, StepKind kind) {
+void CudaEngineState::run_eager(const BatchView& b, StepKind kind) {
   forward_pass(b, kind != StepKind::forward);
   if (kind == StepKind::forward) return;
   backward_pass(b);
   if (kind == StepKind::train) step(b);
 }
 
-void CudaModel::Impl::forward_pass(const BatchView& b, bool with_gradient) {
+void CudaEngineState::forward_pass(const BatchView& b, bool with_gradient) {
   const ModelConfig& c = config;
   const int B = b.size, T = c.seq_len, D = c.embedding_dim, H = c.hidden;
   cuda::embedding_blend_forward(act.x, b.offsets, b.identifiers, b.cur, params.embedding, b.positions, D, c.blend,
@@ -209,7 +208,7 @@ void CudaModel::Impl::forward_pass(const BatchView& b, bool with_gradient) {
 // The embedding backward sorts room for the most ids a slot holds (the batch's own count is read
 // on the device): the same kernels for every batch, so a captured graph serves them all and the
 // eager warm-up run before a capture has already loaded each of them.
-void CudaModel::Impl::backward_pass(const BatchView& b) {
+void CudaEngineState::backward_pass(const BatchView& b) {
   const ModelConfig& c = config;
   const int B = b.size, T = c.seq_len, D = c.embedding_dim, H = c.hidden;
   // grads start at zero: clear what the previous backward wrote (its touched rows, still in the
@@ -224,7 +223,7 @@ void CudaModel::Impl::backward_pass(const BatchView& b) {
                                  b.positions, static_cast<int64_t>(id_capacity), D, c.blend, s());
 }
 
-void CudaModel::Impl::step(const BatchView& b) {
+void CudaEngineState::step(const BatchView& b) {
   const OptimizerConfig& o = optimizer;
   double* loss = scalars.data();
   double* norm = scalars.data() + 1;
@@ -246,7 +245,7 @@ void CudaModel::Impl::step(const BatchView& b) {
 // rank's shard can touch: its positions' current words plus its identifier ids, at most V), so
 // every rank sizes its collectives alike; returns this rank's shard (take_shard, as the CPU engine)
 // and, in `whole`, the whole batch's loss denominators, summed in its sample order.
-const Batch& CudaModel::Impl::shard_of_step(const Batch& batch, cuda::LossDenominator& whole) {
+const Batch& CudaEngineState::shard_of_step(const Batch& batch, cuda::LossDenominator& whole) {
   const int ranks = exchange->size();
   const size_t T = static_cast<size_t>(config.seq_len);
   int64_t most = 0;
@@ -272,7 +271,7 @@ const Batch& CudaModel::Impl::shard_of_step(const Batch& batch, cuda::LossDenomi
 
 // Before the collectives: this rank's forward and backward over its shard (none when it is empty,
 // but its previous rows still clear), its loss share and correct count, its rows packed.
-void CudaModel::Impl::shard_pass(const BatchView& b) {
+void CudaEngineState::shard_pass(const BatchView& b) {
   if (b.size > 0) {
     forward_pass(b, true);
     cuda::shard_totals(shard_sums.data(), scalars.data(), act.logits, b.labels, b.size, config.num_labels, s());
@@ -286,15 +285,13 @@ void CudaModel::Impl::shard_pass(const BatchView& b) {
 }
 
 // After the collectives: every rank's rows added in rank order, then the optimizer step on the
-// whole batch's gradient (or, for compute_gradients, the whole batch's loss into scalars[0]).
-void CudaModel::Impl::merge_pass(const BatchView& b, StepKind kind) {
+// whole batch's gradient.
+void CudaEngineState::merge_pass(const BatchView& b) {
   exchange->merge(grads.embedding, s());
-  if (kind == StepKind::train) return step(b);
-  ENHANCED_CUDA_CHECK(
-      cudaMemcpyAsync(scalars.data(), shard_sums.data(), sizeof(double), cudaMemcpyDeviceToDevice, s()));
+  step(b);
 }
 
-void CudaModel::Impl::wait_and_read(const BatchView& b, float* logits_out) {
+void CudaEngineState::wait_and_read(const BatchView& b, float* logits_out) {
   ENHANCED_CUDA_CHECK(cudaMemcpyAsync(scalars_host.data(), scalars.data(), 2 * sizeof(double), cudaMemcpyDeviceToHost,
                                       s()));
   ENHANCED_CUDA_CHECK(cudaMemcpyAsync(totals_host.data(), totals.data(), sizeof(DeviceTotals), cudaMemcpyDeviceToHost,

@@ -1,13 +1,14 @@
-// CudaModel's state (cuda_model.h's Impl) and the device-side types it is built from, shared by
-// cuda_model.cu (the public members: construction, transfers, the step calls) and
-// cuda_model_step.cu (the step pipeline: batch uploads, graphs, the passes). Private to them.
+// The CUDA engine (cuda_engine.h): its class, its device state and the device-side types that
+// state is built from, shared by cuda_engine.cu (the Engine members: construction, transfers, the
+// step calls) and cuda_engine_step.cu (the step pipeline: batch uploads, graphs, the passes).
+// Private to them.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "engine/cuda_exchange.h"
-#include "engine/cuda_model.h"
+#include "engine/cuda_engine.h"
 #include "kernels/layers.h"
 #include "kernels/step_totals.h"
 
@@ -74,7 +75,8 @@ struct StepGraph {
 enum class StepKind { forward, gradients, train };
 
 
-struct CudaModel::Impl {
+// What the engine keeps on the device, and the step pipeline over it.
+struct CudaEngineState {
   ModelConfig config;
   OptimizerConfig optimizer;
   CudaOptions options;
@@ -85,7 +87,6 @@ struct CudaModel::Impl {
   // activations and the id buffers are sized for (as the CPU engine sizes its activations).
   int pass_batch = 0;
   int64_t steps = 0;  // optimizer steps queued (all applied unless a collect says otherwise)
-  double last_norm = 0;
 
   cuda::UniqueStream stream, copy_stream;
   cuda::UniqueCublas cublas;
@@ -122,9 +123,9 @@ struct CudaModel::Impl {
   int64_t replays = 0;
   std::string device_name;
 
-  // Data-parallel (null alone): the exchange over the ranks, this rank's shard of the step's
-  // batch, the training loss's class weights on the host (the whole batch's denominator), and
-  // the step's loss share and correct count, summed over the ranks.
+  // Data-parallel (null alone): the exchange over the ranks, this rank's shard of a training
+  // step's batch, the training loss's class weights on the host (the whole batch's denominator),
+  // and the step's loss share and correct count, summed over the ranks.
   std::unique_ptr<CudaGradientExchange> exchange;
   Batch shard;
   std::vector<float> class_weights_host;
@@ -168,7 +169,7 @@ struct CudaModel::Impl {
   template <class Body>
   void run_graph(const BatchView& b, int slot, int phase, const Body& body);
   void shard_pass(const BatchView& b);
-  void merge_pass(const BatchView& b, StepKind kind);
+  void merge_pass(const BatchView& b);
   void run_eager(const BatchView& b, StepKind kind);
   void forward_pass(const BatchView& b, bool with_gradient);
   void backward_pass(const BatchView& b);
@@ -178,6 +179,44 @@ struct CudaModel::Impl {
     ENHANCED_CUDA_CHECK(cudaStreamSynchronize(copy_stream.get()));
     ENHANCED_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
   }
+};
+
+// The engine: the CPU engine's members in the same order (cpu_model.cpp), over the state above.
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(ParameterBuffer<float>& params, OptimizerState* optimizer, const EngineOptions& options);
+  ~CudaEngine() override;
+  CudaEngine(const CudaEngine&) = delete;
+  CudaEngine& operator=(const CudaEngine&) = delete;
+
+  const ModelConfig& config() const override { return s_.config; }
+  std::string summary() const override;
+  RnnAlgorithm rnn_algorithm() const override { return s_.lstm->algorithm(); }
+  bool queues_steps() const override { return true; }
+
+  void enqueue_train_step(const Batch& batch, float learning_rate) override;
+  TrainTotals collect() override;
+
+  double forward(const Batch& batch, float* logits) override;
+  double compute_gradients(const Batch& batch, float* logits) override;
+  void download_gradients(ParameterBuffer<float>& grads) override;
+
+  void sync_to_host() override;
+  std::string closing_note() const override;
+  // One fused pipeline: no part runs alone.
+  std::vector<EnginePart> parts(const Batch& batch) override {
+    static_cast<void>(batch);
+    return {};
+  }
+
+ private:
+  void allocate(const ModelConfig& config, int max_batch, const EngineOptions& options);
+  void upload_optimizer_state();
+
+  ParameterBuffer<float>& params_;
+  OptimizerState* optimizer_;
+  std::string rank_device_;  // "GPU 1 of 8 (local rank 1), 16 ranks; " in a data-parallel run, else ""
+  CudaEngineState s_;
 };
 
 }  // namespace enhanced
