@@ -1,5 +1,6 @@
 // enhanced-train: trains the model on a .ebin dataset (see docs/cli.md "enhanced-train").
 #include "app.h"
+#include "train_flags.h"
 #include "enhanced/communicator.h"
 #include "enhanced/trainer.h"
 
@@ -31,103 +32,15 @@ int train_on_ranks(enhanced::TrainOptions o, const enhanced::EngineFlags& engine
   return 1;  // not reached: abort ends the job
 }
 
-// The learning-rate schedule and what the validations decide (docs/cli.md "Training controls").
-void add_schedule_options(CLI::App& app, enhanced::TrainOptions& o) {
-  app.add_option("--lr-schedule", o.lr_schedule, "constant, step, cosine, linear or plateau")
-      ->capture_default_str()->check(CLI::IsMember({"constant", "step", "cosine", "linear", "plateau"}));
-  app.add_option("--warmup-steps", o.warmup_steps, "Linear warm-up to --lr over the first N steps")
-      ->capture_default_str()->check(enhanced::at_least(int64_t{0}));
-  app.add_option("--min-lr", o.min_lr, "Floor (step, plateau) or end point (cosine, linear) of the rate")
-      ->capture_default_str()->check(enhanced::at_least(0.0));
-  app.add_option("--lr-step-size", o.lr_step_size, "step: multiply the rate by --lr-factor every N steps")
-      ->check(enhanced::at_least(int64_t{1}));
-  app.add_option("--lr-factor", o.lr_factor, "step and plateau: the factor of each reduction (0 < factor < 1)")
-      ->capture_default_str()->check(enhanced::greater_than(0.0));
-  app.add_option("--lr-patience", o.lr_patience, "plateau: validations without improvement before a reduction")
-      ->capture_default_str()->check(enhanced::at_least(int64_t{0}));
-  app.add_option("--monitor", o.monitor, "What best.safetensors, plateau and early stopping watch")
-      ->capture_default_str()->check(CLI::IsMember({"valid_loss", "valid_accuracy", "valid_f1"}));
-  app.add_option("--min-delta", o.min_delta, "An improvement must beat the best by more than this")
-      ->capture_default_str()->check(enhanced::at_least(0.0));
-  app.add_option("--early-stopping", o.early_stopping, "Stop after N validations without improvement (0: off)")
-      ->capture_default_str()->check(enhanced::at_least(int64_t{0}));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace enhanced;
   CLI::App app{"Train the ragged-blend BiLSTM classifier on a .ebin dataset"};
-  TrainOptions o;
-  std::string optimizer = to_string(o.optimizer.kind);
-  app.add_option("--data", o.data_path, "Training set (.ebin, from enhanced-data convert)");
-  app.add_option("--valid", o.valid_path, "Validation set (.ebin); best.safetensors tracks its loss");
-  app.add_option("--pretrained", o.pretrained_path, "Embedding table: raw float32, .npy or word2vec binary");
-  app.add_option("--init-from", o.init_from, "Start from this checkpoint (its model must match the data)");
-  app.add_option("--out", o.out_dir, "Output directory for checkpoints and metrics")->required();
-  app.add_flag("--resume", o.resume, "Continue the run saved in --out (same result as an uninterrupted run)");
-  app.add_option("--epochs", o.epochs, "Epochs to train (default 1)")->check(at_least(int64_t{1}));
-  app.add_option("--steps", o.steps, "Steps to train in all (overrides --epochs)")->check(at_least(int64_t{1}));
-  app.add_option("--batch-size", o.batch_size, "Samples per batch")->capture_default_str()->check(at_least(1));
-  app.add_option("--hidden", o.hidden, "LSTM units per direction")->capture_default_str()->check(at_least(1));
-  app.add_option("--embedding-dim", o.embedding_dim, "Embedding dim D (default: from --pretrained, else 32)")
-      ->check(at_least(1));
-  app.add_option("--vocab-size", o.vocab_size, "V (default: from --pretrained, else the data's largest id + 1)")
-      ->check(at_least(int64_t{1}));
-  app.add_option("--num-labels", o.num_labels, "L (default: from the data)")->check(at_least(1));
-  app.add_option("--blend", o.blend, "Identifier blend: mean or scalar-mean (the original map_fn code)")
-      ->capture_default_str()->check(CLI::IsMember({"mean", "scalar-mean"}));
-  app.add_option("--pool", o.pool, "Max-pool over: feature (default) or time")
-      ->capture_default_str()->check(CLI::IsMember({"feature", "time"}));
-  std::vector<std::string> optimizer_names;
-  for (const OptimizerInfo& row : optimizers()) optimizer_names.emplace_back(row.name);
-  app.add_option("--optimizer", optimizer, optimizer_names_text())->capture_default_str()->check(CLI::IsMember(optimizer_names));
-  app.add_option("--lr", o.optimizer.learning_rate, "Learning rate")->capture_default_str()->check(greater_than(0.0f));
-  for (const OptimizerInfo& row : optimizers())
-    for (const OptimizerScalar& scalar : row.scalars)
-      app.add_option(scalar.flag, o.optimizer.*scalar.field, scalar.help)->capture_default_str()->check(
-          scalar.rule == OptimizerScalar::Rule::unit_interval ? in_range_below(0.0f, 1.0f) : greater_than(0.0f));
-  app.add_flag("--lazy-embedding-updates", o.optimizer.lazy_embedding,
-               "Update only the embedding rows in the batch (cost independent of V)");
-  app.add_option("--clip-norm", o.optimizer.clip_norm, "Clip the global gradient norm to this (0: off)")
-      ->capture_default_str()
-      ->check(at_least(0.0f));
-  app.add_option("--weight-decay", o.optimizer.weight_decay,
-                 "Weight decay: Adam decoupled (AdamW), SGD L2 (torch SGD weight_decay); 0: off")
-      ->capture_default_str()
-      ->check(at_least(0.0f));
-  app.add_flag("--weight-decay-embedding", o.optimizer.weight_decay_embedding,
-               "Decay the embedding table too (with --lazy-embedding-updates: only the batch's rows)");
-  app.add_option("--class-weights", o.class_weights,
-                 "Weigh the training loss by class: 'balanced' (n / (L * count) over --data) or a file of L numbers");
-  app.add_option("--seed", o.seed, "Seed for initialisation and shuffling")->capture_default_str()->check(seed_rule());
-  bool no_shuffle = false;
-  app.add_flag("--no-shuffle", no_shuffle, "Visit samples in file order");
-  app.add_flag("--drop-last", o.drop_last, "Drop the last partial batch of each epoch");
-  EngineFlags engine_flags;
-  add_engine_flags(app, engine_flags);
-  app.add_option("--log-every", o.log_every, "Steps between metrics lines")->capture_default_str()->check(at_least(int64_t{1}));
-  app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: each epoch)")
-      ->capture_default_str()
-      ->check(at_least(int64_t{0}));
-  app.add_option("--valid-every", o.valid_every, "Also validate every N steps (0: at epoch ends only)")
-      ->capture_default_str()
-      ->check(at_least(int64_t{0}));
-  app.add_option("--check-every", o.check_every,
-                 "Data-parallel runs: steps between the ranks' comparisons of their weights (and at each checkpoint)")
-      ->capture_default_str()
-      ->check(at_least(int64_t{1}));
-  app.add_flag("--overwrite", o.overwrite, "Replace the run already in --out (its checkpoints and metrics are removed)");
-  add_schedule_options(app, o);
-  bool quiet = false;
-  app.add_flag("--quiet", quiet, "No progress line");
+  TrainFlags flags;
+  add_train_flags(app, flags);
   return run_app(app, argc, argv, [&] {
-    for (const CLI::Option* option : app.get_options())
-      if (option->count() > 0) o.given_flags.insert(option->get_name());
-    o.shuffle = !no_shuffle;
-    o.progress = !quiet;
-    o.optimizer.kind = parse_optimizer_kind(optimizer);
-    if (!o.resume && o.data_path.empty()) fail("--data is required (unless --resume)");
-    return train_on_ranks(o, engine_flags);
+    finish_train_flags(app, flags);
+    return train_on_ranks(flags.options, flags.engine);
   });
 }
