@@ -293,3 +293,25 @@ def test_id_checks_hold_in_graph_mode():
         with pytest.raises(tf.errors.InvalidArgumentError, match=message):
             model.predict(bad, verbose=0)
     assert graph(ragged(samples)).shape == (2, config.num_labels)  # the good input still runs
+
+
+def test_tensorboard_callback_in_keras_fit(tmp_path):
+    """enhanced.callbacks.TensorBoard is a Keras-protocol object: keras.Model.fit drives it, and
+    TensorBoard reads back History's numbers, per epoch, in Keras' layout."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from enhanced.callbacks import TensorBoard
+    config, _, inputs, labels = small_case(14)
+    keras.utils.set_random_seed(14)
+    model = EnhancedModel(config)
+    model.compile(optimizer=keras.optimizers.Adam(0.05), jit_compile=False, metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(inputs, labels, validation_data=(inputs, labels), epochs=2, batch_size=4, verbose=0,
+                        callbacks=[TensorBoard(tmp_path / "logs")])
+    for folder, prefix in (("train", ""), ("validation", "val_")):
+        events = EventAccumulator(str(tmp_path / "logs" / folder))
+        events.Reload()
+        for name in ("loss", "accuracy"):
+            assert [(e.step, e.value) for e in events.Scalars(f"epoch_{name}")] == \
+                [(k, float(np.float32(v))) for k, v in enumerate(history.history[prefix + name])]
+    assert len(events.Scalars("evaluation_loss_vs_iterations")) == 2
