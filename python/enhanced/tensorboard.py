@@ -139,33 +139,58 @@ def write_record(writer, record):
 
 class MetricsReader:
     """metrics.jsonl read as it grows: `read()` returns the records of the complete lines added
-    since the last call (a line without its newline yet waits, unless `final`)."""
+    since the last call (a line without its newline yet waits, unless `final`). A file whose lines
+    read so far changed (a `--resume` cuts the lines written after its state, then appends; a new
+    run in the same directory starts it again) is taken up again from its first changed line."""
 
     def __init__(self, path):
         self.path = path
-        self.offset, self.line_number, self._partial = 0, 0, b""
+        self.offset, self._lines = 0, []  # bytes and lines (with their newlines) read so far
+
+    @property
+    def line_number(self):
+        return len(self._lines)
+
+    def _take_up_changes(self):
+        """Where the lines read so far are no longer the file's: back to the first that changed."""
+        if not self._lines:
+            return
+        last = self._lines[-1]
+        with open(self.path, "rb") as f:
+            f.seek(max(self.offset - len(last), 0))
+            if f.read(len(last)) == last:
+                return
+            f.seek(0)
+            lines = f.read().split(b"\n")[:-1]
+        same = 0
+        while same < min(len(lines), len(self._lines)) and lines[same] + b"\n" == self._lines[same]:
+            same += 1
+        print(f"enhanced.tensorboard: {self.path} changed from its line {same + 1} (a --resume or a new run); "
+              "reading on from there", file=sys.stderr)
+        self._lines = self._lines[:same]
+        self.offset = sum(map(len, self._lines))
 
     def read(self, final=False):
-        if os.path.getsize(self.path) < self.offset:  # the file was cut (a --resume or a new run): again
-            print(f"enhanced.tensorboard: {self.path} became shorter; reading it again from its start",
-                  file=sys.stderr)
-            self.offset, self.line_number, self._partial = 0, 0, b""
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read()
-        self.offset += len(data)
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        cut_short = None  # the index of a last line without its newline, read as it is when final
-        if final and self._partial.strip():
-            cut_short = len(lines)
-            lines.append(self._partial)
-            self._partial = b""
+        try:
+            self._take_up_changes()
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:  # removed (a new run with --overwrite): while following, wait for it
+            if final:
+                raise MetricsError(f"{self.path}: no such file (it was removed while being read)") from None
+            return []
+        lines = data.split(b"\n")
+        partial = lines.pop()
+        lines = [line + b"\n" for line in lines]
+        if final and partial.strip():
+            lines.append(partial)  # the last line, cut short: read as it is, named as such
         records = []
-        for index, raw in enumerate(lines):
-            self.line_number += 1
-            where = f"{self.path}:{self.line_number}" + (" (the last line, cut short: no newline)"
-                                                        if index == cut_short else "")
+        for raw in lines:
+            self._lines.append(raw)
+            self.offset += len(raw)
+            where = f"{self.path}:{self.line_number}" + ("" if raw.endswith(b"\n") else
+                                                        " (the last line, cut short: no newline)")
             if not raw.strip():
                 continue
             try:

@@ -188,3 +188,33 @@ def test_missing_metrics_file(tmp_path):
     assert stderr.strip() == (f"enhanced.tensorboard: {tmp_path / 'nothing' / 'metrics.jsonl'}: no such file "
                               "(enhanced-train --out RUN writes RUN/metrics.jsonl)")
     assert not (tmp_path / "logs").exists()
+
+
+def test_follow_takes_up_a_file_that_changed(cli_run, tmp_path):
+    """A --resume cuts the lines written after its state and appends its own: --follow goes on
+    from the first changed line (the curves keep the earlier points too, then the new ones)."""
+    _, text, lines = cli_run
+    run, logs = tmp_path / "run", tmp_path / "logs"
+    run.mkdir()
+    metrics = run / "metrics.jsonl"
+    raw = text.splitlines(keepends=True)
+    first, kept = len(raw) // 2, len(raw) // 3
+    metrics.write_text("".join(raw[:first]))
+    process = converter(run, logs, "--follow")
+    try:
+        wait_for(lambda: curves(logs) == expected_from_metrics(lines[:first]), "the first lines")
+        changed = [{**r, **({"loss": r["loss"] * 2} if "loss" in r else {"valid_loss": r["valid_loss"] * 2})}
+                   for r in lines[kept:]]
+        with open(metrics, "r+") as f:  # as the trainer's resume does: cut in place, then append
+            f.truncate(len("".join(raw[:kept])))
+            f.seek(0, os.SEEK_END)
+            f.write("".join(json.dumps(r) + "\n" for r in changed))
+        before, after = expected_from_metrics(lines[:first]), expected_from_metrics(changed)
+        expected = {tag: before.get(tag, []) + after.get(tag, []) for tag in {**before, **after}}
+        wait_for(lambda: curves(logs) == expected, "the changed lines")
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert f"changed from its line {kept + 1} (a --resume or a new run)" in stderr
