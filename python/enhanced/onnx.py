@@ -199,8 +199,9 @@ def export_onnx(model_or_checkpoint, path, ids="int64"):
 
 
 def export_saved_model(model_or_checkpoint, directory):
-    """A TensorFlow SavedModel of the Keras model (an EnhancedModel, or an engine checkpoint or
-    model that export_onnx takes, which makes one) in `directory` (must not exist or be empty; written beside it and renamed).
+    """A TensorFlow SavedModel of the Keras model (an EnhancedModel, or a checkpoint or model that
+    export_onnx takes, which makes one) in `directory` (must not exist or be empty; written beside
+    it and renamed).
     Signature `serving_default`: the CSR arrays above (int64) -> {"logits": (B, L)}. Function
     `ragged(x)`: the (B, T, 3, None) RaggedTensor (int32 or int64 ids) -> logits."""
     import tensorflow as tf

@@ -118,8 +118,9 @@ def _record(text, where):
             raise MetricsError(f"{where}: a '{kind}' line without '{key}'")
         if _number(record[key]) is None:
             raise MetricsError(f"{where}: '{key}' is {json.dumps(record[key])[:40]}, not a number")
-    if any(not float(record[key]).is_integer() or record[key] < 0 for key in ("step", "epoch") if key in record):
-        raise MetricsError(f"{where}: 'step' and 'epoch' must be whole numbers >= 0")
+    for key, lowest in (("step", 0), ("epoch", 1)):  # epochs count from 1 in the file
+        if key in record and not (_number(record[key]).is_integer() and record[key] >= lowest):
+            raise MetricsError(f"{where}: '{key}' is {json.dumps(record[key])[:40]}, not a whole number >= {lowest}")
     return record
 
 

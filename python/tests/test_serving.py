@@ -140,7 +140,8 @@ def test_onnx_takes_int32_ids(tmp_path, blend, pool):
     rng = np.random.default_rng(420 + BLEND_POOL.index((blend, pool)))
     config = random_config(rng, blend, pool)
     checkpoint = random_checkpoint(tmp_path / "model.safetensors", config, rng)
-    wide, narrow = export_onnx(checkpoint, tmp_path / "int64.onnx"), export_onnx(checkpoint, tmp_path / "int32.onnx", ids="int32")
+    wide = export_onnx(checkpoint, tmp_path / "int64.onnx")
+    narrow = export_onnx(checkpoint, tmp_path / "int32.onnx", ids="int32")
     session = onnxruntime.InferenceSession(str(narrow), providers=["CPUExecutionProvider"])
     assert [i.type for i in session.get_inputs()] == ["tensor(int32)"] * 3
     for samples in batches(rng, config):

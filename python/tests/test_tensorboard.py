@@ -15,6 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from conftest import run_app
 from enhanced.callbacks import TensorBoard
+from enhanced.tensorboard import main as tensorboard_main
 
 VALID = ("loss", "accuracy", "f1")
 
@@ -158,38 +159,6 @@ def test_follow_reads_appended_lines_until_ctrl_c(cli_run, tmp_path):
     assert curves(logs) == expected_from_metrics(lines)
 
 
-@pytest.mark.parametrize("change,message", [
-    (lambda raw: raw[:3] + ["{\"kind\": \"train\", \"step\": 4,\n"] + raw[3:], r"metrics.jsonl:4: not a JSON line"),
-    (lambda raw: raw[:1] + [raw[1].replace('"step"', '"stop"')] + raw[2:], r"metrics.jsonl:2: a '\w+' line without 'step'"),
-    (lambda raw: raw[:2] + [raw[2].replace('"loss":', '"loss":"x","l":')] + raw[3:], r"metrics.jsonl:3: 'loss' is \"x\", not a number"),
-    (lambda raw: raw[:5] + ['{"kind": "other", "step": 1}\n'], r"metrics.jsonl:6: 'kind' is \"other\""),
-    (lambda raw: raw[:-1] + [raw[-1][:len(raw[-1]) // 2]],
-     r"metrics.jsonl:\d+ \(the last line, cut short: no newline\): not a JSON line"),
-])
-def test_bad_metrics_is_one_line_naming_the_file_and_line(cli_run, tmp_path, change, message):
-    _, text, lines = cli_run
-    run = tmp_path / "run"
-    run.mkdir()
-    raw = text.splitlines(keepends=True)
-    (run / "metrics.jsonl").write_text("".join(change(raw)))
-    process = converter(run, tmp_path / "logs")
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 1
-    assert len(stderr.splitlines()) == 1 and stderr.startswith(f"enhanced.tensorboard: {run / 'metrics.jsonl'}:"), stderr
-    assert re.search(message, stderr), stderr
-    if "cut short" in message:
-        assert f"metrics.jsonl:{len(lines)} (" in stderr
-
-
-def test_missing_metrics_file(tmp_path):
-    process = converter(tmp_path / "nothing", tmp_path / "logs")
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 1
-    assert stderr.strip() == (f"enhanced.tensorboard: {tmp_path / 'nothing' / 'metrics.jsonl'}: no such file "
-                              "(enhanced-train --out RUN writes RUN/metrics.jsonl)")
-    assert not (tmp_path / "logs").exists()
-
-
 def test_follow_takes_up_a_file_that_changed(cli_run, tmp_path):
     """A --resume cuts the lines written after its state and appends its own: --follow goes on
     from the first changed line (the curves keep the earlier points too, then the new ones)."""
@@ -218,3 +187,41 @@ def test_follow_takes_up_a_file_that_changed(cli_run, tmp_path):
         process.kill()
     assert process.returncode == 0, stderr
     assert f"changed from its line {kept + 1} (a --resume or a new run)" in stderr
+
+
+BAD_LINES = [  # (change of metrics.jsonl's lines, the error it must give)
+    (lambda raw: raw[:3] + ['{"kind": "train", "step": 4,\n'] + raw[3:], r"metrics.jsonl:4: not a JSON line"),
+    (lambda raw: raw[:1] + [raw[1].replace('"step"', '"stop"')] + raw[2:],
+     r"metrics.jsonl:2: a '\w+' line without 'step'"),
+    (lambda raw: raw[:2] + [raw[2].replace('"loss":', '"loss":"x","l":')] + raw[3:],
+     r"metrics.jsonl:3: 'loss' is \"x\", not a number"),
+    (lambda raw: raw[:5] + ['{"kind": "other", "step": 1}\n'], r"metrics.jsonl:6: 'kind' is \"other\""),
+    (lambda raw: raw[:1] + [raw[1].replace('"step":', '"step":null,"s":')] + raw[2:],
+     r"metrics.jsonl:2: 'step' is null, not a whole number >= 0"),
+    (lambda raw: [line.replace('"epoch":1,', '"epoch":0,') for line in raw],
+     r"metrics.jsonl:1: 'epoch' is 0, not a whole number >= 1"),
+    (lambda raw: raw[:-1] + [raw[-1][:len(raw[-1]) // 2]],
+     r"metrics.jsonl:\d+ \(the last line, cut short: no newline\): not a JSON line"),
+]
+
+
+@pytest.mark.parametrize("change,message", BAD_LINES)
+def test_bad_metrics_is_one_line_naming_the_file_and_line(cli_run, tmp_path, capsys, change, message):
+    """In process (main() is what `python -m` runs; the subprocess tests above start it that way)."""
+    _, text, lines = cli_run
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(change(text.splitlines(keepends=True))))
+    assert tensorboard_main([str(run), str(tmp_path / "logs")]) == 1
+    stderr = capsys.readouterr().err
+    assert len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith(f"enhanced.tensorboard: {run / 'metrics.jsonl'}:") and re.search(message, stderr), stderr
+    if "cut short" in message:
+        assert f"metrics.jsonl:{len(lines)} (" in stderr
+
+
+def test_missing_metrics_file(tmp_path, capsys):
+    assert tensorboard_main([str(tmp_path / "nothing"), str(tmp_path / "logs")]) == 1
+    assert capsys.readouterr().err.strip() == (f"enhanced.tensorboard: {tmp_path / 'nothing' / 'metrics.jsonl'}: "
+                                               "no such file (enhanced-train --out RUN writes RUN/metrics.jsonl)")
+    assert not (tmp_path / "logs").exists()
