@@ -165,7 +165,9 @@ class EnhancedModel(keras.Model):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        return cls(ModelConfig(**config.pop("config")), **config)
+        fields = {key: tuple(value) if isinstance(value, list) else value  # JSON made a tuple field a list
+                  for key, value in config.pop("config").items()}
+        return cls(ModelConfig(**fields), **config)
 
     def call(self, inputs):  # (B, T, 3, None) ragged -> logits (B, L)
         return self._head(self.embedding(inputs))
