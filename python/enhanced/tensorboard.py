@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+import types
 
 FOLDERS = ("train", "validation")
 _LEARNING_RATE_KEYS = ("lr", "learning_rate")
@@ -236,6 +237,8 @@ def main(argv=None):
     parser.add_argument("--follow", action="store_true",
                         help="keep reading lines as the run appends them, until Ctrl-C (or SIGTERM)")
     args = parser.parse_args(argv)
+    if "tensorflow" not in sys.modules:  # tensorboard's file layer: its own stub, not TensorFlow's (5 s, log lines)
+        sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
     stopping = []
     if args.follow:  # a flag, looked at between reads: Ctrl-C never cuts a write short
         for signum in (signal.SIGINT, signal.SIGTERM):
