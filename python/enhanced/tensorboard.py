@@ -49,11 +49,8 @@ class RunWriter:
 
 
 def _number(value):
-    """A log value as a float, or None where it is not a number (a string, a list). JSON's null
-    (how the engine writes a non-finite value) is NaN."""
-    if value is None:
-        return math.nan
-    if isinstance(value, (bool, str, bytes)):
+    """A log value as a float, or None where it is not a number (None, a string, a list)."""
+    if value is None or isinstance(value, (bool, str, bytes)):
         return None
     try:
         return float(value)  # Python and NumPy numbers, 0-d arrays and tensors
@@ -117,10 +114,13 @@ def _record(text, where):
     for key in keys:
         if key not in record:
             raise MetricsError(f"{where}: a '{kind}' line without '{key}'")
+        if record[key] is None and key not in ("step", "epoch"):
+            record[key] = math.nan  # how the engine's JSON writes a non-finite number
         if _number(record[key]) is None:
             raise MetricsError(f"{where}: '{key}' is {json.dumps(record[key])[:40]}, not a number")
     for key, lowest in (("step", 0), ("epoch", 1)):  # epochs count from 1 in the file
-        if key in record and not (_number(record[key]).is_integer() and record[key] >= lowest):
+        number = _number(record.get(key, lowest))
+        if number is None or not (number.is_integer() and number >= lowest):
             raise MetricsError(f"{where}: '{key}' is {json.dumps(record[key])[:40]}, not a whole number >= {lowest}")
     return record
 

@@ -197,7 +197,9 @@ BAD_LINES = [  # (change of metrics.jsonl's lines, the error it must give)
      r"metrics.jsonl:3: 'loss' is \"x\", not a number"),
     (lambda raw: raw[:5] + ['{"kind": "other", "step": 1}\n'], r"metrics.jsonl:6: 'kind' is \"other\""),
     (lambda raw: raw[:1] + [raw[1].replace('"step":', '"step":null,"s":')] + raw[2:],
-     r"metrics.jsonl:2: 'step' is null, not a whole number >= 0"),
+     r"metrics.jsonl:2: 'step' is null, not a number"),
+    (lambda raw: raw[:1] + [raw[1].replace('"epoch":1,', '"epoch":"1",')] + raw[2:],
+     r"metrics.jsonl:2: 'epoch' is \"1\", not a whole number >= 1"),
     (lambda raw: [line.replace('"epoch":1,', '"epoch":0,') for line in raw],
      r"metrics.jsonl:1: 'epoch' is 0, not a whole number >= 1"),
     (lambda raw: raw[:-1] + [raw[-1][:len(raw[-1]) // 2]],
@@ -225,3 +227,14 @@ def test_missing_metrics_file(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (f"enhanced.tensorboard: {tmp_path / 'nothing' / 'metrics.jsonl'}: "
                                                "no such file (enhanced-train --out RUN writes RUN/metrics.jsonl)")
     assert not (tmp_path / "logs").exists()
+
+
+def test_a_non_finite_number_is_nan(cli_run, tmp_path, capsys):
+    """The engine's JSON writes a non-finite loss as null: a NaN point, not an error."""
+    _, text, lines = cli_run
+    raw = text.splitlines(keepends=True)
+    (tmp_path / "metrics.jsonl").write_text(raw[0].replace('"loss":', '"loss":null,"l":') + "".join(raw[1:]))
+    assert tensorboard_main([str(tmp_path / "metrics.jsonl"), str(tmp_path / "logs")]) == 0
+    found = curves(tmp_path / "logs")
+    assert np.isnan(found["train", "batch_loss"][0][1]) and found["train", "batch_loss"][0][0] == lines[0]["step"]
+    assert found["train", "batch_loss"][1:] == expected_from_metrics(lines)["train", "batch_loss"][1:]
