@@ -9,8 +9,15 @@ bias is the engine's two summed; from Keras the bias becomes `bias_hh` and `bias
 
 Input checks raise ValueError naming the sample and the position when the model runs eagerly
 (`model(x)`); inside a tf.function (`fit`, `predict`, a SavedModel) the same checks are graph
-assertions (tf.errors.InvalidArgumentError) with the same words, without the position.
+assertions (tf.errors.InvalidArgumentError) with the same words, without the position: every
+tensor read after a check passes through an identity under the check's control dependency, so no
+gather runs on an unchecked id (a GPU gather would return zeros for it, a CPU one another error).
+
+The model and the layer are registered Keras serializables (package "enhanced"): after
+`import enhanced.keras`, `keras.models.load_model("m.keras")` needs no custom_objects.
 """
+import dataclasses
+
 import numpy as np
 import tensorflow as tf
 import keras
@@ -28,6 +35,15 @@ def _require(condition, message, where=None):
             raise ValueError(message + (where() if where else ""))
         return None
     return tf.debugging.Assert(condition, [message])
+
+
+def _checked(checks, *tensors):
+    """`tensors`, each read only after every check in `checks` (None entries: eager, already done)."""
+    checks = [c for c in checks if c is not None]
+    if not checks:
+        return tensors
+    with tf.control_dependencies(checks):
+        return tuple(tf.identity(t) for t in tensors)
 
 
 def _first(bad):
@@ -60,20 +76,21 @@ def ragged_to_csr(inputs, seq_len):
                        lambda: _sample_position(_first(fields != 3), seq_len)
                        + f" has {int(fields[_first(fields != 3)])}")]
     field_rows = inputs.values.values  # (3P, None): row 3p + f is field f of position p
-    with tf.control_dependencies([c for c in checks if c is not None]):
-        field_lengths = tf.reshape(field_rows.row_lengths(), (-1, 3))  # (P, 3)
+    row_lengths, = _checked(checks, field_rows.row_lengths())
+    field_lengths = tf.reshape(row_lengths, (-1, 3))  # (P, 3)
     cur_lengths = field_lengths[:, 2]
     check = _require(tf.reduce_all(cur_lengths == 1), "field 2 (cur_word) must hold exactly one id",
                      lambda: _sample_position(_first(cur_lengths != 1), seq_len)
                      + f" holds {int(cur_lengths[_first(cur_lengths != 1)])}")
-    with tf.control_dependencies([check] if check is not None else []):
-        values = tf.cast(field_rows.values, tf.int64)  # (all ids,)
-        identifier_ids = tf.boolean_mask(values, field_rows.value_rowids() % 3 == 0)  # (nnz,)
-        cur_word = tf.gather(values, tf.reshape(field_rows.row_splits[:-1], (-1, 3))[:, 2])  # (P,)
+    values, row_ids, row_starts = _checked([check], tf.cast(field_rows.values, tf.int64),  # (all ids,)
+                                           field_rows.value_rowids(), field_rows.row_splits[:-1])
+    identifier_ids = tf.boolean_mask(values, row_ids % 3 == 0)  # (nnz,)
+    cur_word = tf.gather(values, tf.reshape(row_starts, (-1, 3))[:, 2])  # (P,)
     return (identifier_ids, tf.reshape(field_lengths[:, 0], (-1, seq_len)),
             tf.reshape(cur_word, (-1, seq_len)))
 
 
+@keras.saving.register_keras_serializable(package="enhanced")
 class RaggedBlendEmbedding(keras.layers.Layer):
     """Step 1 of docs/model.md: the embedding blend of the identifier ids and the current word."""
 
@@ -82,6 +99,11 @@ class RaggedBlendEmbedding(keras.layers.Layer):
         self.vocab_size, self.embedding_dim, self.seq_len, self.blend = vocab_size, embedding_dim, seq_len, blend
         self.embeddings = self.add_weight(name="embeddings", shape=(vocab_size, embedding_dim),
                                           initializer=keras.initializers.RandomUniform(-0.05, 0.05))
+        self.built = True  # the one weight exists: loading weights needs no call first
+
+    def get_config(self):
+        return {**super().get_config(), "vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
+                "seq_len": self.seq_len, "blend": self.blend}
 
     def call(self, inputs):  # (B, T, 3, None) ragged -> (B, T, D)
         return self.blend_csr(*ragged_to_csr(inputs, self.seq_len))
@@ -103,8 +125,8 @@ class RaggedBlendEmbedding(keras.layers.Layer):
                            + f" holds {int(cur[_first((cur < 0) | (cur >= V))])}"),
                   _require(tf.reduce_all(counts >= 0) & (tf.reduce_sum(counts) == tf.size(ids, tf.int64)),
                            "identifier lengths must be >= 0 and sum to the number of identifier ids")]
-        with tf.control_dependencies([c for c in checks if c is not None]):
-            segments = tf.repeat(tf.range(tf.size(counts, tf.int64)), counts)  # (nnz,) position of each id
+        ids, counts, cur = _checked(checks, ids, counts, cur)  # in a graph: no gather before the checks
+        segments = tf.repeat(tf.range(tf.size(counts, tf.int64)), counts)  # (nnz,) position of each id
         sums = tf.math.unsorted_segment_sum(tf.gather(self.embeddings, ids), segments, tf.size(counts))  # (P, D)
         n = tf.cast(counts, self.embeddings.dtype)[:, None]  # (P, 1)
         current = tf.gather(self.embeddings, cur)  # (P, D)
@@ -116,9 +138,12 @@ class RaggedBlendEmbedding(keras.layers.Layer):
         return tf.reshape(x, (-1, self.seq_len, D))
 
 
+@keras.saving.register_keras_serializable(package="enhanced")
 class EnhancedModel(keras.Model):
     """docs/model.md's model: ragged blend -> Bidirectional(LSTM(H)) -> max-pool -> Dense(L)
-    logits. Call it on the (B, T, 3, None) RaggedTensor, or `logits_from_csr` on its components."""
+    logits. Call it on the (B, T, 3, None) RaggedTensor, or `logits_from_csr` on its components.
+    Built at construction (every weight exists), so `load_weights`, `keras.callbacks.BackupAndRestore`
+    and `.keras` files need no call first."""
 
     def __init__(self, config, **kwargs):
         if not isinstance(config, ModelConfig):
@@ -131,6 +156,18 @@ class EnhancedModel(keras.Model):
         self.dense = keras.layers.Dense(L, name="dense")
         self.bilstm.build((None, T, D))
         self.dense.build((None, config.pooled_features))
+        self.built = True
+
+    def get_config(self):
+        """The ModelConfig's fields under "config" (what a .keras file stores), beside Keras' own."""
+        return {"name": self.name, "trainable": self.trainable, "config": dataclasses.asdict(self.config)}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        fields = {key: tuple(value) if isinstance(value, list) else value  # JSON made a tuple field a list
+                  for key, value in config.pop("config").items()}
+        return cls(ModelConfig(**fields), **config)
 
     def call(self, inputs):  # (B, T, 3, None) ragged -> logits (B, L)
         return self._head(self.embedding(inputs))

@@ -5,7 +5,9 @@ The ONNX model's inputs are the batch in CSR form (what enhanced.keras.ragged_to
   identifier_ids      int64 (nnz,)    every identifier id, sample by sample, position by position
   identifier_lengths  int64 (B, T)    how many of them each position has (0 or more)
   cur_word            int64 (B, T)    the current word of each position
-and its output `logits` float32 (B, L); B and nnz are dynamic, T is the model's.
+and its output `logits` float32 (B, L); B and nnz are dynamic, T is the model's. An ONNX graph
+input has one element type, so `ids="int32"` makes the model whose three inputs are int32 (each
+Cast to int64 first: the same graph after it, the same logits).
 The graph: Gather of the identifier rows, their segment sum by ScatterND(reduction="add") (each id's
 position from a CumSum of marks that ScatterElements puts at the positions' starts), the blend,
 the ONNX LSTM (direction="bidirectional"; gates reordered from i, f, g, o to ONNX's i, o, f, c),
@@ -13,11 +15,12 @@ ReduceMax over features (or time), Gemm.
 """
 import os
 import shutil
+import sys
 import tempfile
 
 import numpy as np
 
-from .checkpoint import check_tensors, load_checkpoint
+from .checkpoint import ModelConfig, check_tensors, load_checkpoint
 from .safetensors import umask_mode, write_atomically
 
 OPSET = 17  # ScatterND/ScatterElements reduction="add" need 16; ReduceMax keeps its axes attribute below 18
@@ -25,10 +28,35 @@ INPUT_NAMES = ("identifier_ids", "identifier_lengths", "cur_word")
 _ONNX_GATES = (0, 3, 1, 2)  # ONNX's i, o, f, c blocks taken from the engine's i, f, g, o
 
 
-def _checkpoint(checkpoint):
-    """A path or (config, tensors) -> (config, checked tensors)."""
-    config, tensors = load_checkpoint(checkpoint) if not isinstance(checkpoint, tuple) else checkpoint
-    return config, check_tensors(config, tensors)
+ID_DTYPES = ("int64", "int32")
+
+
+def _checkpoint(model_or_checkpoint):
+    """(config, checked tensors) of a checkpoint (a path, or (config, tensors)) or a model: an
+    enhanced.keras.EnhancedModel, or an object with `.config` (ModelConfig) and `.state_dict()`
+    (the checkpoint's names -> arrays or tensors), as enhanced.torch.EnhancedModule has."""
+    source = model_or_checkpoint
+    if isinstance(source, tuple):
+        config, tensors = source
+    elif isinstance(source, (str, os.PathLike)):
+        config, tensors = load_checkpoint(source)
+    elif "enhanced.keras" in sys.modules and isinstance(source, sys.modules["enhanced.keras"].EnhancedModel):
+        config, tensors = sys.modules["enhanced.keras"].tensors_from_keras(source)
+    elif isinstance(getattr(source, "config", None), ModelConfig) and callable(getattr(source, "state_dict", None)):
+        config = source.config
+        tensors = {name: _array(value) for name, value in source.state_dict().items()}
+    else:
+        raise ValueError(f"expected an engine checkpoint (a path, or (config, tensors)), an enhanced.keras.EnhancedModel "
+                         f"or a model with .config and .state_dict() (enhanced.torch.EnhancedModule), "
+                         f"got {type(source).__name__}")
+    return config, check_tensors(config, tensors, where=str(source) if isinstance(source, (str, os.PathLike)) else "model")
+
+
+def _array(value):
+    """A state_dict value as a NumPy array (a torch tensor is detached and copied to the host)."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
 
 
 def _lstm_initializers(tensors, H):
@@ -119,41 +147,61 @@ def _head_nodes(tensors, constants):
     return [helper.make_node("Gemm", ["pooled", "dense_weight", "dense_bias"], ["logits"], transB=1)]
 
 
-def onnx_model(checkpoint):
-    """The inference model of an engine checkpoint (a path or (config, tensors)) as an onnx.ModelProto."""
+def _int32_inputs(nodes):
+    """The graph on int32 inputs: each input Cast to int64 first, the nodes reading the casts."""
+    from onnx import TensorProto, helper
+
+    wide = {name: f"{name}_int64" for name in INPUT_NAMES}
+    for node in nodes:
+        node.input[:] = [wide.get(name, name) for name in node.input]
+    casts = [helper.make_node("Cast", [name], [wide[name]], to=TensorProto.INT64) for name in INPUT_NAMES]
+    return casts + nodes
+
+
+def onnx_model(model_or_checkpoint, ids="int64"):
+    """The inference model of an engine checkpoint or model (what export_onnx takes) as an
+    onnx.ModelProto whose inputs are `ids` ("int64" or "int32")."""
     from onnx import TensorProto, helper, numpy_helper
 
-    config, tensors = _checkpoint(checkpoint)
+    if ids not in ID_DTYPES:
+        raise ValueError(f"ids must be one of {ID_DTYPES}, got {ids!r}")
+    config, tensors = _checkpoint(model_or_checkpoint)
     T, L = config.seq_len, config.num_labels
     constants = {"E": tensors["embedding.weight"]}  # each part adds the constants it uses
     nodes = _blend_nodes(config, constants) + _lstm_nodes(config, tensors, constants) + _head_nodes(tensors, constants)
-    inputs = [helper.make_tensor_value_info("identifier_ids", TensorProto.INT64, ["nnz"]),
-              helper.make_tensor_value_info("identifier_lengths", TensorProto.INT64, ["batch", T]),
-              helper.make_tensor_value_info("cur_word", TensorProto.INT64, ["batch", T])]
+    id_type = TensorProto.INT64
+    if ids == "int32":
+        nodes, id_type = _int32_inputs(nodes), TensorProto.INT32
+    inputs = [helper.make_tensor_value_info("identifier_ids", id_type, ["nnz"]),
+              helper.make_tensor_value_info("identifier_lengths", id_type, ["batch", T]),
+              helper.make_tensor_value_info("cur_word", id_type, ["batch", T])]
     outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", L])]
     initializers = [numpy_helper.from_array(np.ascontiguousarray(value), name) for name, value in constants.items()]
     graph = helper.make_graph(nodes, "enhanced", inputs, outputs, initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="enhanced")
-    for key, value in config.metadata().items():
+    for key, value in {**config.metadata(), "ids": ids}.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = key, str(value)
     return model
 
 
-def export_onnx(checkpoint, path):
-    """Writes the ONNX inference model of an engine checkpoint to `path` (atomically), checked by
-    onnx.checker. Run it with ONNX Runtime on the CSR arrays of module docstring."""
+def export_onnx(model_or_checkpoint, path, ids="int64"):
+    """Writes the ONNX inference model to `path` (atomically), checked by onnx.checker, from an
+    engine checkpoint (a path, or (config, tensors)) or a model (an enhanced.keras.EnhancedModel, an
+    enhanced.torch.EnhancedModule), as export_saved_model takes it. Run it with ONNX Runtime on the
+    CSR arrays of the module docstring, int64 or, with ids="int32", int32."""
     import onnx
 
-    model = onnx_model(checkpoint)
+    model = onnx_model(model_or_checkpoint, ids)
     onnx.checker.check_model(model, full_check=True)
     write_atomically(path, [model.SerializeToString()])
     return path
 
 
 def export_saved_model(model_or_checkpoint, directory):
-    """A TensorFlow SavedModel of the Keras model (an EnhancedModel, or an engine checkpoint that
-    makes one) in `directory` (must not exist or be empty; written beside it and renamed).
+    """A TensorFlow SavedModel of the Keras model (an EnhancedModel, or a checkpoint or model that
+    export_onnx takes, which makes one) in `directory` (must not exist or be empty; written beside
+    it and renamed).
     Signature `serving_default`: the CSR arrays above (int64) -> {"logits": (B, L)}. Function
     `ragged(x)`: the (B, T, 3, None) RaggedTensor (int32 or int64 ids) -> logits."""
     import tensorflow as tf
@@ -162,7 +210,7 @@ def export_saved_model(model_or_checkpoint, directory):
 
     model = model_or_checkpoint
     if not isinstance(model, EnhancedModel):
-        model = model_from_checkpoint(model_or_checkpoint)
+        model = model_from_checkpoint(_checkpoint(model_or_checkpoint))
     T = model.config.seq_len
     if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
         raise ValueError(f"{directory}: exists and is not an empty directory")

@@ -200,3 +200,118 @@ def test_csr_components_round_trip():
     assert cur.tolist() == [[position[2][0] for position in sample] for sample in samples]
     model = EnhancedModel(config)
     assert np.array_equal(model.logits_from_csr(ids, lengths, cur).numpy(), model(ragged(samples)).numpy())
+
+
+def small_case(seed, count=8):
+    config = enhanced.ModelConfig(vocab_size=9, num_labels=3, embedding_dim=3, hidden=2, seq_len=3)
+    samples, labels = random_samples(np.random.default_rng(seed), config, count)
+    return config, samples, ragged(samples), np.array(labels)
+
+
+def compiled(model, rate=0.05):
+    model.compile(optimizer=keras.optimizers.Adam(rate), jit_compile=False,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_keras_file_saves_and_loads(tmp_path):
+    """model.save("m.keras") and keras.models.load_model with no custom_objects (the classes are
+    registered by `import enhanced.keras`): the same config, bit-equal weights and logits."""
+    config, samples, inputs, labels = small_case(11)
+    config = enhanced.ModelConfig(**{**config.__dict__, "blend": "scalar-mean", "pool": "time"})  # not the defaults
+    keras.utils.set_random_seed(11)
+    model = compiled(EnhancedModel(config))
+    model.fit(inputs, labels, epochs=1, batch_size=4, verbose=0)  # trained, so the optimizer has its state
+    path = tmp_path / "m.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert type(loaded) is EnhancedModel and loaded.config == config and loaded.built
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(keras_variables(loaded), keras_variables(model)))
+    assert np.array_equal(loaded(inputs).numpy(), model(inputs).numpy())
+    assert isinstance(loaded.loss, keras.losses.SparseCategoricalCrossentropy)  # compile() came back too
+    assert [v.numpy().tobytes() for v in loaded.optimizer.variables] == [v.numpy().tobytes()
+                                                                         for v in model.optimizer.variables]
+    # The layer alone, as a user's functional model holds it.
+    layer = keras.layers.deserialize(keras.layers.serialize(model.embedding))
+    assert (layer.vocab_size, layer.embedding_dim, layer.seq_len, layer.blend) == (9, 3, 3, config.blend)
+
+
+def test_backup_and_restore_on_a_fresh_model(tmp_path):
+    """keras.callbacks.BackupAndRestore on a model that was never called: the interrupted fit's
+    weights after its first epoch are what the fresh model starts its second epoch from."""
+    config, _, inputs, labels = small_case(12)
+
+    class Interrupt(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("interrupted after epoch 0")
+
+    class Record(keras.callbacks.Callback):
+        epochs, weights = [], []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epochs.append(epoch)
+            self.weights.append(keras_variables(self.model))
+
+    backup = str(tmp_path / "backup")
+    keras.utils.set_random_seed(1)
+    first = compiled(EnhancedModel(config))
+    with pytest.raises(RuntimeError, match="interrupted after epoch 0"):
+        first.fit(inputs, labels, epochs=3, batch_size=4, shuffle=False, verbose=0,
+                  callbacks=[keras.callbacks.BackupAndRestore(backup), Interrupt()])
+    after_epoch_0 = keras_variables(first)
+    keras.utils.set_random_seed(2)
+    fresh = compiled(EnhancedModel(config))
+    assert not np.array_equal(keras_variables(fresh)[0], after_epoch_0[0])
+    history = fresh.fit(inputs, labels, epochs=3, batch_size=4, shuffle=False, verbose=0,
+                        callbacks=[keras.callbacks.BackupAndRestore(backup), Record()])
+    assert Record.epochs == [1, 2] and len(history.history["loss"]) == 2
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(Record.weights[0], after_epoch_0))
+
+
+def test_id_checks_hold_in_graph_mode():
+    """Inside tf.function (and predict) an id outside [0, V) is the documented assertion, every
+    time: the gathers wait for the checks (before, a gather could fail first with its own words)."""
+    config, samples, _, _ = small_case(13, count=2)
+    model = EnhancedModel(config)
+    graph = tf.function(lambda x: model(x))
+    csr_graph = tf.function(lambda ids, lengths, cur: model.logits_from_csr(ids, lengths, cur))
+
+    def case(change):
+        bad = [[[list(field) for field in position] for position in sample] for sample in samples]
+        change(bad)
+        return ragged(bad)
+    cases = [(case(lambda s: s[1][1][2].__setitem__(0, 9)), r"cur_word ids must be in \[0, 9\)"),
+             (case(lambda s: s[0][2][0].append(9)), r"identifier ids must be in \[0, 9\)"),
+             (case(lambda s: s[1][0][0].append(-1)), r"identifier ids must be in \[0, 9\)")]
+    for bad, message in cases:
+        csr = ragged_to_csr(bad, config.seq_len)
+        for _ in range(5):  # the order of unchained graph ops varies from run to run
+            with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+                graph(bad)
+            with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+                csr_graph(*csr)
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            model.predict(bad, verbose=0)
+    assert graph(ragged(samples)).shape == (2, config.num_labels)  # the good input still runs
+
+
+def test_tensorboard_callback_in_keras_fit(tmp_path):
+    """enhanced.callbacks.TensorBoard is a Keras-protocol object: keras.Model.fit drives it, and
+    TensorBoard reads back History's numbers, per epoch, in Keras' layout."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from enhanced.callbacks import TensorBoard
+    config, _, inputs, labels = small_case(14)
+    keras.utils.set_random_seed(14)
+    model = EnhancedModel(config)
+    model.compile(optimizer=keras.optimizers.Adam(0.05), jit_compile=False, metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(inputs, labels, validation_data=(inputs, labels), epochs=2, batch_size=4, verbose=0,
+                        callbacks=[TensorBoard(tmp_path / "logs")])
+    for folder, prefix in (("train", ""), ("validation", "val_")):
+        events = EventAccumulator(str(tmp_path / "logs" / folder))
+        events.Reload()
+        for name in ("loss", "accuracy"):
+            assert [(e.step, e.value) for e in events.Scalars(f"epoch_{name}")] == \
+                [(k, float(np.float32(v))) for k, v in enumerate(history.history[prefix + name])]
+    assert len(events.Scalars("evaluation_loss_vs_iterations")) == 2

@@ -14,6 +14,7 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 import enhanced  # noqa: E402
 from enhanced.keras import model_from_checkpoint, ragged_to_csr  # noqa: E402
 from enhanced.onnx import INPUT_NAMES, export_onnx, export_saved_model, onnx_model  # noqa: E402
+from enhanced.torch import EnhancedModule  # noqa: E402
 from keras_cases import BLEND_POOL, ragged, random_config, random_samples, relative_difference  # noqa: E402
 
 
@@ -98,3 +99,56 @@ def test_export_refuses_bad_input(tmp_path):
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"field 2 \(cur_word\) must hold exactly one id"):
         saved.ragged(ragged(samples))
     assert sorted(os.listdir(tmp_path)) == ["model.safetensors", "occupied", "saved"]  # no temporaries left
+
+
+def onnx_logits(path, csr):
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(["logits"], dict(zip(INPUT_NAMES, csr)))[0]
+
+
+def test_export_onnx_takes_a_model_as_export_saved_model_does(tmp_path):
+    """export_onnx(checkpoint path | (config, tensors) | Keras EnhancedModel | torch EnhancedModule,
+    path): the checkpoint's forms and the torch module (the same tensors) give the same file, the
+    Keras model (one bias per direction, the checkpoint's two summed) the same logits."""
+    rng = np.random.default_rng(410)
+    config = random_config(rng, "mean", "feature")
+    checkpoint = random_checkpoint(tmp_path / "model.safetensors", config, rng)
+    from_path = export_onnx(checkpoint, tmp_path / "path.onnx")
+    from_tuple = export_onnx(enhanced.load_checkpoint(checkpoint), tmp_path / "tuple.onnx")
+    from_torch = export_onnx(EnhancedModule.from_checkpoint(checkpoint), tmp_path / "torch.onnx")
+    keras_model = model_from_checkpoint(checkpoint)
+    from_keras = export_onnx(keras_model, tmp_path / "keras.onnx")
+    assert from_path.read_bytes() == from_tuple.read_bytes() == from_torch.read_bytes()
+    samples, _ = random_samples(rng, config, 4)
+    inputs = ragged(samples)
+    csr = [t.numpy() for t in ragged_to_csr(inputs, config.seq_len)]
+    reference = onnx_logits(from_path, csr)
+    assert relative_difference(onnx_logits(from_keras, csr), reference) <= 1e-6
+    assert relative_difference(reference, keras_model(inputs).numpy()) <= 1e-5
+    with pytest.raises(ValueError, match="expected an engine checkpoint .* got dict"):
+        export_onnx({"embedding.weight": 0}, tmp_path / "bad.onnx")
+    assert not (tmp_path / "bad.onnx").exists()
+    # export_saved_model takes the same forms: here the torch module.
+    saved = tf.saved_model.load(export_saved_model(EnhancedModule.from_checkpoint(checkpoint), str(tmp_path / "saved")))
+    assert relative_difference(saved.ragged(inputs).numpy(), reference) <= 1e-5
+
+
+@pytest.mark.parametrize("blend,pool", BLEND_POOL[::3])
+def test_onnx_takes_int32_ids(tmp_path, blend, pool):
+    """ids="int32": the inputs are int32 (an ONNX input has one type), Cast to int64 at the input;
+    ONNX Runtime gives the int64 model's logits bit for bit."""
+    rng = np.random.default_rng(420 + BLEND_POOL.index((blend, pool)))
+    config = random_config(rng, blend, pool)
+    checkpoint = random_checkpoint(tmp_path / "model.safetensors", config, rng)
+    wide = export_onnx(checkpoint, tmp_path / "int64.onnx")
+    narrow = export_onnx(checkpoint, tmp_path / "int32.onnx", ids="int32")
+    session = onnxruntime.InferenceSession(str(narrow), providers=["CPUExecutionProvider"])
+    assert [i.type for i in session.get_inputs()] == ["tensor(int32)"] * 3
+    for samples in batches(rng, config):
+        csr = [t.numpy() for t in ragged_to_csr(ragged(samples), config.seq_len)]
+        assert all(a.dtype == np.int64 for a in csr)
+        from_int64 = onnx_logits(wide, csr)
+        from_int32 = onnx_logits(narrow, [a.astype(np.int32) for a in csr])
+        assert from_int32.dtype == np.float32 and np.array_equal(from_int32, from_int64)
+    with pytest.raises(ValueError, match=r"ids must be one of \('int64', 'int32'\), got 'int16'"):
+        export_onnx(checkpoint, tmp_path / "int16.onnx", ids="int16")
