@@ -299,6 +299,7 @@ Dataset& Dataset::operator=(Dataset&& other) noexcept {
     identifier_ids_ = std::exchange(other.identifier_ids_, nullptr);
     auxiliary_offsets_ = std::exchange(other.auxiliary_offsets_, nullptr);
     auxiliary_ids_ = std::exchange(other.auxiliary_ids_, nullptr);
+    max_model_token_id_ = std::exchange(other.max_model_token_id_, -1);
   }
   return *this;
 }
