@@ -7,6 +7,7 @@
 // an interrupt, as Keras's on_train_end is not after a KeyboardInterrupt). A resumed run begins
 // its epoch where the run stopped (on_epoch_begin still comes first); a run stopped after an
 // epoch's last step but before its end does that end first, with no on_epoch_begin before it.
+// A resume with nothing left to do returns 0 at once and calls nothing.
 #pragma once
 
 #include <cstdint>
@@ -38,8 +39,9 @@ inline constexpr int kInterruptedExit = 130;
 
 // Every member has a default that does nothing, so an observer overrides what it needs. Epochs
 // are 0-based (Keras's on_epoch_begin(epoch)); batch is the step's 0-based index in its epoch.
-// The calls come on the training thread, on rank 0 of a data-parallel run only; an exception
-// thrown from one ends the run as an error does (nothing is saved by it).
+// The calls come on the training thread of a one-process run (run_training refuses an observer
+// with several ranks); an exception thrown from one ends the run as an error does (nothing is
+// saved by it: the last checkpoint stays the last).
 class TrainingObserver {
  public:
   virtual ~TrainingObserver() = default;
@@ -61,8 +63,9 @@ class TrainingObserver {
   // on_train_batch_end gets only "lr". Asked once, when the run starts.
   virtual bool wants_batch_logs() const { return false; }
 
-  // Asked after every step but the run's last (after on_train_batch_end). Reading it must be
-  // cheap: it runs between steps.
+  // Asked after each step that does not end the run anyway (the run's last step, or one whose
+  // validation stopped it early), after on_train_batch_end, and after a SIGINT/SIGTERM check
+  // where the run handles signals. Reading it must be cheap: it runs between steps.
   virtual TrainingDecision poll() { return TrainingDecision::carry_on; }
 };
 
