@@ -125,6 +125,17 @@ TEST(Dataset, MoveKeepsTheMapping) {
   EXPECT_EQ(c.label(4), samples[4].label);
   c = Dataset::open(dir + "/data.ebin");  // replacing an open mapping unmaps the old one
   EXPECT_EQ(c.cur_word(2, 3), samples[2].cur[3]);
+  // What open() derived moves with the data (a moved-into validation set sizes the vocabulary).
+  const Dataset opened = Dataset::open(dir + "/data.ebin");
+  EXPECT_GE(opened.max_model_token_id(), 0);
+  EXPECT_EQ(c.max_model_token_id(), opened.max_model_token_id());
+  // An in-memory image moves as a mapping does: its buffer, not a copy.
+  const std::string bytes = read_text(dir + "/data.ebin");
+  Dataset d = Dataset::from_bytes(std::vector<uint8_t>(bytes.begin(), bytes.end()), "image");
+  c = std::move(d);
+  EXPECT_EQ(c.path(), "image");
+  EXPECT_EQ(c.cur_word(2, 3), samples[2].cur[3]);
+  EXPECT_EQ(c.max_model_token_id(), opened.max_model_token_id());
 }
 
 TEST(Dataset, CheckFitsModelNamesSamplePositionAndField) {

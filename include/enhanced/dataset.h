@@ -1,11 +1,12 @@
-// The engine's binary dataset (.ebin): a read-only, memory-mapped CSR file with O(1) access
-// to any sample. Layout in docs/data-format.md; conversion from/to JSON Lines in jsonl.h.
+// The engine's binary dataset (.ebin): a read-only, memory-mapped CSR file (or the same bytes
+// held in memory, from_bytes) with O(1) access to any sample. Layout in docs/data-format.md; conversion from/to JSON Lines in jsonl.h.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace enhanced {
 
@@ -51,6 +52,11 @@ class Dataset {
   // `name`: what errors and path() call the set when it is not `path` (a temporary converted
   // from the user's JSON Lines file is named after that file).
   static Dataset open(const std::string& path, const std::string& name = "");
+  // A dataset held in memory: `image` is the bytes of an .ebin file (the exact layout, as
+  // python/enhanced/ebin.py writes it), checked as open() checks a file, with the same errors
+  // naming `name` where open()'s name the path. `name` is also path(): what a training run
+  // records as its data (docs/python.md says what a resume does with it).
+  static Dataset from_bytes(std::vector<uint8_t> image, const std::string& name);
   Dataset() = default;
   Dataset(Dataset&& other) noexcept;
   Dataset& operator=(Dataset&& other) noexcept;
@@ -85,6 +91,7 @@ class Dataset {
   int64_t position(int64_t sample, int t) const { return sample * header_->seq_len + t; }
   // The steps of open(), each throwing Error naming the file.
   void map_file();           // mapping_, mapping_size_ (a file of at least a header)
+  void check_and_carve();    // from header_ and mapping_size_: every check below, the section pointers
   void check_header() const; // magic, version, size, section bounds
   void carve_sections();     // the section pointers
   void check_offsets() const;
@@ -93,7 +100,8 @@ class Dataset {
 
   std::string path_;
   void* mapping_ = nullptr;
-  size_t mapping_size_ = 0;
+  size_t mapping_size_ = 0;  // the mapping's or the image's bytes
+  std::vector<uint8_t> image_;  // from_bytes: the bytes (no mapping)
   const DatasetHeader* header_ = nullptr;
   const int32_t* labels_ = nullptr;
   const int32_t* cur_word_ = nullptr;

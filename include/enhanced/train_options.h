@@ -48,6 +48,10 @@ struct TrainOptions {
   int64_t checkpoint_every = 0; // steps between last.safetensors writes (0: each epoch only)
   int64_t valid_every = 0;      // steps between validations, as well as at each epoch end (0: epoch ends only)
   bool progress = true;
+  // Whether the run installs its SIGINT/SIGTERM handlers (run_signals.h). false: the host process
+  // owns its signals (the Python extension: Ctrl-C is a KeyboardInterrupt that its observer turns
+  // into TrainingDecision::interrupt, training_observer.h). Not recorded in the run state.
+  bool handle_signals = true;
   bool overwrite = false;       // replace a run already in out_dir (its files are removed first)
   // Data-parallel runs (docs/distributed.md): steps between the ranks' comparisons of their
   // parameters (also compared at every checkpoint).

@@ -76,12 +76,25 @@ void check_reserved(const std::string& path, const DatasetHeader& h) {
 // Whether the file starts like JSON Lines (a '{' after any blanks or a UTF-8 byte-order mark),
 // as the input of enhanced-data convert does and no .ebin can (its magic is "ENHDATA"): giving
 // the JSONL file where the .ebin is expected is a common slip, worth naming with its fix.
+bool looks_like_json_lines(const unsigned char* head, size_t got) {
+  size_t at = got >= 3 && head[0] == 0xEF && head[1] == 0xBB && head[2] == 0xBF ? 3 : 0;
+  while (at < got && (head[at] == ' ' || head[at] == '\t' || head[at] == '\r' || head[at] == '\n')) ++at;
+  return at < got && head[at] == '{';
+}
+
 bool looks_like_json_lines(int fd) {
   unsigned char head[256];
   const ssize_t got = ::pread(fd, head, sizeof head, 0);
-  ssize_t at = got >= 3 && head[0] == 0xEF && head[1] == 0xBB && head[2] == 0xBF ? 3 : 0;
-  while (at < got && (head[at] == ' ' || head[at] == '\t' || head[at] == '\r' || head[at] == '\n')) ++at;
-  return at < got && head[at] == '{';
+  return got > 0 && looks_like_json_lines(head, static_cast<size_t>(got));
+}
+
+// The text of each reason a file or image is no .ebin before its header is read.
+[[noreturn]] void fail_json_lines(const std::string& path) {
+  fail(path, ": looks like JSON Lines, not .ebin: run enhanced-data convert ", path, " OUT.ebin first");
+}
+[[noreturn]] void fail_empty(const std::string& path) { fail(path, ": empty file (not an .ebin dataset)"); }
+[[noreturn]] void fail_no_header(const std::string& path, uint64_t size) {
+  fail(path, ": truncated: ", size, " bytes, smaller than the ", sizeof(DatasetHeader), "-byte header");
 }
 
 }  // namespace
@@ -117,12 +130,33 @@ Dataset Dataset::open(const std::string& path, const std::string& name) {
   ds.map_file();  // from here on `ds` owns the mapping; its destructor unmaps on any throw
   if (!name.empty()) ds.path_ = name;
   ds.header_ = static_cast<const DatasetHeader*>(ds.mapping_);
-  ds.check_header();
-  ds.carve_sections();
-  ds.check_offsets();
-  ds.check_ids();
-  ds.check_labels();
+  ds.check_and_carve();
   return ds;
+}
+
+// operator new's alignment is the sections' (8) or more: the image is used where it lies.
+static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= 8);
+
+Dataset Dataset::from_bytes(std::vector<uint8_t> image, const std::string& name) {
+  Dataset ds;
+  ds.path_ = name;
+  const size_t size = image.size();
+  if (looks_like_json_lines(image.data(), std::min<size_t>(size, 256))) fail_json_lines(name);
+  if (size == 0) fail_empty(name);
+  if (size < sizeof(DatasetHeader)) fail_no_header(name, size);
+  ds.image_ = std::move(image);
+  ds.mapping_size_ = size;
+  ds.header_ = reinterpret_cast<const DatasetHeader*>(ds.image_.data());
+  ds.check_and_carve();
+  return ds;
+}
+
+void Dataset::check_and_carve() {
+  check_header();
+  carve_sections();
+  check_offsets();
+  check_ids();
+  check_labels();
 }
 
 void Dataset::map_file() {
@@ -131,15 +165,15 @@ void Dataset::map_file() {
   const int fd = open_input_descriptor(path, real_size);  // a FIFO or a directory is refused by name
   if (looks_like_json_lines(fd)) {
     ::close(fd);
-    fail(path, ": looks like JSON Lines, not .ebin: run enhanced-data convert ", path, " OUT.ebin first");
+    fail_json_lines(path);
   }
   if (real_size == 0) {
     ::close(fd);
-    fail(path, ": empty file (not an .ebin dataset)");
+    fail_empty(path);
   }
   if (real_size < sizeof(DatasetHeader)) {
     ::close(fd);
-    fail(path, ": truncated: ", real_size, " bytes, smaller than the ", sizeof(DatasetHeader), "-byte header");
+    fail_no_header(path, real_size);
   }
   void* map = ::mmap(nullptr, real_size, PROT_READ, MAP_SHARED, fd, 0);
   int map_err = errno;
@@ -177,7 +211,7 @@ void Dataset::check_header() const {
 }
 
 void Dataset::carve_sections() {
-  const auto* base = static_cast<const unsigned char*>(mapping_);
+  const auto* base = reinterpret_cast<const unsigned char*>(header_);  // the mapping or the image
   const DatasetHeader* h = header_;
   labels_ = has_labels() ? reinterpret_cast<const int32_t*>(base + h->labels_offset) : nullptr;
   cur_word_ = reinterpret_cast<const int32_t*>(base + h->cur_word_offset);
@@ -257,6 +291,7 @@ Dataset& Dataset::operator=(Dataset&& other) noexcept {
     path_ = std::move(other.path_);
     mapping_ = std::exchange(other.mapping_, nullptr);
     mapping_size_ = std::exchange(other.mapping_size_, 0);
+    image_ = std::move(other.image_);  // a moved vector keeps its buffer: the pointers below stay valid
     header_ = std::exchange(other.header_, nullptr);
     labels_ = std::exchange(other.labels_, nullptr);
     cur_word_ = std::exchange(other.cur_word_, nullptr);
@@ -264,6 +299,7 @@ Dataset& Dataset::operator=(Dataset&& other) noexcept {
     identifier_ids_ = std::exchange(other.identifier_ids_, nullptr);
     auxiliary_offsets_ = std::exchange(other.auxiliary_offsets_, nullptr);
     auxiliary_ids_ = std::exchange(other.auxiliary_ids_, nullptr);
+    max_model_token_id_ = std::exchange(other.max_model_token_id_, -1);
   }
   return *this;
 }

@@ -1,0 +1,72 @@
+// In-process training hooks: what run_training (trainer.h) tells a caller that trains inside its
+// own process (the Python extension's Model.fit and its Keras-style callbacks), and how that
+// caller stops or interrupts the run. Keras's shape: the same five calls, the same log keys.
+//
+// Order of the calls: on_train_begin; per epoch on_epoch_begin, on_train_batch_end after each
+// step, on_epoch_end; on_train_end when the run ends normally or by a stop (not after an error or
+// an interrupt, as Keras's on_train_end is not after a KeyboardInterrupt). A resumed run begins
+// its epoch where the run stopped (on_epoch_begin still comes first); a run stopped after an
+// epoch's last step but before its end does that end first, with no on_epoch_begin before it.
+// A resume with nothing left to do returns 0 at once and calls nothing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace enhanced {
+
+// Keras's logs, by Keras's names: "loss" and "accuracy" (per batch: the running means over the
+// epoch so far, as Keras's batch logs; per epoch: the epoch's means, as metrics.jsonl's epoch
+// line), "lr" (the rate of the last step taken), and at an epoch's end with a validation set
+// "val_loss", "val_accuracy" and "val_f1" (macro F1).
+using TrainingLogs = std::map<std::string, double>;
+
+// What the run does after a step (poll).
+enum class TrainingDecision {
+  carry_on,
+  // model.stop_training = True: the run ends after this step, saved as a normal end saves (the
+  // state file and last.safetensors; an epoch's last step does its epoch end first); the exit
+  // code is 0 and a resume continues from the step, as it would from any checkpoint.
+  stop,
+  // Ctrl-C in the caller's process: the step reached is saved exactly as enhanced-train saves on
+  // SIGINT, and run_training returns kInterruptedExit; a resume continues bit for bit.
+  interrupt,
+};
+
+// run_training's code for a run ended by TrainingDecision::interrupt: the SIGINT path's 128 + 2.
+inline constexpr int kInterruptedExit = 130;
+
+// Every member has a default that does nothing, so an observer overrides what it needs. Epochs
+// are 0-based (Keras's on_epoch_begin(epoch)); batch is the step's 0-based index in its epoch.
+// The calls come on the training thread of a one-process run (run_training refuses an observer
+// with several ranks); an exception thrown from one ends the run as an error does (nothing is
+// saved by it: the last checkpoint stays the last).
+class TrainingObserver {
+ public:
+  virtual ~TrainingObserver() = default;
+  virtual void on_train_begin() {}
+  virtual void on_epoch_begin(int64_t epoch) { static_cast<void>(epoch); }
+  virtual void on_train_batch_end(int64_t batch, const TrainingLogs& logs) {
+    static_cast<void>(batch);
+    static_cast<void>(logs);
+  }
+  virtual void on_epoch_end(int64_t epoch, const TrainingLogs& logs) {
+    static_cast<void>(epoch);
+    static_cast<void>(logs);
+  }
+  // logs: the last epoch's, or the running ones when no epoch ended in this process.
+  virtual void on_train_end(const TrainingLogs& logs) { static_cast<void>(logs); }
+
+  // Whether on_train_batch_end wants loss and accuracy. They need the step's totals read back
+  // (a collect, which on a GPU waits for the step): false keeps the engine's pipeline, and
+  // on_train_batch_end gets only "lr". Asked once, when the run starts.
+  virtual bool wants_batch_logs() const { return false; }
+
+  // Asked after each step that does not end the run anyway (the run's last step, or one whose
+  // validation stopped it early), after on_train_batch_end, and after a SIGINT/SIGTERM check
+  // where the run handles signals. Reading it must be cheap: it runs between steps.
+  virtual TrainingDecision poll() { return TrainingDecision::carry_on; }
+};
+
+}  // namespace enhanced

@@ -1,0 +1,20 @@
+// One validation of a training run: the validation set evaluated (unweighted, every rank its
+// shard) after a step, its result into that step's metrics line and onto the progress line.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+#include "enhanced/communicator.h"
+#include "enhanced/dataset.h"
+#include "enhanced/engine.h"
+#include "enhanced/progress.h"
+#include "train/schedule.h"
+
+namespace enhanced {
+
+// line gains valid_loss, valid_accuracy and valid_f1.
+Validation validate_step(Engine& engine, const Dataset& valid, int batch_size, Communicator& communicator,
+                         int64_t step, nlohmann::json& line, ProgressLine& progress);
+
+}  // namespace enhanced

@@ -1,0 +1,379 @@
+#include "train/training_run.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <utility>
+
+#include "enhanced/common.h"
+#include "train/class_weights.h"
+#include "train/distributed.h"
+#include "train/run_signals.h"
+#include "train/run_validation.h"
+
+namespace enhanced {
+namespace {
+
+// Totals of consecutive reads, in step order: a's sums first, as the engine would have added b's steps to them.
+TrainTotals merged(const TrainTotals& a, const TrainTotals& b) {
+  TrainTotals sum = a;
+  sum.loss_sum = a.loss_sum + b.loss_sum;
+  sum.samples += b.samples;
+  sum.correct += b.correct;
+  sum.steps += b.steps;
+  if (a.halted == Halt::none) {
+    sum.halted = b.halted;
+    sum.halted_step = b.halted_step;
+    sum.halted_value = b.halted_value;
+  }
+  return sum;
+}
+
+LoaderOptions loader_options_of(const TrainOptions& o) {
+  return LoaderOptions{o.batch_size, o.shuffle, o.seed, o.drop_last, true};
+}
+
+int64_t batches_per_epoch(const TrainOptions& o, const Dataset& train) {
+  const int64_t batches = BatchLoader(train, loader_options_of(o)).batches_per_epoch();
+  if (batches == 0)
+    fail(train.path(), ": no batch to train on (", train.num_samples(), " samples, batch size ", o.batch_size,
+         o.drop_last ? ", drop-last on)" : ")");
+  return batches;
+}
+
+int64_t run_length(const TrainOptions& o, int64_t batches) {
+  if (o.steps == 0 && o.epochs > std::numeric_limits<int64_t>::max() / batches)
+    fail("--epochs ", o.epochs, " is too many: ", batches, " batches an epoch overflow the step count");
+  return o.steps > 0 ? o.steps : o.epochs * batches;
+}
+
+}  // namespace
+
+TrainingRun::TrainingRun(TrainOptions options, ParameterBuffer<float> params, const Dataset& train,
+                         const Dataset* valid, Communicator& communicator)
+    : o_(std::move(options)), params_(std::move(params)), train_(train), valid_(valid),
+      optimizer_(o_.optimizer, params_.config), comm_(communicator), speaks_(communicator.rank() == 0),
+      batches_(batches_per_epoch(o_, train_)), total_steps_(run_length(o_, batches_)), controls_(o_, total_steps_),
+      saves_(o_.out_dir, communicator), progress_(o_.progress && speaks_) {}
+
+void TrainingRun::check_controls_fit_the_run() const {
+  if (o_.warmup_steps >= total_steps_ && o_.warmup_steps > 0)
+    fail("--warmup-steps ", o_.warmup_steps, " is not shorter than the run (", total_steps_, " steps)");
+  const bool validates = valid_ && (o_.valid_every > 0 ? o_.valid_every <= total_steps_ : total_steps_ >= batches_);
+  if (!validates && (o_.early_stopping > 0 || controls_.plateau()))
+    fail(o_.early_stopping > 0 ? "--early-stopping" : "--lr-schedule plateau", " would never see a validation: the run "
+         "has ", total_steps_, " steps and validates ", o_.valid_every > 0 ? "every " + std::to_string(o_.valid_every) +
+         " steps" : "at epoch ends (" + std::to_string(batches_) + " steps); give --valid-every");
+}
+
+void TrainingRun::use_device(Device device, int threads) {
+  // A new run resolves its class weights here; a resumed one has them from its state.
+  if (!o_.resume || (o_.class_weight_values.empty() && !o_.class_weights.empty()))
+    o_.class_weight_values = class_weights_for(o_.class_weights, train_, params_.config.num_labels);
+  EngineOptions options{o_.batch_size, threads, o_.cuda, o_.class_weight_values};
+  options.precision = o_.precision;
+  options.communicator = &comm_;
+  engine_ = make_engine(device, params_, &optimizer_, options);
+  o_.cuda.rnn_algorithm = engine_->rnn_algorithm();  // recorded, so a resume keeps the arithmetic
+  if (speaks_) std::fprintf(stderr, "engine: %s\n", engine_->summary().c_str());
+}
+
+void TrainingRun::resume(const SafetensorsReader& state) {
+  read_optimizer_state(optimizer_, state);
+  position_ = read_run_position(state);
+  // Steps are counted twice, by the run and by the optimizer (the halt report and Adam's bias
+  // correction use the latter): a file where they disagree was not written by this trainer.
+  if (optimizer_.steps != position_.step)
+    fail(state.path(), ": the optimizer has taken ", optimizer_.steps, " steps but the run says ", position_.step);
+  // Every epoch has the same number of batches, so the position must be on that grid.
+  if (position_.batch_in_epoch > batches_ || position_.epoch > position_.step ||
+      position_.step != position_.epoch * batches_ + position_.batch_in_epoch)
+    fail(state.path(), ": the run stopped at epoch ", position_.epoch + 1, ", batch ", position_.batch_in_epoch,
+         " (step ", position_.step, "), which does not fit ", train_.path(), " (", batches_,
+         " batches an epoch at batch size ", o_.batch_size, "): the training data changed since the run started");
+  controls_.replay(position_.validations);
+  if (speaks_) std::fprintf(stderr, "resuming %s at step %lld (epoch %lld, batch %lld)\n", saves_.dir().c_str(),
+               static_cast<long long>(position_.step), static_cast<long long>(position_.epoch + 1),
+               static_cast<long long>(position_.batch_in_epoch));
+}
+
+bool TrainingRun::has_work() const {
+  const bool epoch_end_pending = position_.batch_in_epoch == batches_ && position_.step > 0;
+  const bool stopped = controls_.monitor().stop;
+  if (!speaks_)
+    return !stopped && (position_.step < total_steps_ || epoch_end_pending);
+  if (stopped)
+    std::fprintf(stderr, "nothing to do: early stopping ended the run in %s at step %lld (raise --early-stopping "
+                 "to continue it)\n", saves_.dir().c_str(), static_cast<long long>(position_.step));
+  else if (position_.step >= total_steps_ && !epoch_end_pending)
+    std::fprintf(stderr, "nothing to do: the run in %s has done %lld steps, and its length is %lld steps (give a "
+                 "larger --epochs or --steps to train longer)\n", saves_.dir().c_str(),
+                 static_cast<long long>(position_.step), static_cast<long long>(total_steps_));
+  else
+    return true;
+  return false;
+}
+
+int TrainingRun::run() {
+  metrics_.open(saves_.dir(), o_.resume, speaks_, position_);
+  BatchLoader loader(train_, loader_options());
+  first_step_ = position_.step;
+  print_model();
+  note_steps_after_the_last_validation();
+  // Several ranks would have to agree on the step to stop at: there a signal ends the job.
+  if (comm_.size() == 1 && o_.handle_signals) stop_at_a_step_boundary_on_signals();
+  progress_.restart();  // rates and times count the training loop only
+  if (observer_) observer_->on_train_begin();
+  // A run saved after its epoch's last step but before the epoch's end finishes that first.
+  if (position_.batch_in_epoch == batches_) end_epoch();
+  while (position_.step < total_steps_ && !controls_.monitor().stop && !stopped_by_caller_) {
+    bool epoch_done = false;
+    if (const int code = train_epoch(loader, epoch_done)) return code;
+    if (const int code = collect()) return code;
+    if (epoch_done) end_epoch();
+  }
+  if (saves_.saved_at_step() != position_.step) save();  // an epoch's end may have saved this step already
+  progress_.finish();
+  if (controls_.monitor().stop && speaks_)
+    std::fprintf(stderr, "%s\n", controls_.early_stop_text(o_.monitor, o_.min_delta).c_str());
+  if (stopped_by_caller_ && speaks_)
+    std::fprintf(stderr, "stopped at step %lld by the caller: saved, a resume continues\n",
+                 static_cast<long long>(position_.step));
+  print_done();
+  if (observer_) observer_->on_train_end(last_epoch_logs_.empty() ? batch_logs() : last_epoch_logs_);
+  return 0;
+}
+
+void TrainingRun::observe(TrainingObserver* observer) {
+  if (observer && comm_.size() > 1)
+    fail("training hooks run in one process: a data-parallel run (", comm_.size(), " ranks) takes no observer");
+  observer_ = observer;
+  batch_logs_ = observer && observer->wants_batch_logs();
+}
+
+LoaderOptions TrainingRun::loader_options() const { return loader_options_of(o_); }
+
+// The run's training time so far: the processes before a resume (metrics.jsonl's last time)
+// and this one.
+double TrainingRun::run_seconds() const { return metrics_.earlier_seconds() + progress_.elapsed_seconds(); }
+
+std::string TrainingRun::time_text() const {
+  const std::string here = duration_text(progress_.elapsed_seconds());
+  if (first_step_ == 0) return here;
+  if (metrics_.earlier_seconds() < 0) return here + " in this process (metrics.jsonl has no time of the run before it)";
+  return duration_text(run_seconds()) + " (" + here + " in this process)";
+}
+
+void TrainingRun::print_model() const {
+  if (!speaks_) return;
+  const ModelConfig& c = params_.config;
+  std::fprintf(stderr, "model: V=%lld D=%d H=%d T=%d L=%d blend=%s pool=%s, %zu parameters; %lld steps of %d\n",
+               static_cast<long long>(c.vocab_size), c.embedding_dim, c.hidden, c.seq_len, c.num_labels,
+               to_string(c.blend), to_string(c.pool), params_.size(), static_cast<long long>(total_steps_),
+               o_.batch_size);
+}
+
+// A run that ends between validations says so: its last steps are in last.safetensors only.
+void TrainingRun::note_steps_after_the_last_validation() const {
+  if (!valid_ || !speaks_) return;
+  int64_t last = total_steps_ / batches_ * batches_;
+  if (o_.valid_every > 0) last = std::max(last, total_steps_ / o_.valid_every * o_.valid_every);
+  if (last == total_steps_) return;
+  std::fprintf(stderr, "note: %s; best.safetensors never sees the steps after it (--valid-every N validates every N "
+               "steps)\n", last == 0 ? cat("this run of ", total_steps_, " steps never validates").c_str()
+                                     : cat("the last ", total_steps_ - last, " of this run's ", total_steps_,
+                                           " steps come after its last validation, at step ", last).c_str());
+}
+
+void TrainingRun::print_done() const {
+  if (!speaks_) return;
+  std::fprintf(stderr, "done: %lld steps in %s; checkpoints in %s\n", static_cast<long long>(position_.step),
+               time_text().c_str(), saves_.dir().c_str());
+  if (const std::string note = engine_->closing_note(); !note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+  if (comm_.size() > 1)
+    std::fprintf(stderr, "%s\n",
+                 communication_note(comm_, position_.step - first_step_, progress_.elapsed_seconds()).c_str());
+}
+
+// Queues the rest of the current epoch's steps (up to the run's last step), logging,
+// validating and checkpointing on the way. epoch_done: the epoch's last batch was queued.
+int TrainingRun::train_epoch(BatchLoader& loader, bool& epoch_done) {
+  loader.start_epoch(position_.epoch, position_.batch_in_epoch);
+  if (observer_) observer_->on_epoch_begin(position_.epoch);
+  epoch_done = true;
+  while (const Batch* batch = loader.next()) {
+    engine_->enqueue_train_step(*batch, learning_rate(position_.step));
+    ++position_.step;
+    raise_signals_if_asked(position_.step);
+    ++position_.batch_in_epoch;
+    if (const int code = after_step()) return code;
+    if (observer_) observer_->on_train_batch_end(position_.batch_in_epoch - 1, batch_logs());
+    if (position_.step == total_steps_ || controls_.monitor().stop) {
+      epoch_done = position_.batch_in_epoch == batches_;
+      break;
+    }
+    if (stop_signal() != 0) return save_on_interrupt(128 + stop_signal());
+    int code = 0;
+    if (caller_says_stop(code)) {
+      if (code) return code;
+      epoch_done = position_.batch_in_epoch == batches_;
+      break;
+    }
+  }
+  return 0;
+}
+
+// The observer's poll after a step: true when the run stops there, code its exit code (0 for a
+// stop, which the loop ends as a normal end; kInterruptedExit once the step is saved).
+bool TrainingRun::caller_says_stop(int& code) {
+  if (!observer_) return false;
+  switch (observer_->poll()) {
+    case TrainingDecision::carry_on: return false;
+    case TrainingDecision::stop: stopped_by_caller_ = true; return true;
+    case TrainingDecision::interrupt: code = save_on_interrupt(kInterruptedExit); return true;
+  }
+  return false;
+}
+
+// What happens at the step just queued: a metrics line, a validation between epochs, a
+// checkpoint, and (several ranks) the comparison of the replicas, each at its own interval.
+int TrainingRun::after_step() {
+  const bool epoch_end = position_.batch_in_epoch == batches_;
+  const bool log_now = position_.step % o_.log_every == 0 || position_.step == total_steps_;
+  const bool valid_now = valid_ && o_.valid_every > 0 && position_.step % o_.valid_every == 0 && !epoch_end;
+  const bool checkpoint_now = o_.checkpoint_every > 0 && position_.step % o_.checkpoint_every == 0;
+  if (log_now || valid_now || checkpoint_now) {
+    if (const int code = collect()) return code;
+  } else if (batch_logs_) {
+    if (const int code = collect_for_batch_logs()) return code;
+  }
+  if (log_now) log_interval();
+  if (valid_now) validate_between_epochs();
+  if (checkpoint_now) save();
+  else if (comm_.size() > 1 && position_.step % o_.check_every == 0) {
+    engine_->sync_to_host();  // a GPU engine's weights are on the device
+    check_replicas(comm_, params_, position_.step);
+  }
+  return 0;
+}
+
+// SIGINT or SIGTERM arrived, or the observer's interrupt: the step taken is saved as a periodic
+// checkpoint would save it (a position on an epoch's last batch included: a resume does that
+// epoch's end first). Returns code.
+int TrainingRun::save_on_interrupt(int code) {
+  if (const int halted = collect()) return halted;
+  if (saves_.saved_at_step() != position_.step) save();
+  progress_.finish();
+  std::fprintf(stderr, "interrupted at step %lld: saved, --resume continues\n", static_cast<long long>(position_.step));
+  return code;
+}
+
+// Waits for the queued steps and adds their loss and accuracy to the interval and the epoch. A
+// step that met a non-finite loss or gradient stopped the run there (it and every later step
+// left the weights unchanged): report it and stop.
+int TrainingRun::collect() {
+  const TrainTotals totals = merged(std::exchange(pending_, TrainTotals{}), engine_->collect());
+  position_.interval.add(totals);
+  position_.epoch_totals.add(totals);
+  if (totals.halted == Halt::none) return 0;
+  // The halted step's index in this epoch: every collect happens within one epoch.
+  const int64_t batch_index = position_.batch_in_epoch - (position_.step - totals.halted_step) - 1;
+  if (totals.halted == Halt::loss) return stop_non_finite(totals.halted_value, totals.halted_step, batch_index);
+  // Every rank's engine halted alike (the same reduced gradient): rank 0 alone reports it.
+  comm_.fail_as(0, cat("non-finite gradient (norm ", totals.halted_value, ") at step ", totals.halted_step,
+                       "; weights left unchanged"));
+}
+
+// The step just taken, read back for the observer's batch logs into pending_; a halt is
+// handled at once, as collect() handles it.
+int TrainingRun::collect_for_batch_logs() {
+  pending_ = merged(pending_, engine_->collect());
+  return pending_.halted == Halt::none ? 0 : collect();
+}
+
+// Keras's batch logs: the epoch's running means so far (batch logs on), and the step's rate.
+TrainingLogs TrainingRun::batch_logs() const {
+  TrainingLogs logs{{"lr", learning_rate(position_.step - 1)}};
+  if (!batch_logs_) return logs;
+  RunningTotals epoch = position_.epoch_totals;
+  epoch.add(pending_);
+  logs["loss"] = epoch.mean_loss();
+  logs["accuracy"] = epoch.accuracy();
+  return logs;
+}
+
+// Keras's epoch logs, from the epoch's metrics line.
+TrainingLogs TrainingRun::epoch_logs(const nlohmann::json& line) const {
+  TrainingLogs logs;
+  for (const auto& [key, name] : {std::pair<const char*, const char*>{"loss", "loss"}, {"accuracy", "accuracy"},
+                                  {"lr", "lr"}, {"valid_loss", "val_loss"}, {"valid_accuracy", "val_accuracy"},
+                                  {"valid_f1", "val_f1"}})
+    if (line.contains(key)) logs[name] = line[key].get<double>();
+  return logs;
+}
+
+// step: the 1-based step that met the loss; batch_index: its batch's 0-based index in the epoch.
+int TrainingRun::stop_non_finite(double loss, int64_t step, int64_t batch_index) {
+  const std::filesystem::path last = saves_.dir() / "last.safetensors";
+  progress_.finish();
+  if (!speaks_) return 3;
+  std::fprintf(stderr, "error: non-finite loss (%g) at step %lld (epoch %lld, batch %lld); training stopped. %s\n",
+               loss, static_cast<long long>(step), static_cast<long long>(position_.epoch + 1),
+               static_cast<long long>(batch_index),
+               std::filesystem::exists(last) ? ("The last good checkpoint is " + last.string()).c_str()
+                                             : "No checkpoint had been written yet.");
+  return 3;
+}
+
+void TrainingRun::log_interval() {
+  const double elapsed = progress_.elapsed_seconds();
+  const double steps_done = static_cast<double>(position_.step - first_step_);
+  const double rate = steps_done * o_.batch_size / elapsed;
+  const double eta = elapsed / steps_done * static_cast<double>(total_steps_ - position_.step);
+  const RunningTotals& interval = position_.interval;
+  metrics_.write({{"kind", "train"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
+                  {"loss", interval.mean_loss()}, {"accuracy", interval.accuracy()},
+                  {"lr", learning_rate(position_.step - 1)}, {"samples_per_s", rate},
+                  {"seconds", metrics_.earlier_seconds() < 0 ? elapsed : run_seconds()}});
+  char text[160];
+  std::snprintf(text, sizeof text, "epoch %lld/%lld  step %lld/%lld  loss %.4f  acc %.3f  %.0f samples/s  ETA %s",
+                static_cast<long long>(position_.epoch + 1),
+                static_cast<long long>((total_steps_ + batches_ - 1) / batches_),
+                static_cast<long long>(position_.step), static_cast<long long>(total_steps_), interval.mean_loss(),
+                interval.accuracy(), rate, duration_text(eta).c_str());
+  progress_.show(text, true);
+  position_.interval = RunningTotals{};
+}
+
+void TrainingRun::end_epoch() {
+  nlohmann::json line{{"kind", "epoch"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
+                      {"loss", position_.epoch_totals.mean_loss()}, {"accuracy", position_.epoch_totals.accuracy()},
+                      {"lr", learning_rate(position_.step - 1)}};
+  position_.epoch_totals = RunningTotals{};
+  ++position_.epoch;
+  position_.batch_in_epoch = 0;
+  if (valid_) validate(line);
+  metrics_.write(line);
+  save();
+  if (!observer_) return;
+  last_epoch_logs_ = epoch_logs(line);
+  observer_->on_epoch_end(position_.epoch - 1, last_epoch_logs_);
+}
+
+void TrainingRun::validate_between_epochs() {
+  nlohmann::json line{{"kind", "valid"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
+                      {"lr", learning_rate(position_.step - 1)}};
+  validate(line);
+  metrics_.write(line);
+}
+
+// A validation: into the metrics line and the run's history; best.safetensors when the
+// monitored metric is the best yet; early stopping and plateau decisions follow from the history.
+void TrainingRun::validate(nlohmann::json& line) {
+  position_.validations.push_back(
+      validate_step(*engine_, *valid_, o_.batch_size, comm_, position_.step, line, progress_));
+  controls_.replay(position_.validations);
+  if (controls_.monitor().last_is_best) saves_.save_best(*engine_, params_, position_);
+}
+
+}  // namespace enhanced

@@ -1,0 +1,105 @@
+// The step loop of one training run: batches from the loader onto an Engine (either device),
+// the interval's and epoch's totals into metrics.jsonl and the progress line, validations, and
+// saves at their points (run_saves.h), the learning rate and the monitor from run_controls.h.
+// run_training (trainer.cpp) checks the inputs and builds the model before it makes one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "enhanced/communicator.h"
+#include "enhanced/dataset.h"
+#include "enhanced/device.h"
+#include "enhanced/engine.h"
+#include "enhanced/loader.h"
+#include "enhanced/progress.h"
+#include "enhanced/safetensors.h"
+#include "enhanced/train_options.h"
+#include "enhanced/training_observer.h"
+#include "train/metrics_log.h"
+#include "train/run_controls.h"
+#include "train/run_saves.h"
+#include "train/run_state.h"
+
+namespace enhanced {
+
+class TrainingRun {
+ public:
+  TrainingRun(TrainOptions options, ParameterBuffer<float> params, const Dataset& train, const Dataset* valid,
+              Communicator& communicator);
+  // The engine holds references to params_ and optimizer_: a run stays where it was made.
+  TrainingRun(const TrainingRun&) = delete;
+  TrainingRun& operator=(const TrainingRun&) = delete;
+
+  // Controls that can only be judged against the run's length: each must have an effect.
+  void check_controls_fit_the_run() const;
+
+  // The weights came from the state file when the run was built (run_training); this restores
+  // the optimizer state and the run's position from the same file.
+  void resume(const SafetensorsReader& state);
+  // Whether a resumed run has anything left to do; says so when not.
+  bool has_work() const;
+  // A resumed run with nothing left to do rewrites last.safetensors from its state (run_saves.h).
+  void refresh_last_checkpoint() { saves_.refresh_last(params_, position_); }
+
+  // The engine the steps run on. On a GPU it holds the parameters and moments, and the host
+  // copies are refreshed before each checkpoint; its steps are queued without waiting, and their
+  // loss and accuracy read back at each logging point, checkpoint and epoch end (collect).
+  // Called after resume(): the device starts from the restored optimizer state.
+  void use_device(Device device, int threads);
+
+  // The caller's hooks (training_observer.h; null: none). Before run(); one process only.
+  void observe(TrainingObserver* observer);
+
+  // Trains to the run's end (or the observer's stop or interrupt); the process exit code.
+  int run();
+
+ private:
+  LoaderOptions loader_options() const;
+  double run_seconds() const;
+  std::string time_text() const;
+  void print_model() const;
+  void note_steps_after_the_last_validation() const;
+  void print_done() const;
+  float learning_rate(int64_t step) const { return controls_.learning_rate(step); }
+
+  int train_epoch(BatchLoader& loader, bool& epoch_done);
+  int after_step();
+  bool caller_says_stop(int& code);
+  int save_on_interrupt(int code);
+  int collect();
+  int collect_for_batch_logs();
+  TrainingLogs batch_logs() const;
+  TrainingLogs epoch_logs(const nlohmann::json& line) const;
+  int stop_non_finite(double loss, int64_t step, int64_t batch_index);
+  void log_interval();
+  void end_epoch();
+  void validate_between_epochs();
+  void validate(nlohmann::json& line);
+  void save() { saves_.save(*engine_, params_, optimizer_, o_, position_, metrics_.lines()); }
+
+  TrainOptions o_;
+  ParameterBuffer<float> params_;
+  const Dataset& train_;
+  const Dataset* valid_;
+  OptimizerState optimizer_;
+  Communicator& comm_;
+  bool speaks_;  // rank 0: writes the files, the progress line and the notes
+  int64_t batches_ = 0, total_steps_ = 0, first_step_ = 0;
+  RunPosition position_;
+  RunControls controls_;
+  RunSaves saves_;
+  MetricsLog metrics_;
+  ProgressLine progress_;
+  std::unique_ptr<Engine> engine_;
+  TrainingObserver* observer_ = nullptr;
+  bool batch_logs_ = false;        // the observer's wants_batch_logs()
+  bool stopped_by_caller_ = false; // its poll said stop
+  // Steps read back for batch logs, held until the point where the pipeline would have read them
+  // (collect), so the interval's and epoch's sums group as without batch logs: the same bits.
+  TrainTotals pending_;
+  TrainingLogs last_epoch_logs_;
+};
+
+}  // namespace enhanced

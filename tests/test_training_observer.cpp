@@ -1,0 +1,281 @@
+// The in-process training hooks (enhanced/training_observer.h) and in-memory datasets
+// (Dataset::from_bytes): the calls an observer receives and their logs against metrics.jsonl, a
+// stop and an interrupt that each leave a run whose resume equals the uninterrupted run bit for
+// bit, a run on in-memory data equal to the run on the same file, and a damaged image refused
+// with open()'s own error. Everything runs in this process, as the Python extension will.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "app_runner.h"
+#include "data_test_util.h"
+#include "enhanced/communicator.h"
+#include "enhanced/dataset.h"
+#include "enhanced/demo.h"
+#include "enhanced/safetensors.h"
+#include "enhanced/trainer.h"
+#include "enhanced/training_observer.h"
+
+namespace enhanced {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::read_bytes;
+using test_util::error_of;
+
+std::vector<uint8_t> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Records every call, as "begin", "epoch_begin 0", "batch 3", "epoch_end 0", "end", with the
+// logs; stops or interrupts after the step numbered `act_at` (1-based, counted over the run).
+class Recorder : public TrainingObserver {
+ public:
+  bool batch_logs = true;
+  int64_t act_at = 0;
+  TrainingDecision action = TrainingDecision::carry_on;
+  std::vector<std::string> calls;
+  std::vector<TrainingLogs> batch_log, epoch_log;
+  TrainingLogs end_logs;
+  int64_t steps = 0;
+
+  void on_train_begin() override { calls.push_back("begin"); }
+  void on_epoch_begin(int64_t epoch) override { calls.push_back("epoch_begin " + std::to_string(epoch)); }
+  void on_train_batch_end(int64_t batch, const TrainingLogs& logs) override {
+    calls.push_back("batch " + std::to_string(batch));
+    batch_log.push_back(logs);
+    ++steps;
+  }
+  void on_epoch_end(int64_t epoch, const TrainingLogs& logs) override {
+    calls.push_back("epoch_end " + std::to_string(epoch));
+    epoch_log.push_back(logs);
+  }
+  void on_train_end(const TrainingLogs& logs) override {
+    calls.push_back("end");
+    end_logs = logs;
+  }
+  bool wants_batch_logs() const override { return batch_logs; }
+  TrainingDecision poll() override { return steps == act_at ? action : TrainingDecision::carry_on; }
+};
+
+std::vector<std::string> keys_of(const TrainingLogs& logs) {
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : logs) keys.push_back(key);
+  return keys;
+}
+
+class TrainObserver : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::path(ENHANCED_TEST_TMP) / ("train_observer." + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    files_ = testing::write_small_demo(root_ / "data");
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  // The small demo run (5 batches an epoch, 2 epochs), in this process, with no signal handlers.
+  static TrainOptions options(const std::string& name) {
+    TrainOptions o;
+    o.data_path = files_.train_ebin;
+    o.valid_path = files_.valid_ebin;
+    o.pretrained_path = files_.embeddings;
+    o.embedding_dim = 8;
+    o.hidden = 6;
+    o.batch_size = 16;
+    o.threads = 2;
+    o.progress = false;
+    o.epochs = 2;
+    o.optimizer.learning_rate = 0.02f;
+    o.log_every = 2;
+    o.valid_every = 3;
+    o.handle_signals = false;
+    o.out_dir = (root_ / name).string();
+    return o;
+  }
+  static Dataset memory(const std::string& path, const std::string& name) {
+    return Dataset::from_bytes(file_bytes(path), name);
+  }
+  static int train_in_memory(const TrainOptions& o, TrainingObserver* observer) {
+    const Dataset train = memory(files_.train_ebin, "memory:train");
+    const Dataset valid = memory(files_.valid_ebin, "memory:valid");
+    return run_training(o, train, &valid, observer);
+  }
+  static void expect_same_files(const std::string& a, const std::string& b) {
+    for (const char* file : {"last.safetensors", "best.safetensors", "optimizer.safetensors"})
+      EXPECT_TRUE(read_bytes(root_ / a / file) == read_bytes(root_ / b / file)) << a << " vs " << b << ": " << file;
+  }
+  // metrics.jsonl's lines without what the clock decides.
+  static std::vector<nlohmann::json> metrics_without_times(const std::string& name) {
+    std::ifstream in(root_ / name / "metrics.jsonl");
+    std::vector<nlohmann::json> lines;
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json j = nlohmann::json::parse(line);
+      j.erase("seconds");
+      j.erase("samples_per_s");
+      lines.push_back(j);
+    }
+    return lines;
+  }
+  static int64_t saved_step(const std::string& name) {
+    return std::atoll(SafetensorsReader((root_ / name / "optimizer.safetensors").string()).metadata_value("step").c_str());
+  }
+
+  static fs::path root_;
+  static DemoFiles files_;
+};
+
+fs::path TrainObserver::root_;
+DemoFiles TrainObserver::files_;
+
+TEST_F(TrainObserver, CallsComeInKerasOrderWithKerasKeysAndTheEpochLossIsMetricsJsonls) {
+  Recorder recorder;
+  ASSERT_EQ(train_in_memory(options("recorded"), &recorder), 0);
+  std::vector<std::string> expected{"begin"};
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    expected.push_back("epoch_begin " + std::to_string(epoch));
+    for (int batch = 0; batch < 5; ++batch) expected.push_back("batch " + std::to_string(batch));
+    expected.push_back("epoch_end " + std::to_string(epoch));
+  }
+  expected.push_back("end");
+  EXPECT_EQ(recorder.calls, expected);
+  const std::vector<std::string> batch_keys{"accuracy", "loss", "lr"};
+  const std::vector<std::string> epoch_keys{"accuracy", "loss", "lr", "val_accuracy", "val_f1", "val_loss"};
+  for (const TrainingLogs& logs : recorder.batch_log) {
+    EXPECT_EQ(keys_of(logs), batch_keys);
+    for (const auto& [key, value] : logs) EXPECT_TRUE(std::isfinite(value)) << key;
+  }
+  // The epoch's last batch log is the running mean over the whole epoch: the epoch's mean.
+  ASSERT_EQ(recorder.epoch_log.size(), 2u);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    EXPECT_EQ(keys_of(recorder.epoch_log[epoch]), epoch_keys);
+    EXPECT_EQ(recorder.batch_log[epoch * 5 + 4].at("loss"), recorder.epoch_log[epoch].at("loss"));
+    for (const auto& [key, value] : recorder.epoch_log[epoch]) EXPECT_TRUE(std::isfinite(value)) << key;
+  }
+  EXPECT_EQ(recorder.end_logs, recorder.epoch_log[1]);
+  std::ifstream metrics(root_ / "recorded" / "metrics.jsonl");
+  std::vector<nlohmann::json> epoch_lines;
+  for (std::string line; std::getline(metrics, line);)
+    if (const nlohmann::json j = nlohmann::json::parse(line); j["kind"] == "epoch") epoch_lines.push_back(j);
+  ASSERT_EQ(epoch_lines.size(), 2u);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    const TrainingLogs& logs = recorder.epoch_log[epoch];
+    EXPECT_EQ(logs.at("loss"), epoch_lines[epoch]["loss"].get<double>());
+    EXPECT_EQ(logs.at("accuracy"), epoch_lines[epoch]["accuracy"].get<double>());
+    EXPECT_EQ(logs.at("val_loss"), epoch_lines[epoch]["valid_loss"].get<double>());
+    EXPECT_EQ(logs.at("val_f1"), epoch_lines[epoch]["valid_f1"].get<double>());
+    EXPECT_EQ(logs.at("lr"), epoch_lines[epoch]["lr"].get<double>());
+  }
+  // No handler was installed: SIGINT is the host's.
+  struct sigaction action {};
+  ASSERT_EQ(::sigaction(SIGINT, nullptr, &action), 0);
+  EXPECT_EQ(action.sa_handler, SIG_DFL);
+}
+
+// Batch logs read each step back; the run holds those reads until the pipeline's own read points,
+// so its sums group as without batch logs: the same files and metrics lines.
+TEST_F(TrainObserver, BatchLogsChangeNoBitAndWithoutThemABatchLogHoldsTheRateOnly) {
+  Recorder with, without;
+  without.batch_logs = false;
+  // One metrics line in the run and validations every 3 steps: its sums span several reads.
+  TrainOptions o = options("batch-logs");
+  o.epochs = 4;
+  o.log_every = 1000;
+  ASSERT_EQ(train_in_memory(o, &with), 0);
+  o.out_dir = (root_ / "no-batch-logs").string();
+  ASSERT_EQ(train_in_memory(o, &without), 0);
+  expect_same_files("batch-logs", "no-batch-logs");
+  EXPECT_EQ(metrics_without_times("batch-logs"), metrics_without_times("no-batch-logs"));
+  ASSERT_EQ(without.batch_log.size(), 20u);
+  for (const TrainingLogs& logs : without.batch_log) EXPECT_EQ(keys_of(logs), std::vector<std::string>{"lr"});
+  EXPECT_EQ(without.epoch_log, with.epoch_log);
+}
+
+// model.stop_training = True after step k, and Ctrl-C after step k: each leaves the step saved,
+// and the resumed run (the same data passed again) ends with the uninterrupted run's files.
+TEST_F(TrainObserver, AStopOrAnInterruptAfterAStepResumesToTheUninterruptedRunsBits) {
+  ASSERT_EQ(train_in_memory(options("whole"), nullptr), 0);
+  struct Case {
+    std::string name;
+    TrainingDecision action;
+    int64_t step;
+    int exit_code;
+  };
+  for (const Case& c : {Case{"stop-7", TrainingDecision::stop, 7, 0}, Case{"stop-5", TrainingDecision::stop, 5, 0},
+                        Case{"interrupt-7", TrainingDecision::interrupt, 7, kInterruptedExit},
+                        Case{"interrupt-5", TrainingDecision::interrupt, 5, kInterruptedExit}}) {
+    Recorder recorder;
+    recorder.action = c.action;
+    recorder.act_at = c.step;
+    EXPECT_EQ(train_in_memory(options(c.name), &recorder), c.exit_code) << c.name;
+    EXPECT_EQ(recorder.steps, c.step) << c.name;
+    EXPECT_EQ(saved_step(c.name), c.step) << c.name;
+    // A stop ends the run as its end does (on_train_end; at an epoch's last step, that epoch's end
+    // first); an interrupt as a KeyboardInterrupt does (no on_train_end).
+    const bool stop = c.action == TrainingDecision::stop;
+    EXPECT_EQ(recorder.calls.back() == "end", stop) << c.name;
+    EXPECT_EQ(recorder.epoch_log.size(), c.step > 5 || (stop && c.step == 5) ? 1u : 0u) << c.name;
+    TrainOptions resumed = options(c.name);
+    resumed.resume = true;
+    Recorder after;
+    ASSERT_EQ(train_in_memory(resumed, &after), 0) << c.name;
+    EXPECT_EQ(after.steps, 10 - c.step) << c.name;
+    // The resumed run goes on where the step left it: in epoch 1 at its batch, or (an interrupt
+    // after epoch 0's last step) with epoch 0's end first.
+    const std::vector<std::string> first(after.calls.begin(), after.calls.begin() + 3);
+    if (c.step == 5 && !stop) EXPECT_EQ(first, (std::vector<std::string>{"begin", "epoch_end 0", "epoch_begin 1"}));
+    else EXPECT_EQ(first, (std::vector<std::string>{"begin", "epoch_begin 1", "batch " + std::to_string(c.step - 5)}));
+    expect_same_files("whole", c.name);
+    EXPECT_EQ(metrics_without_times(c.name), metrics_without_times("whole")) << c.name;
+  }
+}
+
+// The same bytes from memory train to the same files as the file: named as the files, even the
+// state file (which records the data's names) is the same.
+TEST_F(TrainObserver, AnImageFromTheFilesBytesTrainsToTheFilesCheckpoints) {
+  ASSERT_EQ(run_training(options("from-file")), 0);
+  const Dataset train = memory(files_.train_ebin, files_.train_ebin);
+  const Dataset valid = memory(files_.valid_ebin, files_.valid_ebin);
+  ASSERT_EQ(run_training(options("from-bytes"), train, &valid, nullptr), 0);
+  expect_same_files("from-file", "from-bytes");
+}
+
+// Each damage open() refuses, from_bytes refuses with the same line (naming the name given).
+TEST_F(TrainObserver, ADamagedImageGivesOpensError) {
+  const std::vector<uint8_t> good = file_bytes(files_.train_ebin);
+  struct Damage {
+    std::string name;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Damage> damages{{"empty", {}}, {"short", {good.begin(), good.begin() + 100}},
+                              {"truncated", {good.begin(), good.end() - 8}},
+                              {"json", {'{', '"', 'a', '"', ':', '1', '}', '\n'}}};
+  std::vector<uint8_t> magic = good, offset = good, id = good;
+  magic[0] = 'X';
+  offset[offsetof(DatasetHeader, cur_word_offset)] += 4;  // no longer 8-byte aligned
+  const DatasetHeader& h = *reinterpret_cast<const DatasetHeader*>(good.data());
+  id[h.cur_word_offset] = 0xff;  // a negative cur_word id
+  id[h.cur_word_offset + 3] = 0xff;
+  damages.push_back({"magic", magic});
+  damages.push_back({"offset", offset});
+  damages.push_back({"id", id});
+  for (const Damage& d : damages) {
+    const std::string path = (root_ / ("damaged-" + d.name + ".ebin")).string();
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(d.bytes.data()),
+                                                static_cast<std::streamsize>(d.bytes.size()));
+    const std::string from_file = error_of([&] { Dataset::open(path); });
+    EXPECT_NE(from_file, "<no error>") << d.name;
+    EXPECT_EQ(error_of([&] { Dataset::from_bytes(d.bytes, path); }), from_file) << d.name;
+  }
+  EXPECT_EQ(error_of([&] { Dataset::from_bytes(std::vector<uint8_t>(good.begin(), good.begin() + 100), "in memory"); }),
+            "in memory: truncated: 100 bytes, smaller than the 128-byte header");
+}
+
+}  // namespace
+}  // namespace enhanced
