@@ -22,6 +22,7 @@
 #include "enhanced/cpu.h"
 #include "enhanced/engine.h"
 #include "enhanced/evaluate.h"
+#include "enhanced/label_names.h"
 #include "enhanced/loader.h"
 #include "enhanced/progress.h"
 #include "train/run_checks.h"
@@ -439,7 +440,8 @@ class TrainingRun {
   }
 
   std::map<std::string, std::string> checkpoint_metadata() const {
-    return {{"step", std::to_string(position_.step)}, {"epoch", std::to_string(position_.epoch)}};
+    return with_label_names({{"step", std::to_string(position_.step)}, {"epoch", std::to_string(position_.epoch)}},
+                            o_.label_names);
   }
 
   // optimizer.safetensors first: a crash between the two writes leaves a mismatch that resume
@@ -558,6 +560,7 @@ int run_training(TrainOptions options, Communicator& communicator) {
   ParameterBuffer<float> params = options.resume ? read_model(*saved_state, "model.") : build_model(options, train, valid_ptr);
   if (options.resume || !options.init_from.empty()) check_run_memory(params.config, options, params.size() * sizeof(float));
   if (options.resume) check_model_flags(given, params.config, "the run being resumed (" + saved_state->path() + ")");
+  check_run_label_names(options, params.config);
   check_data_seq_len(train, params.config, options.resume ? saved_state->path() : options.init_from);
   train.check_fits_model(params.config.vocab_size, params.config.num_labels);
   if (valid_ptr) valid.check_fits_model(params.config.vocab_size, params.config.num_labels);
