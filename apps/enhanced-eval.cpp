@@ -84,8 +84,11 @@ void write_predictions(const std::string& path, const EvalResult& r, const std::
     std::snprintf(line, sizeof line, "%lld,%d,%d,%.6f", static_cast<long long>(p.sample), p.label, p.predicted,
                   static_cast<double>(p.probability));
     text += line;
-    if (!names.empty())
-      text += "," + csv_field(names[static_cast<size_t>(p.label)]) + "," + csv_field(names[static_cast<size_t>(p.predicted)]);
+    for (const int32_t label : {p.label, p.predicted}) {
+      if (names.empty()) break;
+      text += ',';
+      text += csv_field(names[static_cast<size_t>(label)]);
+    }
     text += '\n';
   }
   remove_stale_temp_files_beside(path);  // what a killed eval left there

@@ -61,7 +61,10 @@ void append_top_k(std::string& out, PredictionFormat format, int64_t sample, con
       out += number;
     }
     if (!names.empty())
-      for (int i = 0; i < k; ++i) out += "," + csv_field(names[static_cast<size_t>(labels[i])]);
+      for (int i = 0; i < k; ++i) {
+        out += ',';
+        out += csv_field(names[static_cast<size_t>(labels[i])]);
+      }
     out += '\n';
     return;
   }
@@ -80,7 +83,10 @@ void append_top_k(std::string& out, PredictionFormat format, int64_t sample, con
   out += "]";
   if (!names.empty()) {
     out += ", \"names\": [";
-    for (int i = 0; i < k; ++i) out += (i ? ", " : "") + nlohmann::json(names[static_cast<size_t>(labels[i])]).dump();
+    for (int i = 0; i < k; ++i) {
+      if (i) out += ", ";
+      out += nlohmann::json(names[static_cast<size_t>(labels[i])]).dump();
+    }
     out += "]";
   }
   out += "}\n";
