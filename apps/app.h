@@ -151,8 +151,8 @@ inline Device resolve_device(const std::string& flag, bool verbose) {
     if (verbose) std::fprintf(stderr, "device: cuda\n");
     return Device::cuda;
   }
-  if (flag == "cuda") fail("--device cuda: no usable GPU: ", reason);
-  if (verbose) std::fprintf(stderr, "device: cpu (no usable GPU: %s)\n", reason.c_str());
+  if (flag == "cuda") fail("--device cuda: ", no_gpu_text(reason));
+  if (verbose) std::fprintf(stderr, "device: cpu (%s)\n", no_gpu_text(reason).c_str());
   return Device::cpu;
 }
 

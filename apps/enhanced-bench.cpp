@@ -377,7 +377,7 @@ int run_bench(BenchOptions& o) {
   if (o.engine.device == "auto") fail("--device must be cpu or cuda: a benchmark names what it measures");
   if (o.engine.device == "cuda" && o.skip_unavailable && !cuda_unavailable_reason().empty()) {
     cuda_options(o.engine);  // a bad CUDA flag is an error even where the GPU is skipped
-    std::printf("skipped: no usable GPU: %s\n", cuda_unavailable_reason().c_str());
+    std::printf("skipped: %s\n", no_gpu_text(cuda_unavailable_reason()).c_str());
     return 77;
   }
   const EngineChoice chosen = resolve_engine_flags(o.engine, false);

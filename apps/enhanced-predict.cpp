@@ -59,12 +59,13 @@ int main(int argc, char** argv) {
     TempFiles temps;
     const Dataset dataset = Dataset::open(ebin_of(data, temps), data);
     check_has_samples(dataset, "--data");
-    ParameterBuffer<float> params = load_model_for_data(checkpoint, model_flags, dataset, false);
+    std::vector<std::string> names;
+    ParameterBuffer<float> params = load_model_for_data(checkpoint, model_flags, dataset, false, &names);
     if (top_k > params.config.num_labels)
       fail("--top-k ", top_k, " is more than ", checkpoint, "'s ", params.config.num_labels, " labels");
     const InferenceEngine inference = make_inference_engine(params, dataset, batch_size, engine);
     if (!quiet) std::fprintf(stderr, "engine: %s\n", inference.engine->summary().c_str());
-    const PredictStats stats = predict(*inference.engine, dataset, inference.batch, top_k, outputs, !quiet);
+    const PredictStats stats = predict(*inference.engine, dataset, inference.batch, top_k, outputs, !quiet, names);
     if (!quiet)
       std::fprintf(stderr, "%lld samples in %s\n", static_cast<long long>(stats.samples),
                    duration_text(stats.seconds).c_str());

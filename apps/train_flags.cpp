@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "enhanced/label_names.h"
+
 namespace enhanced {
 namespace {
 
@@ -14,6 +16,8 @@ void add_data_and_model_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--valid", o.valid_path, "Validation set (.ebin); best.safetensors tracks its loss");
   app.add_option("--pretrained", o.pretrained_path, "Embedding table: raw float32, .npy or word2vec binary");
   app.add_option("--init-from", o.init_from, "Start from this checkpoint (its model must match the data)");
+  app.add_option("--label-names", o.label_names_path,
+                 "Names of the labels: a UTF-8 text file, one name a line, a line for each label (in checkpoints)");
   app.add_option("--out", o.out_dir, "Output directory for checkpoints and metrics")->required();
   app.add_flag("--resume", o.resume, "Continue the run saved in --out (same result as an uninterrupted run)");
   app.add_option("--epochs", o.epochs, "Epochs to train (default 1)")->check(at_least(int64_t{1}));
@@ -114,6 +118,7 @@ void finish_train_flags(const CLI::App& app, TrainFlags& f) {
   o.progress = !f.quiet;
   o.optimizer.kind = parse_optimizer_kind(f.optimizer);
   if (!o.resume && o.data_path.empty()) fail("--data is required (unless --resume)");
+  if (!o.label_names_path.empty()) o.label_names = read_label_names(o.label_names_path);
 }
 
 }  // namespace enhanced

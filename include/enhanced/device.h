@@ -3,6 +3,7 @@
 // (apps/app.h); whether this build and machine can use CUDA is engine.h's cuda_unavailable_reason.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 namespace enhanced {
@@ -18,6 +19,19 @@ enum class RnnAlgorithm { automatic, standard, persistent, persistent_small_h };
 // RnnAlgorithm from "auto", "standard", "persistent" or "persistent-small-h" (Error otherwise).
 RnnAlgorithm parse_rnn_algorithm(const std::string& name);
 const char* to_string(RnnAlgorithm algorithm);
+
+// Whether the machine has an NVIDIA device at all, judged from files under `root` without asking
+// the CUDA runtime: a /dev/nvidia* node, /proc/driver/nvidia, or WSL2's /dev/dxg (CUDA there has
+// no /dev/nvidia*). Without any, the runtime's own reason ("driver version is insufficient")
+// would mislead.
+bool nvidia_device_present(const std::filesystem::path& root = "/");
+
+// cuda_unavailable_reason() on a machine without an NVIDIA device (nvidia_device_present).
+inline constexpr const char* kNoNvidiaGpu = "no NVIDIA GPU";
+
+// Why the GPU is not used, as the apps' lines say it ("device: cpu (...)", "--device cuda: ..."):
+// "no NVIDIA GPU" for a machine without one, else "no usable GPU: <reason>".
+std::string no_gpu_text(const std::string& reason);
 
 // How the CUDA backend runs a model (ignored on the CPU).
 struct CudaOptions {

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "enhanced/dataset.h"
 #include "enhanced/engine.h"
@@ -19,9 +20,10 @@ struct ModelFlags {
 // The model of `checkpoint` for `data`. A checkpoint with the engine's metadata must agree with
 // the flags given; one without (load_checkpoint's bare case) takes them, mean and feature by
 // default, and the data's T. Then the data must fit the model: its T and ids, and its labels
-// where `labels_used`. Errors name the files and both numbers.
+// where `labels_used`. Errors name the files and both numbers. `label_names` (optional): the
+// checkpoint's label names (enhanced/label_names.h), empty when it has none.
 ParameterBuffer<float> load_model_for_data(const std::string& checkpoint, const ModelFlags& flags, const Dataset& data,
-                                           bool labels_used);
+                                           bool labels_used, std::vector<std::string>* label_names = nullptr);
 
 struct InferenceEngine {
   std::unique_ptr<Engine> engine;

@@ -38,8 +38,10 @@ struct PredictStats {
 
 // Every sample's `top_k` labels (most probable first; equal probabilities: the lower label
 // first) into the outputs. Files are written to temporaries and renamed into place once all are
-// complete: a failure leaves none. `progress`: a line on stderr with rate and ETA.
+// complete: a failure leaves none. `progress`: a line on stderr with rate and ETA. `label_names`
+// (one a label, or none): the top-k files name the labels too (docs/cli.md); the .npy files
+// are the same either way.
 PredictStats predict(Engine& engine, const Dataset& dataset, int batch_size, int top_k, const PredictOutputs& outputs,
-                     bool progress);
+                     bool progress, const std::vector<std::string>& label_names = {});
 
 }  // namespace enhanced

@@ -19,6 +19,10 @@ struct TrainOptions {
   std::string valid_path;       // optional
   std::string pretrained_path;  // optional
   std::string init_from;        // optional checkpoint
+  // --label-names FILE: the labels' names (enhanced/label_names.h), read from the file when the
+  // flag is parsed; kept in the checkpoints' metadata and the run state. Empty: no names.
+  std::string label_names_path;
+  std::vector<std::string> label_names;
   std::string out_dir;
   bool resume = false;          // continue the run saved in out_dir
   int64_t epochs = 0;           // 0: not given (1 for a new run, the saved value when resuming)

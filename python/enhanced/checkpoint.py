@@ -1,5 +1,7 @@
 """Engine checkpoints: safetensors files with the PyTorch names of docs/model.md and the model's
-hyper-parameters in `__metadata__` (src/io/checkpoint.cpp writes and reads the same)."""
+hyper-parameters in `__metadata__` (src/io/checkpoint.cpp writes and reads the same), and the
+labels' names where the run was given them (`label_names`, src/io/label_names.cpp)."""
+import json
 import re
 from dataclasses import dataclass
 
@@ -124,7 +126,70 @@ def load_checkpoint(path):
     return config, check_tensors(config, tensors, where=str(path))
 
 
-def save_checkpoint(path, config, tensors):
+LABEL_NAMES_KEY = "label_names"
+MAX_LABEL_NAME_BYTES = 1024
+
+
+def check_label_names(names, num_labels, where="label_names"):
+    """The names as the engine takes them (src/io/label_names.cpp): a list of `num_labels` strings,
+    in label order, none empty, none repeated, no control characters, at most 1024 bytes of UTF-8
+    each. Returns them as a list; ValueError naming `where` and the item otherwise."""
+    if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
+        raise ValueError(f"{where}: must be a list of names, got {type(names).__name__}")
+    names, seen = list(names), set()
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise ValueError(f"{where}: item {i} is not a string ({type(name).__name__})")
+        if not name:
+            raise ValueError(f"{where}: item {i}: an empty name (every label needs one)")
+        try:
+            size = len(name.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError(f"{where}: item {i}: not UTF-8 (a lone surrogate)") from None
+        if size > MAX_LABEL_NAME_BYTES:
+            raise ValueError(f"{where}: item {i}: a name longer than {MAX_LABEL_NAME_BYTES} bytes")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+            raise ValueError(f"{where}: item {i}: a control character")
+        if name in seen:
+            raise ValueError(f"{where}: item {i}: '{excerpt(name)}' is a duplicate (each label needs its own name)")
+        seen.add(name)
+    if len(names) != num_labels:
+        raise ValueError(f"{where}: {len(names)} label names, but the model has {num_labels} labels")
+    return names
+
+
+def label_names_json(names):
+    """The metadata's text of the names, as the engine writes it (nlohmann::json's dump)."""
+    return json.dumps(list(names), ensure_ascii=False, separators=(",", ":"))
+
+
+def _label_names_from_metadata(path, metadata, num_labels):
+    if LABEL_NAMES_KEY not in metadata:
+        return None
+    where = f"{path}: metadata '{LABEL_NAMES_KEY}'"
+    try:
+        names = json.loads(metadata[LABEL_NAMES_KEY])
+    except ValueError:
+        raise ValueError(f"{where} is not a JSON array of names") from None
+    if not isinstance(names, list):
+        raise ValueError(f"{where} is not a JSON array of names")
+    return check_label_names(names, num_labels, where)
+
+
+def load_label_names(path):
+    """The labels' names of an engine checkpoint (a list of str, label i's name at index i), or
+    None when it has none (trained without `--label-names`). Checked as the engine checks them."""
+    _, metadata = read_safetensors(path)
+    if metadata.get("format") != "enhanced-checkpoint":
+        return None
+    return _label_names_from_metadata(path, metadata, _config_from_metadata(path, metadata).num_labels)
+
+
+def save_checkpoint(path, config, tensors, label_names=None):
     """Writes an engine checkpoint (what `enhanced-train --init-from`, `enhanced-eval` and
-    `enhanced-predict` read), atomically."""
-    write_safetensors(path, check_tensors(config, tensors, where=str(path)), config.metadata())
+    `enhanced-predict` read), atomically; with `label_names` (one a label), the names too, which
+    enhanced-eval and enhanced-predict then show."""
+    metadata = config.metadata()
+    if label_names is not None:
+        metadata[LABEL_NAMES_KEY] = label_names_json(check_label_names(label_names, config.num_labels, str(path)))
+    write_safetensors(path, check_tensors(config, tensors, where=str(path)), metadata)

@@ -100,3 +100,67 @@ def test_written_files_have_the_mode_of_a_plain_open(trained_checkpoint, tmp_pat
         assert stat.S_IMODE(os.stat(path).st_mode) == expected, path
     if umask == previous:  # the engine's own checkpoint, written under the same umask
         assert stat.S_IMODE(os.stat(trained_checkpoint).st_mode) == expected
+
+
+NAMES = ["admin", "devel, tools", "say \"hi\"", "Überraschung"]
+
+
+@pytest.fixture(scope="module")
+def named_checkpoint(demo_data, tmp_path_factory):
+    """A checkpoint trained with --label-names (the demo's four labels)."""
+    directory = tmp_path_factory.mktemp("named")
+    names = directory / "names.txt"
+    names.write_text("".join(name + "\n" for name in NAMES), encoding="utf-8")
+    run_app("enhanced-train", "--data", demo_data / "train.ebin", "--out", directory / "run", "--steps", 3,
+            "--hidden", 4, "--embedding-dim", 8, "--device", "cpu", "--quiet", "--label-names", names)
+    return directory / "run" / "last.safetensors"
+
+
+def test_label_names_of_a_run_given_them(named_checkpoint, trained_checkpoint):
+    assert enhanced.checkpoint.load_label_names(named_checkpoint) == NAMES
+    assert enhanced.checkpoint.load_label_names(trained_checkpoint) is None
+    # The engine's text of them is the one Python writes.
+    _, metadata = enhanced.read_safetensors(named_checkpoint)
+    assert metadata["label_names"] == enhanced.checkpoint.label_names_json(NAMES)
+
+
+def test_saved_label_names_reach_the_engine(trained_checkpoint, demo_data, tmp_path):
+    config, tensors = enhanced.load_checkpoint(trained_checkpoint)
+    named = tmp_path / "named.safetensors"
+    enhanced.save_checkpoint(named, config, tensors, label_names=NAMES)
+    assert enhanced.checkpoint.load_label_names(named) == NAMES
+    report = evaluate(named, demo_data)
+    assert report["label_names"] == NAMES
+    assert [label["name"] for label in report["labels"]] == NAMES
+    # Without names the file is what it was before names existed.
+    plain = tmp_path / "plain.safetensors"
+    enhanced.save_checkpoint(plain, config, tensors)
+    assert enhanced.checkpoint.load_label_names(plain) is None
+    assert "label_names" not in evaluate(plain, demo_data)
+
+
+def test_bad_label_names_are_refused_and_leave_no_file(trained_checkpoint, tmp_path):
+    config, tensors = enhanced.load_checkpoint(trained_checkpoint)
+    target = tmp_path / "bad.safetensors"
+    cases = {
+        "count": (["a", "b", "c"], "3 label names, but the model has 4 labels"),
+        "empty": (["a", "", "c", "d"], "item 1: an empty name"),
+        "duplicate": (["a", "b", "a", "d"], "item 2: 'a' is a duplicate"),
+        "control": (["a", "b\tc", "c", "d"], "item 1: a control character"),
+        "type": (["a", "b", 3, "d"], "item 2 is not a string"),
+        "text": ("abcd", "must be a list of names"),
+    }
+    for name, (names, message) in cases.items():
+        with pytest.raises(ValueError, match=message):
+            enhanced.save_checkpoint(target, config, tensors, label_names=names)
+        assert not target.exists(), name
+
+
+def test_bad_label_names_metadata_is_refused_on_reading(trained_checkpoint, tmp_path):
+    tensors, metadata = enhanced.read_safetensors(trained_checkpoint)
+    for text, message in (("not json", "is not a JSON array of names"), ('{"a": 1}', "is not a JSON array of names"),
+                          ('["a","b"]', "2 label names, but the model has 4 labels")):
+        bad = tmp_path / "bad.safetensors"
+        enhanced.write_safetensors(bad, tensors, {**metadata, "label_names": text})
+        with pytest.raises(ValueError, match=message):
+            enhanced.checkpoint.load_label_names(bad)

@@ -14,10 +14,11 @@ namespace enhanced {
 
 #ifdef ENHANCED_HAVE_CUDA
 std::string cuda_probe();  // kernels/device_probe.cu
-std::string cuda_unavailable_reason() { return cuda_probe(); }
+std::string cuda_unavailable_reason() { return nvidia_device_present() ? cuda_probe() : kNoNvidiaGpu; }
 const char* version_string() { return "enhanced " ENHANCED_VERSION " (CPU + CUDA backends)"; }
 #else
 std::string cuda_unavailable_reason() {
+  if (!nvidia_device_present()) return kNoNvidiaGpu;
   return "this build has no CUDA backend (configured with ENHANCED_CUDA=OFF or no toolkit)";
 }
 const char* version_string() { return "enhanced " ENHANCED_VERSION " (CPU backend; built without CUDA)"; }

@@ -6,13 +6,14 @@
 #include "enhanced/checkpoint.h"
 #include "enhanced/common.h"
 #include "enhanced/cpu.h"
+#include "enhanced/label_names.h"
 #include "enhanced/memory.h"
 #include "enhanced/safetensors.h"
 
 namespace enhanced {
 
 ParameterBuffer<float> load_model_for_data(const std::string& checkpoint, const ModelFlags& flags, const Dataset& data,
-                                           bool labels_used) {
+                                           bool labels_used, std::vector<std::string>* label_names) {
   BareModelChoice bare;
   if (!flags.blend.empty()) bare.blend = parse_blend_mode(flags.blend);
   if (!flags.pool.empty()) bare.pool = parse_pool_mode(flags.pool);
@@ -30,6 +31,7 @@ ParameterBuffer<float> load_model_for_data(const std::string& checkpoint, const 
     fail(data.path(), ": T = ", data.seq_len(), " but ", checkpoint, " was trained with T = ", c.seq_len,
          has_metadata ? "" : " (without metadata, T is dense.weight's columns under feature pooling: --pool time?)");
   data.check_fits_model(c.vocab_size, labels_used ? c.num_labels : std::numeric_limits<int>::max());
+  if (label_names) *label_names = checkpoint_label_names(file, c.num_labels);
   return params;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <numeric>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "enhanced/common.h"
 #include "enhanced/engine.h"
 #include "enhanced/evaluate.h"
+#include "enhanced/label_names.h"
 #include "enhanced/npy.h"
 #include "enhanced/progress.h"
 
@@ -47,7 +49,10 @@ class TextSink {
 
 // One sample's top-k as a CSV row or a JSON line. Probabilities with 9 significant digits: a
 // float32 reads back exactly.
-void append_top_k(std::string& out, PredictionFormat format, int64_t sample, const int* labels, const float* probs, int k) {
+// With label names, the labels' names follow: CSV columns name_1..name_k after the others, a
+// "names" list in JSON.
+void append_top_k(std::string& out, PredictionFormat format, int64_t sample, const int* labels, const float* probs, int k,
+                  const std::vector<std::string>& names) {
   char number[32];
   if (format == PredictionFormat::csv) {
     out += std::to_string(sample);
@@ -55,6 +60,11 @@ void append_top_k(std::string& out, PredictionFormat format, int64_t sample, con
       std::snprintf(number, sizeof number, ",%d,%.9g", labels[i], static_cast<double>(probs[labels[i]]));
       out += number;
     }
+    if (!names.empty())
+      for (int i = 0; i < k; ++i) {
+        out += ',';
+        out += csv_field(names[static_cast<size_t>(labels[i])]);
+      }
     out += '\n';
     return;
   }
@@ -70,12 +80,23 @@ void append_top_k(std::string& out, PredictionFormat format, int64_t sample, con
     std::snprintf(number, sizeof number, "%s%.9g", i ? ", " : "", static_cast<double>(probs[labels[i]]));
     out += number;
   }
-  out += "]}\n";
+  out += "]";
+  if (!names.empty()) {
+    out += ", \"names\": [";
+    for (int i = 0; i < k; ++i) {
+      if (i) out += ", ";
+      out += nlohmann::json(names[static_cast<size_t>(labels[i])]).dump();
+    }
+    out += "]";
+  }
+  out += "}\n";
 }
 
-std::string csv_header(int k) {
+std::string csv_header(int k, bool named) {
   std::string header = "sample";
   for (int i = 1; i <= k; ++i) header += cat(",label_", i, ",probability_", i);
+  if (named)
+    for (int i = 1; i <= k; ++i) header += cat(",name_", i);
   return header + "\n";
 }
 
@@ -118,7 +139,7 @@ void check_predict_outputs(const PredictOutputs& outputs, const std::vector<Name
 }
 
 PredictStats predict(Engine& engine, const Dataset& dataset, int batch_size, int top_k, const PredictOutputs& outputs,
-                     bool progress) {
+                     bool progress, const std::vector<std::string>& label_names) {
   const int L = engine.config().num_labels;
   if (top_k < 1 || top_k > L) fail("--top-k ", top_k, " must be in 1..", L, " (the model's labels)");
   check_predict_outputs(outputs, {{"--data", dataset.path()}});
@@ -130,7 +151,7 @@ PredictStats predict(Engine& engine, const Dataset& dataset, int batch_size, int
   const int64_t n = dataset.num_samples();
   std::unique_ptr<FileWriter> logits = open_npy(temps, outputs.logits, n, L);
   std::unique_ptr<FileWriter> probabilities = open_npy(temps, outputs.probabilities, n, L);
-  if (format == PredictionFormat::csv) top.write(csv_header(top_k));
+  if (format == PredictionFormat::csv) top.write(csv_header(top_k, !label_names.empty()));
   ProgressLine line(progress, 1.0);
   std::vector<int> order(static_cast<size_t>(L));
   std::string text;
@@ -145,7 +166,7 @@ PredictStats predict(Engine& engine, const Dataset& dataset, int batch_size, int
       std::iota(order.begin(), order.end(), 0);
       std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
                         [&](int x, int y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
-      append_top_k(text, format, batch.sample_indices[b], order.data(), row, top_k);
+      append_top_k(text, format, batch.sample_indices[b], order.data(), row, top_k, label_names);
     }
     top.write(text);
     done += batch.size;

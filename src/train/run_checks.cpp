@@ -6,6 +6,7 @@
 
 #include "enhanced/common.h"
 #include "enhanced/evaluate.h"
+#include "enhanced/label_names.h"
 #include "enhanced/memory.h"
 #include "train/schedule.h"
 
@@ -43,6 +44,12 @@ void check_model_flags(const TrainOptions& o, const ModelConfig& c, const std::s
 void check_data_seq_len(const Dataset& data, const ModelConfig& c, const std::string& source) {
   if (c.seq_len != data.seq_len())
     fail(source, ": checkpoint has T = ", c.seq_len, ", ", data.path(), " has T = ", data.seq_len());
+}
+
+void check_run_label_names(const TrainOptions& o, const ModelConfig& c) {
+  if (o.label_names.empty()) return;
+  check_label_names_count(o.label_names, c.num_labels,
+                          o.label_names_path.empty() ? "the run's recorded label names" : o.label_names_path);
 }
 
 void check_training_controls(const TrainOptions& o) {

@@ -33,6 +33,10 @@ void check_model_flags(const TrainOptions& options, const ModelConfig& config, c
 // checkpoint or the run); "<source>: checkpoint has T = .., <data> has T = ..".
 void check_data_seq_len(const Dataset& data, const ModelConfig& config, const std::string& source);
 
+// The run's label names (if any) name each of the model's labels exactly once: errors name the
+// --label-names file (or, resumed without one, the run's recorded names).
+void check_run_label_names(const TrainOptions& options, const ModelConfig& config);
+
 // The controls that need each other: a schedule's own settings, and a validation set for
 // everything that watches one.
 void check_training_controls(const TrainOptions& options);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,9 @@ struct OptionField {
   std::function<void(TrainOptions&, const json&)> load;
   bool optional = false;
   bool is_float = false;  // stored as exact_text
+  // Written only when not empty, and empty when absent (label names: a run without them keeps
+  // the state file's bytes of before they existed, and a resume cannot add them).
+  bool absent_when_empty = false;
 };
 
 template <class Value>
@@ -53,6 +57,24 @@ OptionField exact(const char* key, const char* flag, OnResume on_resume, Ref<Rea
           optional, true};
 }
 
+// A file's path as recorded: absolute and canonical (symbolic links, "." and ".." resolved), so a
+// resume from any directory finds the file, and two spellings of one file compare equal. A run
+// recorded before paths were canonical holds them as given: saved again (or compared) from its
+// own directory, they resolve as they did. "" (no file) stays "".
+std::string recorded_path(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code error;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, error);
+  if (error) return path;
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(absolute, error);
+  return (error ? absolute : canonical).string();
+}
+
+OptionField path_field(const char* key, const char* flag, OnResume on_resume, Ref<std::string> ref) {
+  return {key, flag, on_resume, [ref](const TrainOptions& o) { return json(recorded_path(ref(const_cast<TrainOptions&>(o)))); },
+          [ref](TrainOptions& o, const json& j) { ref(o) = j.get<std::string>(); }};
+}
+
 constexpr OnResume fixed = OnResume::fixed;
 constexpr OnResume model = OnResume::model;
 constexpr OnResume changeable = OnResume::changeable;
@@ -71,14 +93,23 @@ OptionField optimizer_scalar(const OptimizerScalar& scalar) {
           scalar.optional, true};
 }
 
+// The labels' names (--label-names reads them from a file; the names are recorded, not the path).
+OptionField label_names_field() {
+  OptionField field = plain<std::vector<std::string>>("label_names", "--label-names", fixed,
+                                                      ENHANCED_FIELD(std::vector<std::string>, label_names), true);
+  field.absent_when_empty = true;
+  return field;
+}
+
 const std::vector<OptionField>& option_fields() {
   static const std::vector<OptionField> fields = [] {
     std::vector<OptionField> out = {
-      plain<std::string>("data", "--data", changeable, ENHANCED_FIELD(std::string, data_path)),
-      plain<std::string>("valid", "--valid", changeable, ENHANCED_FIELD(std::string, valid_path)),
+      path_field("data", "--data", changeable, ENHANCED_FIELD(std::string, data_path)),
+      path_field("valid", "--valid", changeable, ENHANCED_FIELD(std::string, valid_path)),
       // Recorded only: a resumed model comes from the state file.
-      plain<std::string>("pretrained", "--pretrained", fixed, ENHANCED_FIELD(std::string, pretrained_path)),
-      plain<std::string>("init_from", "--init-from", fixed, ENHANCED_FIELD(std::string, init_from)),
+      path_field("pretrained", "--pretrained", fixed, ENHANCED_FIELD(std::string, pretrained_path)),
+      path_field("init_from", "--init-from", fixed, ENHANCED_FIELD(std::string, init_from)),
+      label_names_field(),
       plain<int64_t>("epochs", "--epochs", length, ENHANCED_FIELD(int64_t, epochs)),
       plain<int64_t>("steps", "--steps", length, ENHANCED_FIELD(int64_t, steps)),
       plain<int>("batch_size", "--batch-size", fixed, ENHANCED_FIELD(int, batch_size)),
@@ -173,7 +204,10 @@ std::string exact_text(double value) {
 
 std::string run_options_text(const TrainOptions& options) {
   json out = json::object();
-  for (const OptionField& field : option_fields()) out[field.key] = field.save(options);
+  for (const OptionField& field : option_fields()) {
+    json value = field.save(options);
+    if (!field.absent_when_empty || !value.empty()) out[field.key] = std::move(value);
+  }
   return out.dump();
 }
 
@@ -202,6 +236,7 @@ TrainOptions resumed_options(const TrainOptions& caller, const std::string& reco
     j = json::parse(recorded);
     for (const OptionField& field : option_fields())
       if (!field.optional || j.contains(field.key)) field.load(o, j.at(field.key));
+      else if (field.absent_when_empty) field.load(o, json::array());
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": run_options metadata is malformed (", e.what(), ")");
   }

@@ -6,12 +6,14 @@
 
 #include "enhanced/checkpoint.h"
 #include "enhanced/common.h"
+#include "enhanced/label_names.h"
 #include "train/distributed.h"
 
 namespace enhanced {
 
-RunSaves::RunSaves(std::filesystem::path dir, Communicator& communicator)
-    : dir_(std::move(dir)), comm_(communicator), speaks_(communicator.rank() == 0) {}
+RunSaves::RunSaves(std::filesystem::path dir, Communicator& communicator, std::vector<std::string> label_names)
+    : dir_(std::move(dir)), comm_(communicator), speaks_(communicator.rank() == 0),
+      label_names_(std::move(label_names)) {}
 
 void RunSaves::save(Engine& engine, const ParameterBuffer<float>& params, const OptimizerState& optimizer,
                     const TrainOptions& options, RunPosition& position, int64_t metrics_lines) {
@@ -47,7 +49,8 @@ void RunSaves::refresh_last(const ParameterBuffer<float>& params, const RunPosit
 }
 
 std::map<std::string, std::string> RunSaves::checkpoint_metadata(const RunPosition& position) const {
-  return {{"step", std::to_string(position.step)}, {"epoch", std::to_string(position.epoch)}};
+  return with_label_names({{"step", std::to_string(position.step)}, {"epoch", std::to_string(position.epoch)}},
+                          label_names_);
 }
 
 // Fault injection for the tests: ENHANCED_TEST_EXIT_AFTER_WRITE=N ends the process abruptly

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "enhanced/communicator.h"
 #include "enhanced/engine.h"
@@ -17,7 +18,8 @@ namespace enhanced {
 
 class RunSaves {
  public:
-  RunSaves(std::filesystem::path dir, Communicator& communicator);
+  // label_names (empty: none): kept in the metadata of last/best (enhanced/label_names.h).
+  RunSaves(std::filesystem::path dir, Communicator& communicator, std::vector<std::string> label_names);
 
   // The state file, then last.safetensors: a crash between the two writes leaves a mismatch that
   // resume detects by step, never a silently inconsistent pair. Records metrics_lines in position.
@@ -40,6 +42,7 @@ class RunSaves {
   bool speaks_;                 // rank 0
   int64_t writes_ = 0;          // files written by this process
   int64_t saved_at_step_ = -1;
+  std::vector<std::string> label_names_;
 };
 
 }  // namespace enhanced

@@ -117,6 +117,7 @@ ParameterBuffer<float> model_for_data(const PreparedRun& run, const Dataset& tra
   ParameterBuffer<float> params = options.resume ? read_model(*run.saved_state, "model.") : build_model(options, train, valid);
   if (options.resume || !options.init_from.empty()) check_run_memory(params.config, options, params.size() * sizeof(float));
   if (options.resume) check_model_flags(run.given, params.config, "the run being resumed (" + run.saved_state->path() + ")");
+  check_run_label_names(options, params.config);
   check_data_seq_len(train, params.config, options.resume ? run.saved_state->path() : options.init_from);
   train.check_fits_model(params.config.vocab_size, params.config.num_labels);
   if (valid) valid->check_fits_model(params.config.vocab_size, params.config.num_labels);

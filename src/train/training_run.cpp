@@ -54,7 +54,7 @@ TrainingRun::TrainingRun(TrainOptions options, ParameterBuffer<float> params, co
     : o_(std::move(options)), params_(std::move(params)), train_(train), valid_(valid),
       optimizer_(o_.optimizer, params_.config), comm_(communicator), speaks_(communicator.rank() == 0),
       batches_(batches_per_epoch(o_, train_)), total_steps_(run_length(o_, batches_)), controls_(o_, total_steps_),
-      saves_(o_.out_dir, communicator), progress_(o_.progress && speaks_) {}
+      saves_(o_.out_dir, communicator, o_.label_names), progress_(o_.progress && speaks_) {}
 
 void TrainingRun::check_controls_fit_the_run() const {
   if (o_.warmup_steps >= total_steps_ && o_.warmup_steps > 0)
