@@ -1,0 +1,39 @@
+// enhanced._core, the engine inside the user's Python (nanobind): what its files share. The
+// Python side (python/enhanced/model.py) turns the user's data into an .ebin image in memory and
+// calls these; each releases the GIL while the engine runs.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <string>
+#include <vector>
+
+#include "app.h"
+#include "enhanced/dataset.h"
+
+namespace nb = nanobind;
+
+namespace enhanced::python {
+
+// A data set given as bytes (an .ebin image, read without a file) or as a path, named `name` in
+// errors (the image's name, or the path).
+Dataset open_dataset(nb::object data, const std::string& name);
+
+// {loss, accuracy, macro_f1, samples} of `checkpoint` on a labelled set (enhanced-eval's numbers).
+nb::dict evaluate(const std::string& checkpoint, nb::object data, const std::string& name, int batch_size,
+                  const EngineFlags& flags);
+
+// (N, L) softmax probabilities (or logits) of `checkpoint` on a set (enhanced-predict's numbers).
+nb::ndarray<nb::numpy, float, nb::ndim<2>> predict(const std::string& checkpoint, nb::object data,
+                                                   const std::string& name, int batch_size, const EngineFlags& flags,
+                                                   bool logits_wanted);
+
+// enhanced-train's run on `words` (its flags) over the data sets given (bytes or paths; valid may be
+// None), calling `bridge` (python/enhanced/model.py's _Bridge) as its TrainingObserver. Returns
+// run_training's exit code: 0, kInterruptedExit after Ctrl-C (the step reached saved), or the
+// code of a run stopped by a non-finite loss.
+int train(const std::vector<std::string>& words, nb::object train_data, const std::string& train_name,
+          nb::object valid_data, const std::string& valid_name, nb::object bridge);
+
+}  // namespace enhanced::python

@@ -1,0 +1,66 @@
+// enhanced._core: the module's definition. Errors of the engine (enhanced::Error) reach Python as
+// ValueError with the engine's one-line message.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "extension.h"
+#include "enhanced/common.h"
+#include "enhanced/engine.h"
+#include "enhanced/training_observer.h"
+
+namespace enhanced::python {
+
+Dataset open_dataset(nb::object data, const std::string& name) {
+  if (nb::isinstance<nb::bytes>(data)) {
+    const nb::bytes image = nb::cast<nb::bytes>(data);
+    const auto* begin = static_cast<const uint8_t*>(image.data());
+    return Dataset::from_bytes(std::vector<uint8_t>(begin, begin + image.size()), name);
+  }
+  return Dataset::open(nb::cast<std::string>(data), name);
+}
+
+namespace {
+
+EngineFlags engine_flags(const std::string& device, int threads, const std::string& precision) {
+  EngineFlags flags;
+  flags.device = device;
+  flags.threads = threads;
+  flags.precision = precision;
+  return flags;
+}
+
+}  // namespace
+}  // namespace enhanced::python
+
+NB_MODULE(_core, m) {
+  using namespace enhanced;
+  using namespace enhanced::python;
+  m.doc() = "The enhanced engine in process (enhanced.Model binds to it)";
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+  m.def("version", [] { return std::string(version_string()); });
+  m.attr("INTERRUPTED") = kInterruptedExit;
+  m.def("train", &python::train, nb::arg("words"), nb::arg("train"), nb::arg("train_name"), nb::arg("valid").none(),
+        nb::arg("valid_name"), nb::arg("bridge"));
+  m.def(
+      "evaluate",
+      [](const std::string& checkpoint, nb::object data, const std::string& name, int batch_size,
+         const std::string& device, int threads, const std::string& precision) {
+        return python::evaluate(checkpoint, data, name, batch_size, engine_flags(device, threads, precision));
+      },
+      nb::arg("checkpoint"), nb::arg("data"), nb::arg("name"), nb::arg("batch_size"), nb::arg("device"),
+      nb::arg("threads"), nb::arg("precision"));
+  m.def(
+      "predict",
+      [](const std::string& checkpoint, nb::object data, const std::string& name, int batch_size,
+         const std::string& device, int threads, const std::string& precision, bool logits) {
+        return python::predict(checkpoint, data, name, batch_size, engine_flags(device, threads, precision), logits);
+      },
+      nb::arg("checkpoint"), nb::arg("data"), nb::arg("name"), nb::arg("batch_size"), nb::arg("device"),
+      nb::arg("threads"), nb::arg("precision"), nb::arg("logits"));
+}

@@ -1,0 +1,119 @@
+// enhanced._core.train: enhanced-train's run inside the user's Python. The words are
+// enhanced-train's flags (python/enhanced/model.py builds them from fit's keyword arguments) and
+// are parsed by the app's own parser (apps/train_flags.h), so the options, defaults and checks are
+// the CLI's; the data sets come in memory or as paths; the run calls back into Python through a
+// TrainingObserver with the GIL taken for each call and released while the engine works.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <optional>
+#include <vector>
+
+#include "extension.h"
+#include "enhanced/trainer.h"
+#include "enhanced/training_observer.h"
+#include "train_flags.h"
+
+namespace enhanced::python {
+namespace {
+
+nb::dict to_dict(const TrainingLogs& logs) {
+  nb::dict out;
+  for (const auto& [key, value] : logs) out[key.c_str()] = value;
+  return out;
+}
+
+// The Python bridge (model.py's _Bridge) behind TrainingObserver. A Python exception in a
+// callback ends the run as an error does; Ctrl-C, seen when Python's signal handlers run between
+// two steps (PyErr_CheckSignals), interrupts it: the step reached is saved, then the caller
+// raises KeyboardInterrupt.
+class PythonObserver final : public TrainingObserver {
+ public:
+  explicit PythonObserver(nb::object bridge) : bridge_(std::move(bridge)) {
+    nb::gil_scoped_acquire gil;
+    wants_batch_logs_ = nb::cast<bool>(bridge_.attr("wants_batch_logs"));
+  }
+
+  void on_train_begin() override { call("on_train_begin"); }
+  void on_epoch_begin(int64_t epoch) override { call("on_epoch_begin", epoch); }
+  void on_train_batch_end(int64_t batch, const TrainingLogs& logs) override {
+    call("on_train_batch_end", batch, logs);
+  }
+  void on_epoch_end(int64_t epoch, const TrainingLogs& logs) override { call("on_epoch_end", epoch, logs); }
+  void on_train_end(const TrainingLogs& logs) override { call("on_train_end", logs); }
+  bool wants_batch_logs() const override { return wants_batch_logs_; }
+
+  TrainingDecision poll() override {
+    nb::gil_scoped_acquire gil;
+    if (!interrupted_ && PyErr_CheckSignals() != 0) {
+      PyErr_Clear();  // fit raises KeyboardInterrupt again, after the save
+      interrupted_ = true;
+    }
+    if (interrupted_) return TrainingDecision::interrupt;
+    return static_cast<TrainingDecision>(nb::cast<int>(bridge_.attr("poll")()));
+  }
+
+ private:
+  static nb::object logs_of(const TrainingLogs& logs) { return to_dict(logs); }
+  template <class T>
+  static T logs_of(T value) {
+    return value;
+  }
+
+  // A Ctrl-C that Python's handler raises inside a callback (it runs at the next bytecode) is the
+  // same interrupt: swallowed here, the run saves at the next poll. Other errors end the run.
+  template <class... Args>
+  void call(const char* method, const Args&... args) {
+    nb::gil_scoped_acquire gil;
+    try {
+      bridge_.attr(method)(logs_of(args)...);
+    } catch (nb::python_error& e) {
+      if (!e.matches(PyExc_KeyboardInterrupt)) throw;
+      interrupted_ = true;
+    }
+  }
+
+  nb::object bridge_;
+  bool wants_batch_logs_ = false;
+  bool interrupted_ = false;
+};
+
+// Parses enhanced-train's flags from `words` with the app's parser; a bad word is a ValueError
+// with CLI11's message.
+// The data set's name stands for --data (run_training records it).
+TrainFlags parse_train_flags(const std::vector<std::string>& words, const std::string& data_name) {
+  CLI::App app{"enhanced.Model.fit"};
+  TrainFlags flags;
+  add_train_flags(app, flags);
+  flags.options.data_path = data_name;
+  std::vector<std::string> reversed(words.rbegin(), words.rend());  // CLI11 takes them last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    fail("fit: ", e.what());
+  }
+  finish_train_flags(app, flags);
+  return flags;
+}
+
+}  // namespace
+
+int train(const std::vector<std::string>& words, nb::object train_data, const std::string& train_name,
+          nb::object valid_data, const std::string& valid_name, nb::object bridge) {
+  TrainFlags flags = parse_train_flags(words, train_name);
+  flags.options.handle_signals = false;  // Python owns SIGINT: Ctrl-C reaches the run through poll
+  flags.options.progress = false;        // the bridge shows progress (verbose)
+  const Dataset train = open_dataset(train_data, train_name);
+  std::optional<Dataset> valid;
+  if (!valid_data.is_none()) valid.emplace(open_dataset(valid_data, valid_name));
+  PythonObserver observer(bridge);
+  nb::gil_scoped_release release;
+  const EngineChoice engine = resolve_engine_flags(flags.engine, false);
+  flags.options.device = engine.device;
+  flags.options.threads = engine.threads;
+  flags.options.cuda = engine.cuda;
+  flags.options.precision = engine.precision;
+  return run_training(flags.options, train, valid ? &*valid : nullptr, &observer);
+}
+
+}  // namespace enhanced::python

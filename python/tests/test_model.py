@@ -1,0 +1,175 @@
+"""enhanced.Model: the engine in process (enhanced._core), against the CLI on the same data."""
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import enhanced
+from enhanced import Model, read_ebin
+from enhanced.callbacks import TensorBoard
+
+from conftest import run_app
+
+FLAGS = dict(epochs=2, batch_size=16, hidden=4, embedding_dim=8)
+
+
+@pytest.fixture(scope="module")
+def demo(demo_data):
+    """The demo sets as a user holds them: nested lists and labels, and the model's shape."""
+    train, valid = read_ebin(demo_data / "train.ebin"), read_ebin(demo_data / "valid.ebin")
+    vocab = max(train.max_token_id, valid.max_token_id) + 1
+    labels = max(train.num_labels, valid.num_labels)
+    return dict(dir=demo_data, train=(train.to_lists(), np.array(train.labels)),
+                valid=(valid.to_lists(), np.array(valid.labels)), vocab=vocab, labels=labels,
+                seq_len=train.seq_len)
+
+
+def new_model(demo, **extra):
+    return Model(vocab_size=demo["vocab"], num_labels=demo["labels"], seq_len=demo["seq_len"],
+                 embedding_dim=FLAGS["embedding_dim"], hidden=FLAGS["hidden"], **extra)
+
+
+def fit(demo, out, **options):
+    model = new_model(demo, **options.pop("model", {}))
+    history = model.fit(*demo["train"], validation_data=demo["valid"], epochs=FLAGS["epochs"],
+                        batch_size=FLAGS["batch_size"], out=out, seed=3, verbose=0, lr=0.01, **options)
+    return model, history
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class Recorder:
+    """A Keras-protocol callback that records every call."""
+
+    def __init__(self, stop_at=None, interrupt_at=None):
+        self.calls, self.model = [], None
+        self.stop_at, self.interrupt_at, self.batches = stop_at, interrupt_at, 0
+
+    def set_model(self, model):
+        self.model = model
+
+    def on_train_begin(self, logs=None):
+        self.calls.append(("train_begin", None, logs))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.calls.append(("epoch_begin", epoch, logs))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls.append(("batch_end", batch, dict(logs)))
+        self.batches += 1
+        if self.batches == self.stop_at:
+            self.model.stop_training = True
+        if self.batches == self.interrupt_at:
+            signal.raise_signal(signal.SIGINT)  # as a Ctrl-C between two steps
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.calls.append(("epoch_end", epoch, dict(logs)))
+
+    def on_train_end(self, logs=None):
+        self.calls.append(("train_end", None, logs))
+
+
+def test_fit_on_nested_lists_writes_the_cli_runs_checkpoints(demo, tmp_path):
+    fit(demo, tmp_path / "fit")
+    run_app("enhanced-train", "--data", demo["dir"] / "train.ebin", "--valid", demo["dir"] / "valid.ebin",
+            "--out", tmp_path / "cli", "--epochs", FLAGS["epochs"], "--batch-size", FLAGS["batch_size"],
+            "--seed", 3, "--lr", 0.01, "--hidden", FLAGS["hidden"], "--embedding-dim", FLAGS["embedding_dim"],
+            "--vocab-size", demo["vocab"], "--num-labels", demo["labels"], "--quiet", "--device", "cpu")
+    for name in ("last.safetensors", "best.safetensors"):
+        assert read(tmp_path / "fit" / name) == read(tmp_path / "cli" / name), name
+
+
+def test_callbacks_get_keras_calls_and_keys_and_history_matches_metrics(demo, tmp_path):
+    recorder = Recorder()
+    _, history = fit(demo, tmp_path / "run", callbacks=[recorder])
+    kinds = [c[0] for c in recorder.calls]
+    assert kinds[0] == "train_begin" and kinds[-1] == "train_end"
+    batches = sum(1 for k in kinds if k == "batch_end")
+    steps = -(-len(demo["train"][1]) // FLAGS["batch_size"])
+    assert batches == FLAGS["epochs"] * steps
+    for kind, _, logs in recorder.calls:
+        if kind == "batch_end":
+            assert set(logs) == {"loss", "accuracy", "lr"}
+            assert all(np.isfinite(v) for v in logs.values())
+        if kind == "epoch_end":
+            assert {"loss", "accuracy", "lr", "val_loss", "val_accuracy", "val_f1"} <= set(logs)
+    assert [c[1] for c in recorder.calls if c[0] == "epoch_begin"] == list(range(FLAGS["epochs"]))
+    assert len(history.history["loss"]) == FLAGS["epochs"] == len(history.history["val_loss"])
+    with open(tmp_path / "run" / "metrics.jsonl") as f:
+        lines = [json.loads(line) for line in f]
+    epoch_losses = [line["loss"] for line in lines if line.get("event", line.get("type")) == "epoch"]
+    if epoch_losses:  # the epoch lines' loss is the epoch's mean, as the epoch_end logs'
+        np.testing.assert_allclose(history.history["loss"], epoch_losses, rtol=1e-6)
+
+
+@pytest.mark.parametrize("how", ["stop_training", "KeyboardInterrupt"])
+def test_a_stopped_or_interrupted_fit_resumes_to_the_uninterrupted_bits(demo, tmp_path, how):
+    fit(demo, tmp_path / "whole")
+    cut = tmp_path / "cut"
+    recorder = Recorder(stop_at=3) if how == "stop_training" else Recorder(interrupt_at=3)
+    if how == "stop_training":
+        fit(demo, cut, callbacks=[recorder])
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            fit(demo, cut, callbacks=[recorder])
+    assert sum(1 for c in recorder.calls if c[0] == "batch_end") == 3
+    assert os.path.exists(cut / "optimizer.safetensors"), "nothing to resume from"
+    model, _ = fit(demo, cut, resume=True)
+    assert read(tmp_path / "whole" / "last.safetensors") == read(cut / "last.safetensors")
+
+
+def test_evaluate_and_predict_agree_with_the_apps(demo, tmp_path):
+    model, _ = fit(demo, tmp_path / "run")
+    result = model.evaluate(*demo["valid"])
+    cli = json.loads(run_app("enhanced-eval", "--data", demo["dir"] / "valid.ebin", "--checkpoint",
+                             model.checkpoint, "--json", "--device", "cpu").stdout)
+    for key in ("loss", "accuracy", "macro_f1"):
+        assert result[key] == pytest.approx(cli[key], rel=1e-12, abs=1e-12), key
+    probabilities = model.predict(demo["valid"][0])
+    logits = model.predict(demo["valid"][0], logits=True)
+    assert probabilities.shape == logits.shape == (len(demo["valid"][1]), demo["labels"])
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    assert (probabilities.argmax(axis=1) == logits.argmax(axis=1)).all()
+    accuracy = float((logits.argmax(axis=1) == demo["valid"][1]).mean())
+    assert accuracy == pytest.approx(result["accuracy"])
+    loaded = Model.load(model.checkpoint)
+    np.testing.assert_array_equal(loaded.predict(demo["valid"][0], logits=True), logits)
+
+
+def test_label_names_round_trip_into_predict_labels(demo, tmp_path):
+    names = [f"label-{i}" for i in range(demo["labels"])]
+    model, _ = fit(demo, tmp_path / "run", model=dict(label_names=names))
+    loaded = Model.load(model.checkpoint)
+    assert loaded.label_names == names
+    predicted = loaded.predict_labels(demo["valid"][0])
+    indices = loaded.predict(demo["valid"][0], logits=True).argmax(axis=1)
+    assert predicted == [names[i] for i in indices]
+
+
+def test_tensorboard_callback_reads_back_the_fit_curves(demo, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    _, history = fit(demo, tmp_path / "run", callbacks=[TensorBoard(tmp_path / "logs")])
+    for folder, key in (("train", "loss"), ("validation", "val_loss")):
+        events = EventAccumulator(str(tmp_path / "logs" / folder))
+        events.Reload()
+        values = [e.value for e in events.Scalars("epoch_loss")]
+        np.testing.assert_allclose(values, history.history[key], rtol=1e-6)
+
+
+def test_bad_data_and_bad_flags_are_one_clear_error(demo, tmp_path):
+    model = new_model(demo)
+    lists, labels = demo["train"]
+    bad = [list(sample) for sample in lists[:4]]
+    bad[2] = bad[2][:-1]
+    with pytest.raises(ValueError, match="sample 2"):
+        model.fit(bad, labels[:4], out=tmp_path / "a", verbose=0)
+    with pytest.raises(ValueError, match="--lr"):
+        model.fit(lists, labels, out=tmp_path / "b", verbose=0, lr=-1)
+    with pytest.raises(ValueError, match="this model has no weights"):
+        model.predict(lists)
+    assert enhanced.Model is Model
