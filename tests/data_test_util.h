@@ -76,6 +76,14 @@ inline std::string read_text(const std::string& path) {
   return s.str();
 }
 
+// A text's lines, without their newlines.
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
 struct RaggedSample {
   int label = 0;
   std::vector<std::vector<int32_t>> identifier, auxiliary;

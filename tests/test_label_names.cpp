@@ -18,15 +18,9 @@ namespace enhanced {
 namespace {
 
 namespace fs = std::filesystem;
+using test_util::lines_of;
 using test_util::read_text;
 using test_util::write_text;
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
 
 std::string line_starting(const std::string& output, const std::string& start) {
   for (const std::string& line : lines_of(output))

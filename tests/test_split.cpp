@@ -18,13 +18,6 @@ namespace {
 
 using namespace enhanced::test_util;
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 TEST(Split, LargestRemainderCountsSumExactly) {
   EXPECT_EQ(largest_remainder_counts(10, {0.8, 0.1, 0.1}), (std::vector<int64_t>{8, 1, 1}));
   EXPECT_EQ(largest_remainder_counts(7, {0.5, 0.5}), (std::vector<int64_t>{4, 3}));  // tie: the earlier part
