@@ -119,16 +119,7 @@ void CudaEngine::allocate(const ModelConfig& c, int max_batch, const EngineOptio
     m.class_weights.resize(options.class_weights.size());
     cuda::copy_to_device(m.class_weights.data(), options.class_weights.data(), options.class_weights.size(), m.s());
   }
-  // Identifier ids: start with room for 4 per position; a batch with more grows the buffers once.
-  m.layout = BatchLayout(P, static_cast<size_t>(pass_batch));
-  m.id_capacity = 4 * P;
-  for (Slot& slot : m.slots) {
-    slot.uploaded = cuda::make_event();
-    slot.consumed = cuda::make_event();
-  }
-  m.allocate_batch_blocks();
-  m.embedding_workspace.reserve(static_cast<int>(P), static_cast<int64_t>(m.id_capacity), c.vocab_size,
-                                c.embedding_dim, m.s());
+  allocate_batch_slots(P);
   m.scalars_host.resize(2);
   m.logits_host.resize(pass_batch * L);
   if (!m.options.graphs) m.graphs_off = "turned off (--cuda-graphs off)";
@@ -137,16 +128,36 @@ void CudaEngine::allocate(const ModelConfig& c, int max_batch, const EngineOptio
   ENHANCED_CUDA_CHECK(cudaGetDevice(&device));
   ENHANCED_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
   m.device_name = properties.name;
-  if (ranks) {
-    m.exchange = std::make_unique<CudaGradientExchange>(*ranks, c.vocab_size, c.embedding_dim, m.s());
-    const int64_t shard_positions =
-        static_cast<int64_t>(std::max(1, shard_of(max_batch, 0, ranks->size()).count)) * c.seq_len;
-    m.exchange->reserve(std::min<int64_t>(c.vocab_size, 5 * shard_positions), m.s());  // 4 ids a position + its word
-    m.shard_sums.resize(2);
-    ENHANCED_CUDA_CHECK(cudaMemsetAsync(m.shard_sums.data(), 0, m.shard_sums.bytes(), m.s()));
-    m.class_weights_host = options.class_weights;
-  }
+  if (ranks) allocate_exchange(*ranks, max_batch, options.class_weights);
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(m.s()));
+}
+
+// A data-parallel run's NCCL exchange, with room for the rows the largest shard can touch.
+void CudaEngine::allocate_exchange(Communicator& ranks, int max_batch, const std::vector<float>& class_weights) {
+  CudaEngineState& m = s_;
+  const ModelConfig& c = m.config;
+  m.exchange = std::make_unique<CudaGradientExchange>(ranks, c.vocab_size, c.embedding_dim, m.s());
+  const int64_t shard_positions =
+      static_cast<int64_t>(std::max(1, shard_of(max_batch, 0, ranks.size()).count)) * c.seq_len;
+  m.exchange->reserve(std::min<int64_t>(c.vocab_size, 5 * shard_positions), m.s());  // 4 ids a position + its word
+  m.shard_sums.resize(2);
+  ENHANCED_CUDA_CHECK(cudaMemsetAsync(m.shard_sums.data(), 0, m.shard_sums.bytes(), m.s()));
+  m.class_weights_host = class_weights;
+}
+
+// The two staging slots and the embedding workspace for batches of up to P positions; identifier
+// ids start with room for 4 a position (a batch with more grows the buffers once).
+void CudaEngine::allocate_batch_slots(size_t P) {
+  CudaEngineState& m = s_;
+  m.layout = BatchLayout(P, static_cast<size_t>(m.pass_batch));
+  m.id_capacity = 4 * P;
+  for (Slot& slot : m.slots) {
+    slot.uploaded = cuda::make_event();
+    slot.consumed = cuda::make_event();
+  }
+  m.allocate_batch_blocks();
+  m.embedding_workspace.reserve(static_cast<int>(P), static_cast<int64_t>(m.id_capacity), m.config.vocab_size,
+                                m.config.embedding_dim, m.s());
 }
 
 // The caller's optimizer state (OptimizerState: first = SGD velocity or Adam m, second = Adam v;

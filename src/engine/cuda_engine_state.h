@@ -211,6 +211,8 @@ class CudaEngine final : public Engine {
 
  private:
   void allocate(const ModelConfig& config, int max_batch, const EngineOptions& options);
+  void allocate_batch_slots(size_t max_positions);
+  void allocate_exchange(Communicator& ranks, int max_batch, const std::vector<float>& class_weights);
   void upload_optimizer_state();
 
   ParameterBuffer<float>& params_;
