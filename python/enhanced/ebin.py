@@ -326,14 +326,20 @@ def _ebin_pieces(samples, labels):
     return pieces
 
 
+def image_pieces(samples, labels=None):
+    """The .ebin file's pieces (bytes-like, in file order) of checked samples (_samples) and their
+    labels ((N,) integers, checked here; None: unlabeled): what write_ebin writes and what
+    enhanced.Model hands the engine in memory."""
+    checked_labels = None if labels is None else _checked_labels(labels, samples.num_samples)
+    return _ebin_pieces(samples, checked_labels)
+
+
 def write_ebin(path, data, labels=None):
     """Writes N samples (a tf.RaggedTensor, nested lists or CSR arrays; see the module's doc) and
     their labels ((N,) integers; None: an unlabeled file, for prediction) as an .ebin file,
     atomically. Every bad input raises ValueError naming the sample and the position, before
     anything is written."""
-    samples = _samples(data)
-    checked_labels = None if labels is None else _checked_labels(labels, samples.num_samples)
-    write_atomically(path, _ebin_pieces(samples, checked_labels))
+    write_atomically(path, image_pieces(_samples(data), labels))
 
 
 # --- reading ---

@@ -73,10 +73,7 @@ def data_image(x, y=None, name="x"):
             raise ValueError(f"{name} is a file: its labels are in it, give no y")
         return os.fspath(x), os.fspath(x)
     samples, labels = _samples_and_labels(x, y)
-    checked = None if labels is None else ebin._checked_labels(labels, samples.num_samples)
-    image = b"".join(bytes(piece) if not isinstance(piece, bytes) else piece
-                     for piece in ebin._ebin_pieces(samples, checked))
-    return image, f"<{name}: {samples.num_samples} samples in memory>"
+    return b"".join(ebin.image_pieces(samples, labels)), f"<{name}: {samples.num_samples} samples in memory>"
 
 
 class History:
@@ -253,6 +250,8 @@ class Model:
         writes (last/best checkpoints, metrics.jsonl, the state a resume continues from); by default
         a new temporary folder. Ctrl-C saves the step reached and raises KeyboardInterrupt;
         fit(..., resume=True) continues exactly. `controls`: enhanced-train's other flags by name."""
+        if x is None:
+            raise ValueError("fit needs x (with resume=True: the same data again)")
         if out is None:
             out = tempfile.mkdtemp(prefix="enhanced-run-")
         out = os.fspath(out)
@@ -270,8 +269,6 @@ class Model:
             if value is False or value is None:
                 continue
             words += [_flag(name)] if value is True else [_flag(name), value]
-        if x is None:
-            raise ValueError("fit needs x (with resume=True: the same data again)")
         train, train_name = data_image(x, y, "x")
         valid, valid_name = None, ""
         if validation_data is not None:

@@ -3,7 +3,6 @@
 // arguments choose, the GIL released while it runs.
 #include "extension.h"
 
-#include <cmath>
 #include <cstring>
 
 #include "enhanced/evaluate.h"

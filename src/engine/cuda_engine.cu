@@ -205,7 +205,7 @@ TrainTotals CudaEngine::collect() {
   CudaEngineState& m = s_;
   ENHANCED_CUDA_CHECK(cudaMemcpyAsync(m.totals_host.data(), m.totals.data(), sizeof(DeviceTotals),
                                       cudaMemcpyDeviceToHost, m.s()));
-  ENHANCED_CUDA_CHECK(cudaMemsetAsync(m.totals.data(), 0, cuda::kTotalsCountersBytes, m.s()));
+  ENHANCED_CUDA_CHECK(cudaMemsetAsync(m.totals.data(), 0, kTotalsCounterBytes, m.s()));
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(m.s()));
   const TrainTotals out = *m.totals_host.data();
   if (out.halted != Halt::none) m.steps = out.halted_step - 1;  // that step and the ones queued after it were skipped

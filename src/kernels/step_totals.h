@@ -19,8 +19,6 @@ using steps::StepScalars;
 // The device keeps the host's TrainTotals itself (its layout is the same on both sides); the
 // kernels fill it with steps/step_totals_steps.h's rules, as the CPU engine does on the host.
 using DeviceTotals = TrainTotals;
-constexpr size_t kTotalsCountersBytes = kTotalsCounterBytes;
-constexpr size_t kTotalsHaltBytes = sizeof(DeviceTotals) - kTotalsCountersBytes;
 
 // After the loss: adds mean_loss * B (rounded as the host's `sum += loss * B`), B, and the
 // samples whose first largest logit is the label (as std::max_element), or, when the loss is
