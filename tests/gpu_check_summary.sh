@@ -123,6 +123,32 @@ EOF
   summary "$work/missing.log" >"$work/out" 2>&1
   expect "an unreadable log: one error line naming it" \
     "2 error: $work/missing.log: No such file or directory, cannot read the log" "$? $(cat "$work/out")"
+  sanitizer_logs
+}
+
+# compute-sanitizer's failures (exit 99): the count and the first error, whatever its kind.
+sanitizer_logs() {
+  cat >"$work/initcheck.log" <<'EOF'
+========= COMPUTE-SANITIZER
+[==========] Running 1 test from 1 test suite.
+[ RUN      ] CudaParity.ModelLossAndEveryGradientMatchCpu
+========= Host API memory access error at host access to 0x7f31c2a00008 of size 8 bytes
+=========     Uninitialized access at 0x7f31c2a00008 on access by cudaMemcpyAsync source
+=========     Saved host backtrace up to driver entry point at error
+[       OK ] CudaParity.ModelLossAndEveryGradientMatchCpu (812 ms)
+[==========] 1 test from 1 test suite ran. (812 ms total)
+[  PASSED  ] 1 test.
+========= ERROR SUMMARY: 1 error
+EOF
+  expect "initcheck's host API error, with the tests passing" \
+    "FAILED (ERROR SUMMARY: 1 error: Host API memory access error at host access to 0x7f31c2a00008 of size 8 bytes)" \
+    "$(summary "$work/initcheck.log" --sanitizer --exit 99)"
+  sed -e 's/Host API memory access error at host access to 0x7f31c2a00008 of size 8 bytes/Invalid __global__ read of size 4 bytes/' \
+    -e 's/1 error$/3 errors/' "$work/initcheck.log" >"$work/memcheck.log"
+  expect "memcheck's kernel error" "FAILED (ERROR SUMMARY: 3 errors: Invalid __global__ read of size 4 bytes)" \
+    "$(summary "$work/memcheck.log" --sanitizer --exit 99)"
+  expect "a sanitizer run that exited 0 is judged as a plain run" "ok (1 passed)" \
+    "$(summary "$work/initcheck.log" --sanitizer --exit 0)"
 }
 
 # A stand-in test binary that lists the tests of a file in gtest's --gtest_list_tests format.

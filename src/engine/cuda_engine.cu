@@ -111,6 +111,8 @@ void CudaEngine::allocate(const ModelConfig& c, int max_batch, const EngineOptio
   m.argmax_data.resize(F);
   m.act.argmax = m.argmax_data.data();
   m.scalars.resize(2 + 256);
+  // Cleared once: a pass writes only the scalars it computes, and none may be read unwritten.
+  ENHANCED_CUDA_CHECK(cudaMemsetAsync(m.scalars.data(), 0, m.scalars.bytes(), m.s()));
   m.clip_scale.resize(1);
   m.totals.resize(1);
   ENHANCED_CUDA_CHECK(cudaMemsetAsync(m.totals.data(), 0, sizeof(DeviceTotals), m.s()));
@@ -120,7 +122,7 @@ void CudaEngine::allocate(const ModelConfig& c, int max_batch, const EngineOptio
     cuda::copy_to_device(m.class_weights.data(), options.class_weights.data(), options.class_weights.size(), m.s());
   }
   allocate_batch_slots(P);
-  m.scalars_host.resize(2);
+  m.scalars_host.resize(1);
   m.logits_host.resize(pass_batch * L);
   if (!m.options.graphs) m.graphs_off = "turned off (--cuda-graphs off)";
   int device = 0;

@@ -109,7 +109,7 @@ struct CudaEngineState {
   DeviceBuffer<float> clip_scale;
   DeviceBuffer<DeviceTotals> totals;
   PinnedBuffer<DeviceTotals> totals_host;
-  PinnedBuffer<double> scalars_host;  // loss, norm
+  PinnedBuffer<double> scalars_host;  // the mean loss of forward / compute_gradients
   PinnedBuffer<float> logits_host;
 
   BatchLayout layout;

@@ -292,9 +292,8 @@ void CudaEngineState::merge_pass(const BatchView& b) {
 }
 
 void CudaEngineState::wait_and_read(const BatchView& b, float* logits_out) {
-  ENHANCED_CUDA_CHECK(cudaMemcpyAsync(scalars_host.data(), scalars.data(), 2 * sizeof(double), cudaMemcpyDeviceToHost,
-                                      s()));
-  ENHANCED_CUDA_CHECK(cudaMemcpyAsync(totals_host.data(), totals.data(), sizeof(DeviceTotals), cudaMemcpyDeviceToHost,
+  // The mean loss alone: forward and compute_gradients write no gradient norm (scalars[1]).
+  ENHANCED_CUDA_CHECK(cudaMemcpyAsync(scalars_host.data(), scalars.data(), sizeof(double), cudaMemcpyDeviceToHost,
                                       s()));
   const size_t logit_count = static_cast<size_t>(b.size) * config.num_labels;
   if (logits_out)
