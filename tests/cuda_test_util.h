@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "enhanced/batch.h"
+#include "enhanced/communicator.h"
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
 #include "enhanced/model.h"
@@ -94,6 +95,64 @@ struct EngineRun {
   }
   void sync() { engine->sync_to_host(); }
 };
+
+// Bit-equality of two buffers, naming the first difference.
+inline void expect_same_bits(const ParameterBuffer<float>& got, const ParameterBuffer<float>& want,
+                             const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t differ = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(got.data[i] == want.data[i]) && differ++ == 0) first = i;
+  EXPECT_EQ(differ, 0u) << what << ": " << differ << " values differ, the first at " << first << ": "
+                        << got.data[first] << " against " << want.data[first];
+}
+
+// compute_gradients between training steps on a lone data-parallel engine (exchange_alone), whose
+// backward writes rows the exchange never saw: its gradients, and the weights and moments after
+// more steps, must equal a plain engine's bit for bit on `device`. The gradient batches use ids
+// the training batches never do, so a row left behind is added into every later dense update.
+inline void expect_gradients_between_data_parallel_steps_leave_no_rows(Device device, const EngineOptions& base) {
+  const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature, 6);
+  const int training_ids = 12;  // training uses ids [0, 12); compute_gradients ids [12, 23)
+  const std::vector<Batch> batches = training_batches(config, 12, 57, training_ids);
+  Random random(8);
+  std::vector<Batch> probes;
+  for (int i = 0; i < 2; ++i) {
+    Batch b = random_batch(4, config.seq_len, static_cast<int>(config.vocab_size) - training_ids, config.num_labels,
+                           random);
+    for (int32_t& id : b.identifier_ids) id += training_ids;
+    for (int32_t& id : b.cur_word_ids) id += training_ids;
+    probes.push_back(std::move(b));
+  }
+  ParameterBuffer<float> initial(config);
+  initialize_parameters(initial, 21);
+  OptimizerConfig adam;  // dense: every row of the table is updated from its gradient every step
+  adam.learning_rate = 0.02f;
+  Communicator alone;
+  EngineOptions ranked_options = base;
+  ranked_options.communicator = &alone;
+  ranked_options.exchange_alone = true;
+  EngineRun plain(device, initial, adam, base), ranked(device, initial, adam, ranked_options);
+  ParameterBuffer<float> plain_grads(config), ranked_grads(config);
+  for (size_t step = 0; step < batches.size(); ++step) {
+    if (step == 0 || step == 5) {  // before any exchange, and between exchanged steps
+      const Batch& probe = probes[step == 0 ? 0 : 1];
+      EXPECT_EQ(ranked.engine->compute_gradients(probe, nullptr), plain.engine->compute_gradients(probe, nullptr));
+      plain.engine->download_gradients(plain_grads);
+      ranked.engine->download_gradients(ranked_grads);
+      expect_same_bits(ranked_grads, plain_grads, "compute_gradients before step " + std::to_string(step));
+    }
+    const TrainTotals want = plain.step(batches[step], adam.learning_rate);
+    const TrainTotals got = ranked.step(batches[step], adam.learning_rate);
+    ASSERT_EQ(got.halted, Halt::none);
+    EXPECT_EQ(got.loss_sum, want.loss_sum) << "step " << step;
+  }
+  plain.sync();
+  ranked.sync();
+  expect_same_bits(ranked.params, plain.params, "parameters");
+  for (size_t m = 0; m < plain.state.moments.size(); ++m)
+    expect_same_bits(ranked.state.moments[m], plain.state.moments[m], "moment " + std::to_string(m));
+}
 
 // EngineOptions for batches of up to 4 on the GPU.
 inline EngineOptions gpu_options(const CudaOptions& cuda, std::vector<float> class_weights = {},

@@ -24,6 +24,7 @@
 #include "layers/maxpool.h"
 #include "layers/optimizer.h"
 #include "layers/softmax_xent.h"
+#include "steps/gradient_exchange_steps.h"
 #include "steps/step_totals_steps.h"
 
 namespace enhanced {
@@ -259,7 +260,7 @@ class CpuEngine final : public Engine {
     const double loss = model_forward(activations_, params_, batch, threads_, true, weights_or_null(), nullptr, precision_);
     if (!std::isfinite(loss)) return loss;
     model_backward(grads_, activations_, params_, batch, threads_, precision_);
-    gradients_written_ = true;
+    written_rows_ = steps::rows_left_by(false);
     return loss;
   }
 
@@ -287,8 +288,8 @@ class CpuEngine final : public Engine {
     correct = static_cast<int64_t>(reduced[1]);
     if (!std::isfinite(reduced[0])) return reduced[0];  // every rank halts alike
     if (shard.count > 0) model_backward(grads_, activations_, params_, shard_batch_, threads_, precision_);
-    gradients_written_ = true;
-    exchange_.run(grads_, rows_, *communicator_);
+    written_rows_ = steps::rows_left_by(true);
+    exchange_.run(grads_, rows_, *communicator_);  // rows_ becomes the ranks' union
     return reduced[0];
   }
 
@@ -305,9 +306,10 @@ class CpuEngine final : public Engine {
     if (grads_.data.empty()) grads_ = ParameterBuffer<float>(params_.config);
   }
 
+  // rows_ is the list written_rows_ names, either kind: the CPU keeps one list.
   void clear_gradients() {
-    if (gradients_written_) zero_gradients(grads_, rows_);
-    gradients_written_ = false;
+    if (written_rows_ != steps::GradientRows::clear) zero_gradients(grads_, rows_);
+    written_rows_ = steps::GradientRows::clear;
   }
 
   // The training loss's class weights (EngineOptions); evaluation's forward stays unweighted.
@@ -333,7 +335,7 @@ class CpuEngine final : public Engine {
   Communicator* communicator_;  // null: alone
   Activations<float> activations_;
   std::vector<int32_t> rows_;
-  bool gradients_written_ = false;
+  steps::GradientRows written_rows_ = steps::GradientRows::clear;
   TrainTotals totals_;
   Batch shard_batch_;
   GradientExchange exchange_;
@@ -385,7 +387,7 @@ std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
     out.push_back({"optimizer",
                    [&] {
                      std::fill(g.data.begin(), g.data.end(), 0.0f);
-                     gradients_written_ = false;
+                     written_rows_ = steps::GradientRows::clear;
                      embedding_touched_rows(rows_, batch.identifier_ids.data(),
                                             static_cast<int64_t>(batch.identifier_ids.size()),
                                             batch.cur_word_ids.data(), batch.positions());

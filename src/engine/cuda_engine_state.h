@@ -11,6 +11,7 @@
 #include "engine/cuda_engine.h"
 #include "kernels/layers.h"
 #include "kernels/step_totals.h"
+#include "steps/gradient_exchange_steps.h"
 
 namespace enhanced {
 
@@ -122,6 +123,10 @@ struct CudaEngineState {
   std::string graphs_off;
   int64_t replays = 0;
   std::string device_name;
+  // Which list names the gradient's non-zero rows: what the last backward queued left. Kept on
+  // the host, in queue order: a pass whose backward clears through another list is preceded by
+  // an eager clear through this one (clear_gradients), so no row outlives its step.
+  steps::GradientRows written_rows = steps::GradientRows::clear;
 
   // Data-parallel (null alone): the exchange over the ranks, this rank's shard of a training
   // step's batch, the training loss's class weights on the host (the whole batch's denominator),
@@ -146,21 +151,26 @@ struct CudaEngineState {
            (exchange ? exchange->generation() : 0);
   }
 
-  // The gradient's touched rows: this backward's, or in a data-parallel run the union of the
-  // ranks' (which the exchange leaves non-zero).
-  cuda::StepRange range(bool rows_only) const {
+  // The gradient's rows as `rows` names them (steps::GradientRows): a backward's own touched
+  // rows (the embedding workspace's list) or the exchange's union of the ranks' rows.
+  cuda::StepRange range(steps::GradientRows rows, bool rows_only) const {
+    const bool exchanged = rows == steps::GradientRows::exchanged;
     cuda::StepRange r;
     r.total = parameter_count(config);
     r.table = static_cast<size_t>(config.vocab_size) * config.embedding_dim;
     r.dim = config.embedding_dim;
     r.rows_only = rows_only;
-    r.rows = exchange ? exchange->rows() : embedding_workspace.touched_rows();
-    r.row_count = exchange ? exchange->row_count() : embedding_workspace.touched_count();
-    r.max_rows = exchange ? exchange->max_rows() : embedding_workspace.entry_capacity();
+    r.rows = exchanged ? exchange->rows() : embedding_workspace.touched_rows();
+    r.row_count = exchanged ? exchange->row_count() : embedding_workspace.touched_count();
+    r.max_rows = exchanged ? exchange->max_rows() : embedding_workspace.entry_capacity();
     return r;
   }
+  // The rows a pass's backward writes and its step visits: exchanged for a data-parallel
+  // training step (a shard: b.whole), else its own.
+  static steps::GradientRows rows_of(const BatchView& b) { return steps::rows_left_by(b.whole != nullptr); }
 
   void validate(const Batch& batch) const;
+  void clear_gradients();
   void allocate_batch_blocks();
   void grow_ids(size_t ids);
   const Batch& shard_of_step(const Batch& batch, cuda::LossDenominator& whole);

@@ -36,6 +36,14 @@ void CudaEngineState::validate(const Batch& batch) const {
     fail("batch has a label outside [0, ", c.num_labels, ")");
 }
 
+// Queues grads = 0 over the rows the last backward left (written_rows) and everything after the
+// table; eager, never inside a captured graph.
+void CudaEngineState::clear_gradients() {
+  if (written_rows == steps::GradientRows::clear) return;
+  cuda::zero_gradients(grads.data.data(), range(written_rows, true), s());
+  written_rows = steps::GradientRows::clear;
+}
+
 void CudaEngineState::allocate_batch_blocks() {
   for (Slot& slot : slots) {
     slot.staging.resize(layout.ids + id_capacity);
@@ -50,7 +58,7 @@ void CudaEngineState::allocate_batch_blocks() {
 // rows), and the buffers grow with headroom; captured graphs become stale and are recaptured.
 void CudaEngineState::grow_ids(size_t ids) {
   drain();
-  cuda::zero_gradients(grads.data.data(), range(true), s());
+  clear_gradients();
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
   id_capacity = ids + ids / 2;
   allocate_batch_blocks();
@@ -105,6 +113,10 @@ CudaEngineState::BatchView CudaEngineState::enqueue(const Batch& batch, StepKind
   view.cur = block + layout.cur;
   view.labels = block + layout.labels;
   view.identifiers = block + layout.ids;
+  // A backward clears the rows its own list names (backward_pass): when the last backward left
+  // its rows in the other list (compute_gradients between data-parallel steps), clear those now.
+  const steps::GradientRows writes = rows_of(view);
+  if (kind != StepKind::forward && written_rows != writes) clear_gradients();
   try {
     run_step(view, kind, index);
   } catch (...) {
@@ -112,6 +124,7 @@ CudaEngineState::BatchView CudaEngineState::enqueue(const Batch& batch, StepKind
     throw;
   }
   ENHANCED_CUDA_CHECK(cudaEventRecord(slot.consumed, s()));
+  if (kind != StepKind::forward) written_rows = writes;
   if (kind == StepKind::train) ++steps;
   return view;
 }
@@ -211,9 +224,10 @@ void CudaEngineState::forward_pass(const BatchView& b, bool with_gradient) {
 void CudaEngineState::backward_pass(const BatchView& b) {
   const ModelConfig& c = config;
   const int B = b.size, T = c.seq_len, D = c.embedding_dim, H = c.hidden;
-  // grads start at zero: clear what the previous backward wrote (its touched rows, still in the
-  // workspace, and everything after the table); the sort below replaces the touched rows.
-  cuda::zero_gradients(grads.data.data(), range(true), s());
+  // grads start at zero: clear what the previous backward wrote (its touched rows, still in this
+  // pass's list, as enqueue made sure, and everything after the table); the sort below replaces
+  // the touched rows.
+  cuda::zero_gradients(grads.data.data(), range(rows_of(b), true), s());
   cuda::dense_backward(act.dpooled, grads.dense_weight, grads.dense_bias, act.dlogits, act.pooled,
                        params.dense_weight, B, F(), c.num_labels, cublas, s(), dense_scratch());
   cuda::maxpool_backward(act.dy, act.argmax, act.dpooled, B, T, 2 * H, c.pool, s());
@@ -230,9 +244,9 @@ void CudaEngineState::step(const BatchView& b) {
   double* partials = scalars.data() + 2;
   if (b.whole) cuda::account_reduced_step(totals.data(), loss, shard_sums.data(), b.whole, b.scalars, s());
   else cuda::account_step(totals.data(), loss, act.logits, b.labels, b.scalars, b.size, config.num_labels, s());
-  cuda::gradient_norm(norm, clip_scale.data(), partials, grads.data.data(), &totals.data()->halted, range(true),
-                      o.clip_norm, s());
-  const cuda::StepRange visited = range(rows_only(o));
+  cuda::gradient_norm(norm, clip_scale.data(), partials, grads.data.data(), &totals.data()->halted,
+                      range(rows_of(b), true), o.clip_norm, s());
+  const cuda::StepRange visited = range(rows_of(b), rows_only(o));
   steps::Moments moments;
   moments.at[0] = first_moment.data.size() ? first_moment.data.data() : nullptr;
   moments.at[1] = second_moment.data.size() ? second_moment.data.data() : nullptr;
@@ -260,7 +274,7 @@ const Batch& CudaEngineState::shard_of_step(const Batch& batch, cuda::LossDenomi
     // Rare (the bound starts at 5 rows a position): the union's rows are forgotten, so clear their
     // gradients first; graphs holding the old buffers are recaptured (the generation changes).
     drain();
-    cuda::zero_gradients(grads.data.data(), range(true), s());
+    clear_gradients();
     exchange->reserve(most + most / 2, s());
     ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
   }
@@ -278,7 +292,7 @@ void CudaEngineState::shard_pass(const BatchView& b) {
     backward_pass(b);
     exchange->pack(grads.embedding, embedding_workspace.touched_rows(), embedding_workspace.touched_count(), s());
   } else {
-    cuda::zero_gradients(grads.data.data(), range(true), s());
+    cuda::zero_gradients(grads.data.data(), range(steps::GradientRows::exchanged, true), s());
     cuda::shard_totals(shard_sums.data(), nullptr, nullptr, nullptr, 0, config.num_labels, s());
     exchange->pack(grads.embedding, nullptr, nullptr, s());
   }

@@ -26,4 +26,13 @@ ENHANCED_HOST_DEVICE inline DensePart dense_part(size_t table, size_t total) { r
 // One value of a rank's packed row added into the merged table: rounded, never fused.
 ENHANCED_HOST_DEVICE inline void add_exchanged(float& target, float value) { target = add_rn(target, value); }
 
+// Which list names the embedding gradient's non-zero rows, the ones a clear must zero: none (the
+// gradient is clear), the last backward's own touched rows, or, after a data-parallel training
+// step's exchange, the union of every rank's rows (rule 3 adds them all in). A device whose two
+// lists are separate (the GPU's workspace and exchange) clears through the one this names.
+enum class GradientRows { clear, own, exchanged };
+// The rows a backward leaves: a data-parallel training step's are exchanged; compute_gradients
+// and a lone rank's steps keep their own.
+inline GradientRows rows_left_by(bool exchanged) { return exchanged ? GradientRows::exchanged : GradientRows::own; }
+
 }  // namespace enhanced::steps
