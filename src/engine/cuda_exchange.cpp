@@ -74,7 +74,9 @@ CudaGradientExchange::CudaGradientExchange(Communicator& communicator, int vocab
 #endif
 }
 
-CudaGradientExchange::~CudaGradientExchange() = default;
+// The communicator goes first: freeing the device buffers below waits for the collectives that
+// use them, so with a peer gone a rank would hang in cudaFree before the abort that ends them.
+CudaGradientExchange::~CudaGradientExchange() { nccl_.reset(); }
 
 void CudaGradientExchange::reserve(int64_t rows, cudaStream_t stream) {
   bound_ = std::clamp<int64_t>(rows, 1, vocab_);

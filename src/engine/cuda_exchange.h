@@ -66,7 +66,7 @@ class CudaGradientExchange {
 
  private:
   struct Nccl;
-  std::unique_ptr<Nccl> nccl_;
+  std::unique_ptr<Nccl> nccl_;  // released first, by the destructor's body (cuda_exchange.cpp)
   int rank_ = 0, size_ = 1;
   int32_t vocab_ = 0;
   int dim_ = 0;
