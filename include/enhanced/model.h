@@ -137,7 +137,7 @@ struct ActivationTensors {
   int32_t* argmax = nullptr;      // (B, F), its own int32 buffer
 
   // Points each field at its slot of `base` (activation_count(layout) elements, each slot
-  // 64-byte aligned when base is); returns that count.
+  // 256-byte aligned when base is: enhanced/carve.h); returns that count.
   size_t carve(Real* base, const std::vector<ActivationSlot>& layout);
 };
 

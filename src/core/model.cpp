@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "enhanced/batch.h"
+#include "enhanced/carve.h"
 #include "enhanced/common.h"
 #include "enhanced/random.h"
 
@@ -132,8 +133,9 @@ std::vector<ActivationSlot> activation_layout(const ModelConfig& config, int bat
 }
 
 namespace {
-// Each activation starts on a 64-byte boundary (16 elements), as separate allocations would.
-size_t aligned(size_t elements) { return (elements + 15) / 16 * 16; }
+// Each activation starts on a carve boundary (enhanced/carve.h), as separate allocations would.
+// Counted in floats: a double activation's pieces are twice as far apart, as aligned.
+size_t aligned(size_t elements) { return carved_count(elements, sizeof(float)); }
 }  // namespace
 
 size_t activation_count(const std::vector<ActivationSlot>& layout) {

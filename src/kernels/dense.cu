@@ -9,6 +9,7 @@
 // operands rounded into the caller's scratch first), C in CUDA_R_32F, CUBLAS_COMPUTE_32F.
 #include "kernels/dense.cuh"
 
+#include "enhanced/carve.h"
 #include "kernels/bf16.cuh"
 
 namespace enhanced::cuda {
@@ -37,10 +38,15 @@ struct Bf16Operands {
   uint16_t *in, *weight, *dout;
 };
 
+CarvedPieces<3> bf16_pieces(int batch, int in_features, int out_features) {
+  return carve_pieces<3>({static_cast<size_t>(batch) * in_features, static_cast<size_t>(out_features) * in_features,
+                          static_cast<size_t>(batch) * out_features},
+                         sizeof(uint16_t));
+}
+
 Bf16Operands carve_bf16(uint16_t* scratch, int batch, int in_features, int out_features) {
-  const size_t in_count = static_cast<size_t>(batch) * in_features;
-  const size_t weight_count = static_cast<size_t>(out_features) * in_features;
-  return Bf16Operands{scratch, scratch + in_count, scratch + in_count + weight_count};
+  const CarvedPieces<3> pieces = bf16_pieces(batch, in_features, out_features);
+  return Bf16Operands{scratch + pieces.offsets[0], scratch + pieces.offsets[1], scratch + pieces.offsets[2]};
 }
 
 // C (m, n) = alpha op(A) op(B) + beta C, column-major, as cublasSgemm; A and B bfloat16, C FP32.
@@ -59,8 +65,7 @@ void gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation_t op_b,
 }  // namespace
 
 size_t dense_bf16_scratch_size(int batch, int in_features, int out_features) {
-  return static_cast<size_t>(batch) * in_features + static_cast<size_t>(out_features) * in_features +
-         static_cast<size_t>(batch) * out_features;
+  return bf16_pieces(batch, in_features, out_features).total;
 }
 
 void dense_forward(float* out, const float* in, const float* weight, const float* bias, int batch, int in_features,

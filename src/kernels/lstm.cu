@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "enhanced/carve.h"
 #include "kernels/bf16.cuh"
 #include "kernels/lstm_impl.cuh"
 
@@ -254,11 +255,12 @@ void CudnnBiLstm::Impl::unpack_add(const TensorPointers& tensors, cudaStream_t s
 void CudnnBiLstm::Impl::allocate_staging() {
   if (!bf16) return;
   const size_t xs = x_count(max_batch), ys = y_count(max_batch);
-  staging.resize(2 * xs + 2 * ys);
-  x16 = staging.data();
-  y16 = x16 + xs;
-  dy16 = y16 + ys;
-  dx16 = dy16 + ys;
+  const CarvedPieces<4> pieces = carve_pieces<4>({xs, ys, ys, xs}, sizeof(uint16_t));
+  staging.resize(pieces.total);
+  x16 = staging.data() + pieces.offsets[0];
+  y16 = staging.data() + pieces.offsets[1];
+  dy16 = staging.data() + pieces.offsets[2];
+  dx16 = staging.data() + pieces.offsets[3];
 }
 
 // bf16: x is rounded into x16 and cuDNN's y16 widened into y; both copies stay for backward.

@@ -1,0 +1,61 @@
+// Carved buffers (enhanced/carve.h): every piece of one allocation starts where a separate
+// cudaMalloc would, on a 256-byte boundary, whatever the pieces' sizes.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "enhanced/carve.h"
+#include "enhanced/model.h"
+
+namespace enhanced {
+namespace {
+
+bool aligned(const void* at) { return reinterpret_cast<uintptr_t>(at) % kCarveAlignment == 0; }
+
+// The bf16 LSTM's staging (x16, y16, dy16, dx16) at CudaBf16.BiLstmMatchesCpuOnRoundedOperands'
+// first shape, B 3, T 5, D 4, H 3: back to back, y16 began 120 bytes in and dy16 300.
+TEST(CarvedPieces, OddSizedPiecesEachStartOnTheBoundaryAndDoNotOverlap) {
+  const size_t xs = 3 * 5 * 4, ys = 3 * 5 * 2 * 3;
+  const std::array<size_t, 4> counts = {xs, ys, ys, xs};
+  const CarvedPieces<4> pieces = carve_pieces<4>(counts, sizeof(uint16_t));
+  for (size_t i = 0; i < counts.size(); ++i) {
+    EXPECT_EQ(pieces.offsets[i] * sizeof(uint16_t) % kCarveAlignment, 0u) << "piece " << i;
+    const size_t end = pieces.offsets[i] + counts[i];
+    EXPECT_LE(end, i + 1 < counts.size() ? pieces.offsets[i + 1] : pieces.total) << "piece " << i;
+  }
+  EXPECT_EQ(pieces.offsets[0], 0u);
+  // No more padding than a block a piece.
+  EXPECT_LT(pieces.total * sizeof(uint16_t), (2 * xs + 2 * ys) * sizeof(uint16_t) + 4 * kCarveAlignment);
+}
+
+TEST(CarvedPieces, FloatAndDoubleActivationsStartOnTheBoundary) {
+  ModelConfig config;
+  config.vocab_size = 23;
+  config.embedding_dim = 7;
+  config.hidden = 5;
+  config.seq_len = 3;
+  config.num_labels = 3;
+  const std::vector<ActivationSlot> layout = activation_layout(config, 3, 17, 5, false);
+  const size_t count = activation_count(layout);
+  auto check = [&](auto tag) {
+    using Real = decltype(tag);
+    std::unique_ptr<Real, decltype(&std::free)> base(
+        static_cast<Real*>(std::aligned_alloc(kCarveAlignment, carved_count(count, 1) * sizeof(Real))), &std::free);
+    ActivationTensors<Real> act;
+    EXPECT_EQ(act.carve(base.get(), layout), count);
+    for (const Real* at : {act.x, act.gates, act.cell, act.y, act.pooled, act.logits, act.dlogits, act.sample_losses,
+                           act.dpooled, act.dy, act.dx, act.lstm_workspace, act.dense_workspace}) {
+      ASSERT_NE(at, nullptr);
+      EXPECT_TRUE(aligned(at)) << "a piece " << (at - base.get()) << " elements in, element size " << sizeof(Real);
+    }
+  };
+  check(float{});
+  check(double{});
+}
+
+}  // namespace
+}  // namespace enhanced
