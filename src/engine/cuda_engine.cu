@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "engine/cuda_engine_state.h"
@@ -48,6 +49,51 @@ OptimizerConfig optimizer_of(const OptimizerState* optimizer) {
   OptimizerConfig none;
   none.kind = OptimizerKind::sgd;
   return none;
+}
+
+// This rank's LSTM, built by `make` with the algorithm asked; nullptr and *error where it failed.
+template <class Make>
+std::unique_ptr<cuda::CudnnBiLstm> try_lstm(const Make& make, RnnAlgorithm algorithm, std::string* error) {
+  try {
+    return make(algorithm);
+  } catch (const Error& e) {
+    *error = e.what();
+    return nullptr;
+  }
+}
+
+// The LSTM of a pass, by `make(algorithm)`. Every rank of a data-parallel run must run the same
+// algorithm (it is the step's arithmetic, and the run records one): rank 0 selects as asked, the
+// others use its choice, and a rank that cannot (cuDNN refuses it at its shard's shape) fails
+// every rank with its reason instead of failing alone while the others wait in a collective.
+template <class Make>
+std::unique_ptr<cuda::CudnnBiLstm> make_rank_lstm(Communicator* ranks, RnnAlgorithm asked, const Make& make) {
+  if (!ranks || ranks->size() == 1) return make(asked);
+  std::string error;
+  std::unique_ptr<cuda::CudnnBiLstm> lstm;
+  if (ranks->rank() == 0) lstm = try_lstm(make, asked, &error);
+  // Rank 0's choice as 1 + its RnnAlgorithm, or 0 where it failed.
+  const uint64_t mine = lstm ? 1 + static_cast<uint64_t>(lstm->algorithm()) : 0;
+  std::vector<uint64_t> all(static_cast<size_t>(ranks->size()));
+  ranks->gather(all.data(), &mine, 1);
+  if (all[0] == 0) ranks->fail_as(0, error);
+  const RnnAlgorithm chosen = static_cast<RnnAlgorithm>(all[0] - 1);
+  if (ranks->rank() != 0) lstm = try_lstm(make, chosen, &error);
+  const uint64_t failed = lstm ? 0 : 1;
+  ranks->gather(all.data(), &failed, 1);
+  const auto first = std::find(all.begin(), all.end(), uint64_t{1});
+  if (first != all.end())
+    ranks->fail_as(static_cast<int>(first - all.begin()),
+                   cat(ranks->name(), " cannot run rank 0's LSTM algorithm ", to_string(chosen), ": ", error));
+  return lstm;
+}
+
+std::string current_device_name() {
+  int device = 0;
+  cudaDeviceProp properties{};
+  ENHANCED_CUDA_CHECK(cudaGetDevice(&device));
+  ENHANCED_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  return properties.name;
 }
 
 void check_same_model(const ModelConfig& model, const ParameterBuffer<float>& buffer, const char* what) {
@@ -97,8 +143,10 @@ void CudaEngine::allocate(const ModelConfig& c, int max_batch, const EngineOptio
   const size_t L = c.num_labels;
   const size_t F = static_cast<size_t>(pass_batch) * c.pooled_features();
   const bool bf16 = m.precision == Precision::bf16;
-  m.lstm = std::make_unique<cuda::CudnnBiLstm>(m.cudnn.get(), pass_batch, c.seq_len, c.embedding_dim, c.hidden,
-                                               m.options.tf32, m.options.rnn_algorithm, bf16);
+  m.lstm = make_rank_lstm(ranks, m.options.rnn_algorithm, [&](RnnAlgorithm algorithm) {
+    return std::make_unique<cuda::CudnnBiLstm>(m.cudnn.get(), pass_batch, c.seq_len, c.embedding_dim, c.hidden,
+                                               m.options.tf32, algorithm, bf16);
+  });
   if (bf16) m.dense_bf16.resize(cuda::dense_bf16_scratch_size(pass_batch, c.pooled_features(), c.num_labels));
   m.params.allocate(c, m.s());
   m.grads.allocate(c, m.s());
@@ -125,11 +173,7 @@ void CudaEngine::allocate(const ModelConfig& c, int max_batch, const EngineOptio
   m.scalars_host.resize(1);
   m.logits_host.resize(pass_batch * L);
   if (!m.options.graphs) m.graphs_off = "turned off (--cuda-graphs off)";
-  int device = 0;
-  cudaDeviceProp properties{};
-  ENHANCED_CUDA_CHECK(cudaGetDevice(&device));
-  ENHANCED_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
-  m.device_name = properties.name;
+  m.device_name = current_device_name();
   if (ranks) allocate_exchange(*ranks, max_batch, options.class_weights);
   ENHANCED_CUDA_CHECK(cudaStreamSynchronize(m.s()));
 }

@@ -326,6 +326,7 @@ CudnnBiLstm::CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int i
   s.allocate_staging();
   cudaStream_t stream = nullptr;
   ENHANCED_CUDNN_CHECK(cudnnGetStream(handle, &stream));
+  s.bound_stream = stream;
 
   cudnnDropoutDescriptor_t dropout = nullptr;
   ENHANCED_CUDNN_CHECK(cudnnCreateDropoutDescriptor(&dropout));
@@ -371,7 +372,7 @@ void bilstm_forward(float* y, CudnnBiLstm& saved, const float* x, const float* w
                     cudaStream_t stream) {
   CudnnBiLstm::Impl& s = saved.impl();
   s.check_shape(batch, seq_len, input, hidden);
-  ENHANCED_CUDNN_CHECK(cudnnSetStream(s.handle, stream));
+  s.bind(stream);
   s.describe(batch, stream);
   s.pack(TensorPointers{{const_cast<float*>(weight_ih), const_cast<float*>(weight_hh), const_cast<float*>(bias_ih),
                          const_cast<float*>(bias_hh)}},
@@ -387,7 +388,7 @@ void bilstm_backward(float* dx, float* dweight_ih, float* dweight_hh, float* dbi
   s.check_shape(batch, seq_len, input, hidden);
   if (s.forward_batch != batch || s.described_batch != batch)
     fail("internal: bilstm_backward needs the matching bilstm_forward (batch ", batch, ") just before");
-  ENHANCED_CUDNN_CHECK(cudnnSetStream(s.handle, stream));
+  s.bind(stream);
   s.run_backward(dx, y, dy, x);
   s.forward_batch = -1;  // the reserve is consumed
   s.unpack_add(TensorPointers{{dweight_ih, dweight_hh, dbias_ih, dbias_hh}}, stream);

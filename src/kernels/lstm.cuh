@@ -17,9 +17,10 @@ namespace enhanced::cuda {
 // reserve space that forward fills and both backward calls consume.
 class CudnnBiLstm {
  public:
-  // tf32 = false: CUDNN_FMA_MATH (plain FP32, matches the CPU engine); true: CUDNN_DEFAULT_MATH,
-  // which lets cuDNN use TF32 tensor cores on Ampere and later. algorithm: automatic times each
-  // algorithm cuDNN accepts at max_batch (checking its results against standard's) and keeps the
+  // handle: this LSTM's own (it binds it to each call's stream). tf32 = false: CUDNN_FMA_MATH
+  // (plain FP32, matches the CPU engine); true: CUDNN_DEFAULT_MATH, which lets cuDNN use TF32
+  // tensor cores on Ampere and later. algorithm: automatic times standard and persistent-small-h
+  // at max_batch where cuDNN accepts it (checking its results against standard's) and keeps the
   // fastest; a named one is checked the same way and used (an Error when cuDNN refuses it or it
   // disagrees). Either way it runs batches of max_batch; other sizes run the standard one.
   // bf16 (--precision bf16): cuDNN computes in bfloat16 data with FP32 math (mathPrec FLOAT,

@@ -1,6 +1,7 @@
 // The cuDNN LSTM algorithm for full batches (lstm.cuh's CudnnBiLstm): each candidate run once
 // at max_batch on synthetic inputs and weights, checked against the standard algorithm, and
-// (automatic) timed, the fastest that agrees kept; a named one checked and kept, or refused.
+// (automatic: standard and persistent-small-h) timed, the fastest that agrees kept; a named one
+// checked and kept, or refused.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -107,8 +108,8 @@ double CudnnBiLstm::Impl::probe_milliseconds(Probe& probe, cudaStream_t stream) 
 
 // Runs forward + both backwards at max_batch with each candidate algorithm on the same synthetic
 // inputs and weights, and checks its y, dx and weight gradient against the standard
-// algorithm's. automatic: every algorithm cuDNN accepts is timed and the fastest that agrees is
-// kept. A named one is checked the same way (not timed) and kept, or refused with the reason.
+// algorithm's. automatic: standard and persistent-small-h, where cuDNN accepts it, are timed and
+// the fastest that agrees is kept. A named one is checked the same way (not timed) and kept, or refused with the reason.
 // The model's own weights are packed in at each forward later.
 void CudnnBiLstm::Impl::select(RnnAlgorithm asked, cudaStream_t stream) {
   if (bf16 && asked != RnnAlgorithm::automatic && asked != RnnAlgorithm::standard)
@@ -116,7 +117,9 @@ void CudnnBiLstm::Impl::select(RnnAlgorithm asked, cudaStream_t stream) {
          "and FP32); --rnn-algorithm ", to_string(asked), " cannot be used with it");
   const bool automatic = asked == RnnAlgorithm::automatic && !bf16;
   std::vector<RnnAlgorithm> candidates{RnnAlgorithm::standard};
-  if (automatic) candidates.insert(candidates.end(), {RnnAlgorithm::persistent_small_h, RnnAlgorithm::persistent});
+  // Not PERSIST_STATIC: PyTorch never runs it on a bidirectional FP32 LSTM, and a sticky fault
+  // in a trial would end every default run with the context; it stays --rnn-algorithm persistent.
+  if (automatic) candidates.push_back(RnnAlgorithm::persistent_small_h);
   else if (asked != RnnAlgorithm::standard) candidates.push_back(asked);
   Probe probe(*this);
   probe.fill_inputs(hidden, stream);

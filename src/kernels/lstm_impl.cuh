@@ -69,6 +69,14 @@ struct CudnnBiLstm::Impl {
   int forward_batch = -1;  // batch of the forward whose reserve space is live; -1 when consumed
   std::string selection;   // what automatic selection measured
   uint64_t generation = 0; // bumped when the workspace or reserve is reallocated
+  // The stream the handle (this LSTM's alone) is bound to: set again only when a call brings
+  // another, not inside every captured step.
+  cudaStream_t bound_stream = nullptr;
+  void bind(cudaStream_t stream) {
+    if (stream == bound_stream) return;
+    ENHANCED_CUDNN_CHECK(cudnnSetStream(handle, stream));
+    bound_stream = stream;
+  }
 
   cudnnDataType_t data_type() const { return bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT; }
   size_t element_bytes() const { return bf16 ? sizeof(uint16_t) : sizeof(float); }
