@@ -178,19 +178,21 @@ TEST(CudaPipeline, NonFiniteLossHaltsAndKeepsTheLastGoodWeights) {
 }
 
 // Each algorithm cuDNN accepts for this shape gives the CPU's loss and gradients; standard must
-// be accepted; automatic picks one of them and says what it measured.
+// be accepted; automatic picks one of them and says what it measured. The chosen algorithm runs
+// batches of the engine's full size only (any other size runs standard), so the batch is that.
 TEST(CudaPipeline, EveryLstmAlgorithmCudnnAcceptsMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
   const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature, 8);
+  const int full_batch = gpu_options(CudaOptions{}).max_batch;
   Random random(91);
-  const Batch batch = testing::random_batch(3, config.seq_len, static_cast<int>(config.vocab_size),
+  const Batch batch = testing::random_batch(full_batch, config.seq_len, static_cast<int>(config.vocab_size),
                                             config.num_labels, random);
   ParameterBuffer<float> params(config);
   initialize_parameters(params, 6);
   ParameterBuffer<double> params_d(config), grads_d(config);
   std::copy(params.data.begin(), params.data.end(), params_d.data.begin());
   Activations<double> activations;
-  activations.reserve(config, 3);
+  activations.reserve(config, full_batch);
   const double loss = model_forward(activations, params_d, batch, 1, true);
   model_backward(grads_d, activations, params_d, batch, 1);
   double scale = 1e-6;
@@ -209,7 +211,8 @@ TEST(CudaPipeline, EveryLstmAlgorithmCudnnAcceptsMatchesTheCpu) {
       continue;
     }
     Engine& engine = *run->engine;
-    std::printf("[ info ] %s: %s\n", to_string(algorithm), engine.summary().c_str());
+    std::printf("[ info ] %s: %s; ran %s at batch %d (the engine's full batch)\n", to_string(algorithm),
+                engine.summary().c_str(), to_string(engine.rnn_algorithm()), batch.size);
     if (algorithm == RnnAlgorithm::automatic) EXPECT_NE(engine.rnn_algorithm(), RnnAlgorithm::automatic);
     else EXPECT_EQ(engine.rnn_algorithm(), algorithm);
     const double gpu_loss = engine.compute_gradients(batch, nullptr);
