@@ -23,10 +23,23 @@
 #include "gradcheck.h"
 
 #ifdef ENHANCED_HAVE_CUDA
+#include <cstdlib>
+
 #include "kernels/cuda_check.h"
 #endif
 
 namespace enhanced::testing {
+
+#ifdef ENHANCED_HAVE_CUDA
+// Before any cuBLAS handle exists: cuBLAS's deterministic workspace setting, which PyTorch
+// documents as required for deterministic RNNs on recent CUDA. Several GPU tests compare runs
+// bit for bit; the engine also gives cuBLAS an explicit workspace (cuda_engine.cu). A value the
+// caller set is kept.
+inline const bool cublas_workspace_configured = [] {
+  ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
+  return true;
+}();
+#endif
 
 inline std::string gpu_unavailable() {
 #ifdef ENHANCED_HAVE_CUDA
