@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu-check's harness without a GPU (docs/cuda-backend.md, "The first GPU run"):
+# scripts/gpu-check's harness without a GPU (docs/cuda-backend.md, "Running the GPU tests"):
 #   parser     scripts/gtest-summary on synthetic gtest logs and JSON: CudaBf16 failures, skips, a
 #              parameterised name, a run cut short by its timeout, a crash, an empty filter
 #   plan       scripts/gpu-check --plan against the CPU build's test binary (the GPU suites are

@@ -3,8 +3,9 @@
 // the CPU engine's reference path (Precision::bf16_emulated: operands rounded to bfloat16, FP32
 // products and sums), captured graphs, and the refusal of bf16-emulated on CUDA.
 //
-// Compiled in every build; without the CUDA backend or a usable GPU each test is SKIPPED with the
-// reason. Nothing here has run on a GPU yet when this was written (docs/cuda-backend.md).
+// Written once, compiled where the CUDA backend is (tests/CMakeLists.txt lists these names in a
+// build without it, each SKIPPED with the reason); without a usable GPU each test is SKIPPED
+// with the reason.
 //
 // Tolerances. bfloat16 keeps 8 significant bits: unit roundoff ub = 2^-8 (a value's rounding
 // error is at most ub times it). A product of two bfloat16 numbers is exact in FP32, so where
@@ -39,14 +40,10 @@
 #include "gradcheck.h"
 #include "layers/lstm.h"
 
-#ifdef ENHANCED_HAVE_CUDA
 #include "kernels/layers.h"
-#endif
 
 namespace enhanced {
 namespace {
-
-#ifdef ENHANCED_HAVE_CUDA
 
 using cuda::DeviceBuffer;
 using testing::absolute;
@@ -271,16 +268,6 @@ TEST(CudaBf16, EmulatedPrecisionIsRefusedOnCuda) {
     EXPECT_NE(std::string(e.what()).find("bf16-emulated"), std::string::npos) << e.what();
   }
 }
-
-#else  // no CUDA backend: the same test names, each skipped with the reason.
-
-TEST(CudaBf16, DenseGemmsRoundOperandsAndAccumulateInFp32) { SKIP_WITHOUT_GPU(); }
-TEST(CudaBf16, BiLstmMatchesCpuOnRoundedOperands) { SKIP_WITHOUT_GPU(); }
-TEST(CudaBf16, LossAndEveryGradientMatchCpuBf16Reference) { SKIP_WITHOUT_GPU(); }
-TEST(CudaBf16, CapturedGraphsGiveTheEagerBits) { SKIP_WITHOUT_GPU(); }
-TEST(CudaBf16, EmulatedPrecisionIsRefusedOnCuda) { SKIP_WITHOUT_GPU(); }
-
-#endif
 
 }  // namespace
 }  // namespace enhanced

@@ -8,8 +8,9 @@
 // the tolerance is zero: the weights, moments and totals must equal the plain CUDA engine's
 // bit for bit. The merge of several ranks is checked without NCCL by ExchangeKernelsMergeRanks*.
 //
-// Every test is SKIPPED with the reason without the CUDA backend, a usable GPU, or (the NCCL
-// ones) NCCL in the build.
+// Written once, compiled where the CUDA backend is (tests/CMakeLists.txt lists these names in a
+// build without it, each SKIPPED with the reason); without a usable GPU each test is SKIPPED with
+// the reason, and so is each NCCL one without NCCL in the build.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,10 +25,8 @@
 #include "enhanced/optimizer_config.h"
 #include "enhanced/random.h"
 
-#ifdef ENHANCED_HAVE_CUDA
 #include "engine/cuda_exchange.h"
 #include "kernels/row_exchange.cuh"
-#endif
 
 namespace enhanced {
 namespace {
@@ -35,8 +34,6 @@ namespace {
 using testing::small_config;
 using testing::standard_lstm_options;
 using testing::training_batches;
-
-#ifdef ENHANCED_HAVE_CUDA
 
 #define SKIP_WITHOUT_NCCL()                                                                         \
   do {                                                                                              \
@@ -196,13 +193,6 @@ TEST(CudaNccl, ExchangeKernelsMergeRanksInRankOrderAsTheCpu) {
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
   EXPECT_GT(want_rows.size(), rows[0].size()) << "the ranks' rows should overlap only in part";
 }
-
-#else
-
-TEST(CudaNccl, OneRankTrainingStepsEqualThePlainEngine) { SKIP_WITHOUT_GPU(); }
-TEST(CudaNccl, ExchangeKernelsMergeRanksInRankOrderAsTheCpu) { SKIP_WITHOUT_GPU(); }
-
-#endif
 
 }  // namespace
 }  // namespace enhanced

@@ -1,8 +1,9 @@
-// The training arithmetic of issue 11 on the GPU against the CPU engine: a learning rate per
+// The training controls' arithmetic on the GPU against the CPU engine: a learning rate per
 // step (read from the step's scalars, so replayed CUDA graphs must pick up each step's rate),
 // weight decay, class weights (the training loss weighted, evaluation not).
 //
-// Compiled in every build; without the CUDA backend or a usable GPU each test is SKIPPED with
+// Written once, compiled where the CUDA backend is (tests/CMakeLists.txt lists these names in a
+// build without it, each SKIPPED with the reason); without a usable GPU each test is SKIPPED with
 // the reason. Tolerances as in test_cuda_parity.cpp's training tests: trajectories drift apart by
 // rounding only, so after the run every parameter agrees to 1e-3 absolute and every interval's
 // loss to 1e-4 relative, and each test checks that the weights moved far more than that.
@@ -17,16 +18,11 @@
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
 
-#ifdef ENHANCED_HAVE_CUDA
-#endif
-
 namespace enhanced {
 namespace {
 
 using testing::small_config;
 using testing::training_batches;
-
-#ifdef ENHANCED_HAVE_CUDA
 
 // A schedule-like rate that changes at every step: warm-up, then a decaying wave.
 float rate_of(float base, size_t step) {
@@ -146,14 +142,6 @@ TEST(CudaTrainingParity, ClassWeightedTrainingMatchesCpu) {
                                  ScheduledCase{"sgd+momentum, weighted", sgd, weights}})
     check_scheduled(c);
 }
-
-#else  // no CUDA backend: the same test names, each skipped with the reason.
-
-TEST(CudaTrainingParity, PerStepLearningRateWithGraphReplayMatchesCpu) { SKIP_WITHOUT_GPU(); }
-TEST(CudaTrainingParity, WeightDecayMatchesCpu) { SKIP_WITHOUT_GPU(); }
-TEST(CudaTrainingParity, ClassWeightedTrainingMatchesCpu) { SKIP_WITHOUT_GPU(); }
-
-#endif
 
 }  // namespace
 }  // namespace enhanced
