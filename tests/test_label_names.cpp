@@ -40,6 +40,7 @@ class LabelNames : public ::testing::Test {
     std::string text;
     for (const std::string& name : kNames) text += name + "\n";
     write_text(path("names.txt"), text);
+    test_util::drop_fuzz_seed("label_names", path("names.txt"));
     const auto run = train("--steps 10 --label-names " + path("names.txt") + " --out " + path("run"));
     ASSERT_EQ(run.exit_code, 0) << run.output;
   }
@@ -179,8 +180,10 @@ TEST_F(LabelNames, EveryBadFileIsOneErrorNamingTheFileAndLineBeforeAnyWork) {
       {"a\nb\tc\nc\nd\n", file + ": line 2: a control character (byte 2 of the name)"},
       {"", file + ": no label names (one name a line, a line for each label)"},
   };
+  int written = 0;
   for (const auto& [text, expected] : cases) {
     write_text(file, text);
+    test_util::drop_fuzz_seed("label_names", file, cat(".", ++written));
     const auto run = train("--steps 2 --label-names " + file + " --out " + path("bad-run"));
     EXPECT_EQ(run.exit_code, 1) << expected;
     EXPECT_EQ(line_starting(run.output, "error: "), "error: " + expected) << run.output;
@@ -193,6 +196,7 @@ TEST_F(LabelNames, EveryBadFileIsOneErrorNamingTheFileAndLineBeforeAnyWork) {
   EXPECT_FALSE(fs::exists(path("bad-run")));
   // A Windows file (CRLF, a byte-order mark) is read as its names.
   write_text(file, "\xEF\xBB\xBF" "a\r\nb\r\nc\r\nd\r\n");
+  test_util::drop_fuzz_seed("label_names", file, ".crlf");
   ASSERT_EQ(train("--steps 2 --label-names " + file + " --out " + path("crlf")).exit_code, 0);
   EXPECT_EQ(checkpoint_label_names(SafetensorsReader(path("crlf/last.safetensors")), 4),
             (std::vector<std::string>{"a", "b", "c", "d"}));
