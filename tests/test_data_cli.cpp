@@ -308,14 +308,6 @@ TEST_F(DataCliEbin, EmptyFile) {
 
 // ---- inputs that are not regular files, and lines longer than a sample can be --------------
 
-// The whole "error: " line of an app's output, "" when there is none.
-std::string error_line(const std::string& output) {
-  const size_t at = output.rfind("error: ", 0) == 0 ? 0 : output.find("\nerror: ");
-  if (at == std::string::npos) return "";
-  const size_t begin = at == 0 ? 0 : at + 1;
-  return output.substr(begin, output.find('\n', begin) - begin);
-}
-
 // A FIFO used to block convert, inspect and split forever; a directory said "cannot mmap: No
 // such device" or "read failed after line 0"; /dev/zero grew without bound. Each is refused at
 // once, by the one input rule.
@@ -334,7 +326,7 @@ TEST(DataCliInputs, FifoDirectoryAndDeviceAreRefusedByName) {
                                        "split " + path + " " + dir + "/part --fractions 0.5,0.5"}) {
       const auto r = testing::run_app("enhanced-data", command, 0, 20);
       EXPECT_EQ(r.exit_code, 1) << command << ": " << r.output;
-      EXPECT_EQ(error_line(r.output), "error: " + path + ": not a regular file (" + kind + ")") << command;
+      EXPECT_EQ(line_starting(r.output, "error: "), "error: " + path + ": not a regular file (" + kind + ")") << command;
     }
   }
   EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"dir.ebin", "dir.jsonl", "fifo.ebin", "fifo.jsonl"}));
@@ -377,7 +369,7 @@ TEST(DataCliInputs, ALineLongerThanASampleCanBeIsRefusedInBoundedMemory) {
   const auto expect_refused = [&](const std::string& arguments, const std::string& line) {
     const auto r = testing::run_app("enhanced-data", arguments + " " + dir + "/out.ebin", limit_mib);
     EXPECT_EQ(r.exit_code, 1) << arguments << ": " << r.output;
-    EXPECT_EQ(error_line(r.output), line) << arguments;
+    EXPECT_EQ(line_starting(r.output, "error: "), line) << arguments;
   };
   expect_refused("convert " + zeros, "error: " + zeros + ": line 1 is longer than 67108864 bytes (the longest first "
                                      "line read before T is known; give --seq-len T for longer samples)");

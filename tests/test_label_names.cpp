@@ -18,25 +18,18 @@ namespace enhanced {
 namespace {
 
 namespace fs = std::filesystem;
+using test_util::line_starting;
 using test_util::lines_of;
 using test_util::read_text;
 using test_util::write_text;
 
-std::string line_starting(const std::string& output, const std::string& start) {
-  for (const std::string& line : lines_of(output))
-    if (line.rfind(start, 0) == 0) return line;
-  return "";
-}
-
 // The demo's four labels, named with what a CSV must quote and what is not ASCII.
 const std::vector<std::string> kNames = {"admin", "devel, tools", "say \"hi\"", "Überraschung"};
 
-class LabelNames : public ::testing::Test {
+class LabelNames : public test_util::SmallDemoSuite {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::path(ENHANCED_TEST_TMP) / ("label-names." + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    files_ = testing::write_small_demo(root_ / "data");
+    SmallDemoSuite::SetUpTestSuite();
     std::string text;
     for (const std::string& name : kNames) text += name + "\n";
     write_text(path("names.txt"), text);
@@ -44,7 +37,6 @@ class LabelNames : public ::testing::Test {
     const auto run = train("--steps 10 --label-names " + path("names.txt") + " --out " + path("run"));
     ASSERT_EQ(run.exit_code, 0) << run.output;
   }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
 
   static std::string path(const std::string& name) { return (root_ / name).string(); }
   static testing::AppResult train(const std::string& args) {
@@ -57,13 +49,7 @@ class LabelNames : public ::testing::Test {
   static testing::AppResult predict(const std::string& args) {
     return testing::run_app("enhanced-predict", "--device cpu --threads 2 --quiet --data " + files_.test_ebin + " " + args);
   }
-
-  static fs::path root_;
-  static DemoFiles files_;
 };
-
-fs::path LabelNames::root_;
-DemoFiles LabelNames::files_;
 
 TEST_F(LabelNames, AreInTheCheckpointsMetadataAsAJsonArray) {
   for (const char* file : {"run/last.safetensors", "run/best.safetensors"}) {
