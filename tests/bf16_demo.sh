@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The demo trained as scripts/demo trains it, in FP32 and in bf16: bf16 must be no worse than FP32
-# by more than one point of mean test accuracy, beyond what chance explains (issue 13, issue 21).
+# by more than one point of mean test accuracy, beyond what chance explains (docs/precision.md).
 # bf16 is the fast path (AMX-BF16 or AVX512-BF16) where the CPU has it, else bf16-emulated.
 #
 # One seed says little, and a two-sided bound on a four-seed mean fails by chance: the fast

@@ -1,11 +1,14 @@
-// Helpers shared by the data-layer tests: scratch directories, random ragged samples in the
-// compact JSONL form, running the enhanced-data app, catching an Error's message, and handing
-// the files the tests write to the fuzzers as seeds (docs/fuzzing.md).
+// Helpers shared by the tests: scratch directories, random ragged samples in the compact JSONL
+// form, running the enhanced-data app, an app's output line that starts with a prefix, the
+// fixture of the suites that run the apps on the small demo sets, catching an Error's message,
+// and handing the files the tests write to the fuzzers as seeds (docs/fuzzing.md).
 #pragma once
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "app_runner.h"
 #include "enhanced/common.h"
 
 #define EXPECT_CONTAINS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
@@ -83,6 +87,36 @@ inline std::vector<std::string> lines_of(const std::string& text) {
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
 }
+
+// The first line of `output` (an app's stdout and stderr) that starts with `prefix`, without its
+// newline; "" when none does. line_starting(run.output, "error: ") is an app's error line.
+inline std::string line_starting(const std::string& output, const std::string& prefix) {
+  for (size_t at = 0; at < output.size();) {
+    const size_t end = std::min(output.find('\n', at), output.size());
+    if (output.compare(at, prefix.size(), prefix) == 0) return output.substr(at, end - at);
+    at = end + 1;
+  }
+  return "";
+}
+
+// The fixture of a suite that runs the apps on the small demo sets (app_runner.h): before the
+// suite, a scratch folder of its own, ENHANCED_TEST_TMP/<suite>.<pid> (CTest runs each test in
+// its own process, possibly in parallel), root_, with the sets in root_/data, files_; after it,
+// the folder removed. A suite that needs more calls SmallDemoSuite::SetUpTestSuite() first.
+class SmallDemoSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const auto* suite = ::testing::UnitTest::GetInstance()->current_test_suite();
+    root_ = std::filesystem::path(ENHANCED_TEST_TMP) /
+            (std::string(suite ? suite->name() : "suite") + "." + std::to_string(::getpid()));
+    std::filesystem::remove_all(root_);
+    files_ = testing::write_small_demo(root_ / "data");
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(root_); }
+
+  static inline std::filesystem::path root_;
+  static inline DemoFiles files_;
+};
 
 struct RaggedSample {
   int label = 0;

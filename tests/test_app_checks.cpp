@@ -15,6 +15,7 @@
 #include <string>
 
 #include "app_runner.h"
+#include "data_test_util.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/common.h"
 #include "enhanced/dataset.h"
@@ -26,17 +27,8 @@ namespace enhanced {
 namespace {
 
 namespace fs = std::filesystem;
+using test_util::line_starting;
 using testing::run_app;
-
-// The first line of the output that starts with `prefix` ("" when none).
-std::string line_starting(const std::string& output, const std::string& prefix) {
-  for (size_t at = 0; at < output.size();) {
-    const size_t end = std::min(output.find('\n', at), output.size());
-    if (output.compare(at, prefix.size(), prefix) == 0) return output.substr(at, end - at);
-    at = end + 1;
-  }
-  return "";
-}
 
 // A valid .ebin of T = 16 with no samples (enhanced-data convert refuses to write one).
 void write_empty_ebin(const fs::path& path) {
@@ -54,28 +46,19 @@ void write_empty_ebin(const fs::path& path) {
   out.write(std::string(16, '\0').data(), 16);
 }
 
-class AppChecks : public ::testing::Test {
+class AppChecks : public test_util::SmallDemoSuite {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::path(ENHANCED_TEST_TMP) / ("app_checks." + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    files_ = testing::write_small_demo(root_ / "data");
+    SmallDemoSuite::SetUpTestSuite();
     write_empty_ebin(root_ / "empty.ebin");
   }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
   static std::string out(const std::string& name) { return " --out " + (root_ / name).string(); }
   // The small demo's training flags without the embedding table (80 training samples), the
   // hidden size and the device.
   static std::string data_flags() {
     return "--data " + files_.train_ebin + " --batch-size 16 --steps 1 --threads 2 --quiet ";
   }
-
-  static fs::path root_;
-  static DemoFiles files_;
 };
-
-fs::path AppChecks::root_;
-DemoFiles AppChecks::files_;
 
 TEST_F(AppChecks, DeviceAutoWithoutAGpuSaysWhyInEveryApp) {
   const std::string reason = cuda_unavailable_reason();

@@ -7,28 +7,23 @@
 #include <vector>
 
 #include "app_runner.h"
+#include "data_test_util.h"
 #include "app.h"
 
 namespace enhanced {
 namespace {
 
+using test_util::line_starting;
 using testing::run_app;
 
 struct FlagCase {
   std::string app, arguments, line;  // line: the whole "error: " line of the output
 };
 
-std::string error_line(const std::string& output) {
-  const size_t at = output.rfind("error: ", 0) == 0 ? 0 : output.find("\nerror: ");
-  if (at == std::string::npos) return "";
-  const size_t begin = at == 0 ? 0 : at + 1;
-  return output.substr(begin, output.find('\n', begin) - begin);
-}
-
 void expect_refused(const FlagCase& c) {
   const auto result = run_app(c.app, c.arguments);
   EXPECT_EQ(result.exit_code, 1) << c.app << " " << c.arguments << ": " << result.output;
-  EXPECT_EQ(error_line(result.output), c.line) << c.app << " " << c.arguments;
+  EXPECT_EQ(line_starting(result.output, "error: "), c.line) << c.app << " " << c.arguments;
 }
 
 const std::string kTrain = "--data x.ebin --out " ENHANCED_TEST_TMP "/flags-run --device cpu ";

@@ -43,12 +43,10 @@ std::string write_bare(const std::string& path, const Tensors& tensors) {
   return path;
 }
 
-class BareCheckpoint : public ::testing::Test {
+class BareCheckpoint : public test_util::SmallDemoSuite {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::path(ENHANCED_TEST_TMP) / ("bare." + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    files_ = testing::write_small_demo(root_ / "data");
+    SmallDemoSuite::SetUpTestSuite();
     const std::string flags = testing::small_train_flags(files_) + "--device cpu --steps 5 --out ";
     for (const auto& [name, extra] : std::map<std::string, std::string>{
              {"feature", ""}, {"time", " --pool time"}, {"scalar", " --blend scalar-mean"}}) {
@@ -56,7 +54,6 @@ class BareCheckpoint : public ::testing::Test {
       write_bare(bare(name), tensors_of(original(name)));
     }
   }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
 
   static std::string original(const std::string& name) { return (root_ / name / "last.safetensors").string(); }
   static std::string bare(const std::string& name) { return (root_ / (name + ".bare.safetensors")).string(); }
@@ -69,13 +66,7 @@ class BareCheckpoint : public ::testing::Test {
     EXPECT_EQ(run.exit_code, 0) << run.output;
     return {run.output, testing::read_bytes(path("z.npy"))};
   }
-
-  static fs::path root_;
-  static DemoFiles files_;
 };
-
-fs::path BareCheckpoint::root_;
-DemoFiles BareCheckpoint::files_;
 
 TEST_F(BareCheckpoint, PredictAndEvalGiveTheOriginalsResults) {
   EXPECT_EQ(predictions(bare("feature")), predictions(original("feature")));

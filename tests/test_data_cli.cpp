@@ -120,7 +120,7 @@ TEST(DataCli, UnlabeledConvertInspectAndBack) {
   EXPECT_EQ(read_text(dir + "/back.jsonl"), text);
 }
 
-TEST(DataCli, MissingInput) {
+TEST(DataCli, AMissingInputIsOneErrorAndWritesNothing) {
   const std::string dir = scratch_dir();
   AppResult r = run_data_app("convert '" + dir + "/nope.jsonl' '" + dir + "/out.ebin'", dir);
   expect_one_line_error(r, "nope.jsonl: cannot open");
@@ -129,35 +129,35 @@ TEST(DataCli, MissingInput) {
 
 // ---- bad JSONL: one test per kind ----------------------------------------------------------
 
-TEST(DataCliJsonl, MalformedJson) {
+TEST(DataCliJsonl, MalformedJsonIsRefusedAtItsLineAndColumn) {
   expect_convert_error({kGood, kGood, R"({"label":1,"tokens":[[[1],[],[2]] [[1],[],[2]]]})"},
                        "in.jsonl: line 3: column 35: malformed JSON: ");
 }
 
-TEST(DataCliJsonl, MissingLabel) {
+TEST(DataCliJsonl, AMissingLabelIsRefusedNamingTheLine) {
   expect_convert_error({kGood, R"({"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],[2]],[[1],[],[2]]]})"},
                        "in.jsonl: line 2: missing \"label\"");
 }
 
-TEST(DataCliJsonl, NonIntegerLabel) {
+TEST(DataCliJsonl, ALabelThatIsNoIntegerIsRefusedWithWhatItHolds) {
   expect_convert_error({kGood, R"({"label":1.5,"tokens":[]})"},
                        "in.jsonl: line 2: \"label\" holds a non-integer number, expected an integer");
   expect_convert_error({R"({"label":"2","tokens":[]})"}, "in.jsonl: line 1: \"label\" holds string");
 }
 
-TEST(DataCliJsonl, NegativeLabel) {
+TEST(DataCliJsonl, ANegativeLabelIsRefusedWithItsValue) {
   expect_convert_error({kGood, kGood, kGood, R"({"label":-2,"tokens":[]})"}, "in.jsonl: line 4: negative label -2");
 }
 
-TEST(DataCliJsonl, LabelTooLarge) {
+TEST(DataCliJsonl, ALabelBeyondInt32IsRefused) {
   expect_convert_error({R"({"label":4294967296,"tokens":[]})"}, "in.jsonl: line 1: label 4294967296 does not fit int32");
 }
 
-TEST(DataCliJsonl, LabelWhoseCountWouldNotFitInt32) {
+TEST(DataCliJsonl, TheLargestInt32LabelIsRefusedSinceTheLabelCountWouldNotFit) {
   expect_convert_error({R"({"label":2147483647,"tokens":[]})"}, "in.jsonl: line 1: label 2147483647 does not fit int32");
 }
 
-TEST(DataCliJsonl, OutputThatIsTheInputUnderAnotherName) {
+TEST(DataCliJsonl, AnOutputThatIsTheInputUnderAnotherNameIsRefusedAndTheInputKept) {
   const std::string dir = scratch_dir();
   write_text(dir + "/in.jsonl", std::string(kGood) + "\n");
   AppResult r = run_data_app("convert '" + dir + "/in.jsonl' '" + dir + "/./in.jsonl' --seq-len 4", dir);
@@ -165,22 +165,22 @@ TEST(DataCliJsonl, OutputThatIsTheInputUnderAnotherName) {
   EXPECT_EQ(read_text(dir + "/in.jsonl"), std::string(kGood) + "\n");
 }
 
-TEST(DataCliJsonl, NotAnObject) {
+TEST(DataCliJsonl, ALineThatIsNoObjectIsRefusedWithWhatItIs) {
   expect_convert_error({kGood, "[1,2]"}, "in.jsonl: line 2: expected a JSON object, got array");
 }
 
-TEST(DataCliJsonl, TokensNotAList) {
+TEST(DataCliJsonl, TokensMissingOrNotAListAreRefused) {
   expect_convert_error({kGood, R"({"label":1,"tokens":{"a":1}})"},
                        "in.jsonl: line 2: \"tokens\" holds object, expected a list of positions");
   expect_convert_error({R"({"label":1})"}, "in.jsonl: line 1: missing \"tokens\"");
 }
 
-TEST(DataCliJsonl, WrongNumberOfPositions) {
+TEST(DataCliJsonl, APositionCountOtherThanTIsRefusedWithBoth) {
   expect_convert_error({kGood, R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],[2]]]})"},
                        "in.jsonl: line 2: expected 4 positions (--seq-len), got 3");
 }
 
-TEST(DataCliJsonl, PositionWithoutThreeLists) {
+TEST(DataCliJsonl, APositionWithoutThreeListsIsRefusedNamingPositionAndField) {
   expect_convert_error({R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[2]],[[1],[],[2]]]})"},
                        "in.jsonl: line 1: position 2: expected exactly 3 lists, got 2 elements");
   expect_convert_error({R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],[2]],[[1],[],[2],[]]]})"},
@@ -198,14 +198,14 @@ TEST(DataCliJsonl, CurWordMustHoldExactlyOneId) {
                        "in.jsonl: line 1: position 3: field 2 (cur_word) must hold exactly one id, got 0");
 }
 
-TEST(DataCliJsonl, NegativeId) {
+TEST(DataCliJsonl, ANegativeIdIsRefusedNamingPositionAndField) {
   expect_convert_error({kGood, kGood, R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],[2]],[[1,-5],[],[2]]]})"},
                        "in.jsonl: line 3: position 3: field 0 (identifier) has negative id -5");
   expect_convert_error({R"({"label":1,"tokens":[[[1],[],[-1]],[[1],[],[2]],[[1],[],[2]],[[1],[],[2]]]})"},
                        "in.jsonl: line 1: position 0: field 2 (cur_word) has negative id -1");
 }
 
-TEST(DataCliJsonl, IdDoesNotFitInt32) {
+TEST(DataCliJsonl, AnIdBeyondInt32IsRefusedAndTheLargestInt32Converts) {
   expect_convert_error({R"({"label":1,"tokens":[[[1],[],[2]],[[1],[2147483648],[2]],[[1],[],[2]],[[1],[],[2]]]})"},
                        "in.jsonl: line 1: position 1: field 1 (auxiliary) id 2147483648 does not fit int32");
   // The largest int32 is fine.
@@ -216,28 +216,28 @@ TEST(DataCliJsonl, IdDoesNotFitInt32) {
   EXPECT_EQ(Dataset::open(dir + "/out.ebin").max_token_id(), 2147483647);
 }
 
-TEST(DataCliJsonl, NonIntegerId) {
+TEST(DataCliJsonl, AnIdThatIsNoIntegerIsRefusedNamingPositionAndField) {
   expect_convert_error({R"({"label":1,"tokens":[[[1],[],[2]],[[1.0],[],[2]],[[1],[],[2]],[[1],[],[2]]]})"},
                        "in.jsonl: line 1: position 1: field 0 (identifier) holds a non-integer number, expected an integer id");
   expect_convert_error({R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],["w"]],[[1],[],[2]]]})"},
                        "in.jsonl: line 1: position 2: field 2 (cur_word) holds string, expected an integer id");
 }
 
-TEST(DataCliJsonl, NumberBeyondADouble) {
+TEST(DataCliJsonl, ANumberBeyondADoubleIsRefusedAtItsColumn) {
   expect_convert_error({kGood, R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],[1e999]],[[1],[],[2]]]})"},
                        "in.jsonl: line 2: column 61: position 2: field 2 (cur_word): number does not fit a double");
   expect_convert_error({R"({"label":-1e400,"tokens":[]})"}, "in.jsonl: line 1: column 15: \"label\": number does not fit a double");
   expect_convert_error({R"([1, 2e999])"}, "in.jsonl: line 1: column 9: the line: number does not fit a double");
 }
 
-TEST(DataCliJsonl, BlankLine) {
+TEST(DataCliJsonl, ABlankLineIsRefusedButOneFinalNewlineIsNot) {
   expect_convert_error({kGood, kGood, "", kGood}, "in.jsonl: line 3: blank line");
   expect_convert_error({kGood, "   ", kGood}, "in.jsonl: line 2: blank line");
   // One trailing empty line (the final newline) is fine, a second one is a blank line.
   expect_convert_error({kGood, kGood, ""}, "in.jsonl: line 3: blank line");
 }
 
-TEST(DataCliJsonl, EmptyFile) {
+TEST(DataCliJsonl, AFileWithoutSamplesIsRefused) {
   expect_convert_error({}, "in.jsonl: no samples", false);
 }
 
@@ -269,52 +269,44 @@ class DataCliEbin : public ::testing::Test {
   DatasetHeader header_{};
 };
 
-TEST_F(DataCliEbin, WrongMagic) {
+TEST_F(DataCliEbin, AWrongMagicIsRefusedByInspectAndConvert) {
   bytes_[3] = 'Z';
   expect_error("d.ebin: bad magic");
 }
 
-TEST_F(DataCliEbin, WrongVersion) {
+TEST_F(DataCliEbin, AnUnknownVersionIsRefusedNamingIt) {
   set<uint32_t>(offsetof(DatasetHeader, version), 2);
   expect_error("d.ebin: unsupported version 2");
 }
 
-TEST_F(DataCliEbin, Truncated) {
+TEST_F(DataCliEbin, ATruncatedFileIsRefusedWithBothSizes) {
   const size_t full = bytes_.size();
   bytes_.resize(full / 2);
   expect_error(cat("d.ebin: truncated: header says ", full, " bytes, file has ", full / 2));
 }
 
-TEST_F(DataCliEbin, SizeMismatch) {
+TEST_F(DataCliEbin, AHeaderSizeOtherThanTheFilesIsRefusedWithBoth) {
   set<uint64_t>(offsetof(DatasetHeader, file_size), header_.file_size - 8);
   expect_error(cat("d.ebin: size mismatch: header says ", header_.file_size - 8, " bytes, file has ", header_.file_size));
 }
 
-TEST_F(DataCliEbin, OffsetsOutOfRange) {
+TEST_F(DataCliEbin, OffsetsOutOfRangeAreRefusedNamingSamplePositionAndField) {
   // Position p = 6 (sample 1, t = 2): its start offset runs backwards.
   set<uint64_t>(header_.auxiliary_offsets_offset + 8 * 7, uint64_t{1} << 40);
   expect_error("d.ebin: sample 1: position 2: field 1 (auxiliary) offsets out of range");
 }
 
-TEST_F(DataCliEbin, SectionOutOfRange) {
+TEST_F(DataCliEbin, ASectionPastTheFileIsRefusedNamingIt) {
   set<uint64_t>(offsetof(DatasetHeader, cur_word_offset), header_.file_size - 8);
   expect_error("d.ebin: section cur_word");
 }
 
-TEST_F(DataCliEbin, EmptyFile) {
+TEST_F(DataCliEbin, AnEmptyFileIsRefused) {
   bytes_.clear();
   expect_error("d.ebin: empty file");
 }
 
 // ---- inputs that are not regular files, and lines longer than a sample can be --------------
-
-// The whole "error: " line of an app's output, "" when there is none.
-std::string error_line(const std::string& output) {
-  const size_t at = output.rfind("error: ", 0) == 0 ? 0 : output.find("\nerror: ");
-  if (at == std::string::npos) return "";
-  const size_t begin = at == 0 ? 0 : at + 1;
-  return output.substr(begin, output.find('\n', begin) - begin);
-}
 
 // A FIFO used to block convert, inspect and split forever; a directory said "cannot mmap: No
 // such device" or "read failed after line 0"; /dev/zero grew without bound. Each is refused at
@@ -334,7 +326,7 @@ TEST(DataCliInputs, FifoDirectoryAndDeviceAreRefusedByName) {
                                        "split " + path + " " + dir + "/part --fractions 0.5,0.5"}) {
       const auto r = testing::run_app("enhanced-data", command, 0, 20);
       EXPECT_EQ(r.exit_code, 1) << command << ": " << r.output;
-      EXPECT_EQ(error_line(r.output), "error: " + path + ": not a regular file (" + kind + ")") << command;
+      EXPECT_EQ(line_starting(r.output, "error: "), "error: " + path + ": not a regular file (" + kind + ")") << command;
     }
   }
   EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"dir.ebin", "dir.jsonl", "fifo.ebin", "fifo.jsonl"}));
@@ -377,7 +369,7 @@ TEST(DataCliInputs, ALineLongerThanASampleCanBeIsRefusedInBoundedMemory) {
   const auto expect_refused = [&](const std::string& arguments, const std::string& line) {
     const auto r = testing::run_app("enhanced-data", arguments + " " + dir + "/out.ebin", limit_mib);
     EXPECT_EQ(r.exit_code, 1) << arguments << ": " << r.output;
-    EXPECT_EQ(error_line(r.output), line) << arguments;
+    EXPECT_EQ(line_starting(r.output, "error: "), line) << arguments;
   };
   expect_refused("convert " + zeros, "error: " + zeros + ": line 1 is longer than 67108864 bytes (the longest first "
                                      "line read before T is known; give --seq-len T for longer samples)");

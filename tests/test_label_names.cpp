@@ -18,32 +18,25 @@ namespace enhanced {
 namespace {
 
 namespace fs = std::filesystem;
+using test_util::line_starting;
 using test_util::lines_of;
 using test_util::read_text;
 using test_util::write_text;
 
-std::string line_starting(const std::string& output, const std::string& start) {
-  for (const std::string& line : lines_of(output))
-    if (line.rfind(start, 0) == 0) return line;
-  return "";
-}
-
 // The demo's four labels, named with what a CSV must quote and what is not ASCII.
 const std::vector<std::string> kNames = {"admin", "devel, tools", "say \"hi\"", "Überraschung"};
 
-class LabelNames : public ::testing::Test {
+class LabelNames : public test_util::SmallDemoSuite {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::path(ENHANCED_TEST_TMP) / ("label-names." + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    files_ = testing::write_small_demo(root_ / "data");
+    SmallDemoSuite::SetUpTestSuite();
     std::string text;
     for (const std::string& name : kNames) text += name + "\n";
     write_text(path("names.txt"), text);
+    test_util::drop_fuzz_seed("label_names", path("names.txt"));
     const auto run = train("--steps 10 --label-names " + path("names.txt") + " --out " + path("run"));
     ASSERT_EQ(run.exit_code, 0) << run.output;
   }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
 
   static std::string path(const std::string& name) { return (root_ / name).string(); }
   static testing::AppResult train(const std::string& args) {
@@ -56,13 +49,7 @@ class LabelNames : public ::testing::Test {
   static testing::AppResult predict(const std::string& args) {
     return testing::run_app("enhanced-predict", "--device cpu --threads 2 --quiet --data " + files_.test_ebin + " " + args);
   }
-
-  static fs::path root_;
-  static DemoFiles files_;
 };
-
-fs::path LabelNames::root_;
-DemoFiles LabelNames::files_;
 
 TEST_F(LabelNames, AreInTheCheckpointsMetadataAsAJsonArray) {
   for (const char* file : {"run/last.safetensors", "run/best.safetensors"}) {
@@ -179,8 +166,10 @@ TEST_F(LabelNames, EveryBadFileIsOneErrorNamingTheFileAndLineBeforeAnyWork) {
       {"a\nb\tc\nc\nd\n", file + ": line 2: a control character (byte 2 of the name)"},
       {"", file + ": no label names (one name a line, a line for each label)"},
   };
+  int written = 0;
   for (const auto& [text, expected] : cases) {
     write_text(file, text);
+    test_util::drop_fuzz_seed("label_names", file, cat(".", ++written));
     const auto run = train("--steps 2 --label-names " + file + " --out " + path("bad-run"));
     EXPECT_EQ(run.exit_code, 1) << expected;
     EXPECT_EQ(line_starting(run.output, "error: "), "error: " + expected) << run.output;
@@ -193,6 +182,7 @@ TEST_F(LabelNames, EveryBadFileIsOneErrorNamingTheFileAndLineBeforeAnyWork) {
   EXPECT_FALSE(fs::exists(path("bad-run")));
   // A Windows file (CRLF, a byte-order mark) is read as its names.
   write_text(file, "\xEF\xBB\xBF" "a\r\nb\r\nc\r\nd\r\n");
+  test_util::drop_fuzz_seed("label_names", file, ".crlf");
   ASSERT_EQ(train("--steps 2 --label-names " + file + " --out " + path("crlf")).exit_code, 0);
   EXPECT_EQ(checkpoint_label_names(SafetensorsReader(path("crlf/last.safetensors")), 4),
             (std::vector<std::string>{"a", "b", "c", "d"}));

@@ -26,6 +26,7 @@ namespace enhanced {
 namespace {
 
 namespace fs = std::filesystem;
+using test_util::line_starting;
 using test_util::lines_of;
 using test_util::read_text;
 using test_util::write_text;
@@ -56,12 +57,10 @@ std::string python_with_numpy() {
   return "";
 }
 
-class Predict : public ::testing::Test {
+class Predict : public test_util::SmallDemoSuite {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::path(ENHANCED_TEST_TMP) / ("predict." + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    files_ = testing::write_small_demo(root_ / "data");
+    SmallDemoSuite::SetUpTestSuite();
     const std::string flags = testing::small_train_flags(files_) + "--device cpu --steps 10 --out ";
     ASSERT_EQ(testing::run_app("enhanced-train", flags + (root_ / "run").string()).exit_code, 0);
     // The test set without its labels, as JSON Lines and .ebin.
@@ -75,7 +74,6 @@ class Predict : public ::testing::Test {
     write_text(unlabeled_jsonl(), stripped);
     convert_jsonl_to_ebin(unlabeled_jsonl(), unlabeled_ebin(), 0);
   }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
 
   static std::string checkpoint() { return (root_ / "run" / "last.safetensors").string(); }
   static std::string unlabeled_jsonl() { return (root_ / "unlabeled.jsonl").string(); }
@@ -84,13 +82,7 @@ class Predict : public ::testing::Test {
   static testing::AppResult predict(const std::string& args) {
     return testing::run_app("enhanced-predict", "--device cpu --threads 2 --quiet --checkpoint " + checkpoint() + " " + args);
   }
-
-  static fs::path root_;
-  static DemoFiles files_;
 };
-
-fs::path Predict::root_;
-DemoFiles Predict::files_;
 
 TEST_F(Predict, TopOneIsEnhancedEvalsPredictionAndNpyFilesHoldTheDistribution) {
   const auto eval = testing::run_app("enhanced-eval", "--device cpu --threads 2 --json --data " + files_.test_ebin +
@@ -180,14 +172,6 @@ TEST_F(Predict, LabelsBeyondTheModelAreHarmless) {
   }
 }
 
-// The whole "error: " line of an app's output, "" when there is none.
-std::string error_line(const std::string& output) {
-  const size_t at = output.rfind("error: ", 0) == 0 ? 0 : output.find("\nerror: ");
-  if (at == std::string::npos) return "";
-  const size_t begin = at == 0 ? 0 : at + 1;
-  return output.substr(begin, output.find('\n', begin) - begin);
-}
-
 // Every input file flag of the apps that run a model, given a FIFO (which used to block
 // --data, --valid and --class-weights forever) or a directory ("cannot mmap: No such device"):
 // one line naming the file and what it is, at once.
@@ -216,7 +200,7 @@ TEST_F(Predict, EveryInputFlagRefusesAFifoAndADirectory) {
       if (input == fifo_jsonl && app != "enhanced-predict") continue;  // predict reads .jsonl directly
       const auto run = testing::run_app(app, arguments + input, 0, 20);
       EXPECT_EQ(run.exit_code, 1) << app << " " << arguments << input << ": " << run.output;
-      EXPECT_EQ(error_line(run.output), "error: " + input + ": not a regular file (" + kind + ")") << app << " " << arguments;
+      EXPECT_EQ(line_starting(run.output, "error: "), "error: " + input + ": not a regular file (" + kind + ")") << app << " " << arguments;
     }
   fs::remove(fifo);
   fs::remove(fifo_jsonl);

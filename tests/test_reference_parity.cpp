@@ -1,7 +1,7 @@
 // The engine against the independent PyTorch implementation in tests/reference/: same
 // checkpoint, same batch; the loss, logits, every gradient, and the weights after several SGD
-// (momentum) and Adam steps must agree to a relative error of 1e-4 in float32. The issue-11
-// cases add class weights (CrossEntropyLoss(weight=)), weight decay (torch SGD's weight_decay,
+// (momentum) and Adam steps must agree to a relative error of 1e-4 in float32. The
+// training controls' cases add class weights (CrossEntropyLoss(weight=)), weight decay (torch SGD's weight_decay,
 // torch.optim.AdamW, with and without the embedding) and a learning rate per step (torch:
 // param_group['lr'] before each step).
 #include <gtest/gtest.h>
@@ -157,7 +157,7 @@ TEST(ReferenceParity, PyTorchAgreesOnLossLogitsGradientsAndOptimizerSteps) {
 // Class weights, weight decay (the table excluded, then included: plain SGD momentum and AdamW
 // over every row) and a rate per step, each against torch after 4 steps.
 TEST(ReferenceParity, PyTorchAgreesOnClassWeightsWeightDecayAndPerStepRates) {
-  const fs::path root = fs::path(ENHANCED_TEST_TMP) / "parity-issue11";
+  const fs::path root = fs::path(ENHANCED_TEST_TMP) / "parity-training-controls";
   fs::remove_all(root);
   CaseOptions weighted;
   weighted.class_weights = {0.5f, 2.0f, 1.25f, 0.0f};

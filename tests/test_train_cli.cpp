@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "app_runner.h"
+#include "data_test_util.h"
 #include "state_compare.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/demo.h"
@@ -23,26 +24,11 @@ namespace fs = std::filesystem;
 using testing::read_bytes;
 using testing::run_app;
 
-class TrainCli : public ::testing::Test {
+class TrainCli : public test_util::SmallDemoSuite {
  protected:
-  static void SetUpTestSuite() {
-    // CTest runs each test in its own process, possibly in parallel: one directory a process.
-    root_ = fs::path(ENHANCED_TEST_TMP) / ("train_cli." + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    files_ = testing::write_small_demo(root_ / "data");
-  }
-
-  static void TearDownTestSuite() { fs::remove_all(root_); }
-
   static std::string base_flags() { return testing::small_train_flags(files_) + "--device cpu "; }
   static fs::path dir(const std::string& name) { return root_ / name; }
-
-  static fs::path root_;
-  static DemoFiles files_;
 };
-
-fs::path TrainCli::root_;
-DemoFiles TrainCli::files_;
 
 TEST_F(TrainCli, SameCommandTwiceGivesBitIdenticalCheckpoints) {
   for (const char* run : {"det-a", "det-b"}) {
@@ -212,9 +198,8 @@ TEST_F(TrainCli, BadInputsGiveOneClearLineAndANonZeroExit) {
   for (const BadInput& c : cases) {
     const auto result = run_app("enhanced-train", c.arguments);
     EXPECT_NE(result.exit_code, 0) << c.name << ": " << result.output;
-    const size_t error_at = result.output.find("error: ");
-    ASSERT_NE(error_at, std::string::npos) << c.name << ": " << result.output;
-    const std::string line = result.output.substr(error_at, result.output.find('\n', error_at) - error_at);
+    const std::string line = test_util::line_starting(result.output, "error: ");
+    ASSERT_FALSE(line.empty()) << c.name << ": " << result.output;
     for (const std::string& part : c.message_parts) EXPECT_NE(line.find(part), std::string::npos) << c.name << ": " << line;
   }
   // A checkpoint whose T does not match the data, at evaluation.

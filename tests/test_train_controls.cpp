@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app_runner.h"
+#include "data_test_util.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/demo.h"
 #include "enhanced/safetensors.h"
@@ -21,6 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using test_util::line_starting;
 using testing::read_bytes;
 using testing::run_app;
 
@@ -37,30 +39,12 @@ std::vector<json> metrics_without_times(const fs::path& dir) {
   return lines;
 }
 
-std::string line_with(const std::string& output, const std::string& start) {
-  const size_t at = output.find(start);
-  return at == std::string::npos ? "" : output.substr(at, output.find('\n', at) - at);
-}
-
-class TrainControls : public ::testing::Test {
+class TrainControls : public test_util::SmallDemoSuite {
  protected:
-  static void SetUpTestSuite() {
-    root_ = fs::path(ENHANCED_TEST_TMP) / ("train_controls." + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    files_ = testing::write_small_demo(root_ / "data");
-  }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
-
   static std::string flags() { return testing::small_train_flags(files_) + "--device cpu "; }
   static std::string out(const std::string& name) { return " --out " + (root_ / name).string() + " "; }
   static fs::path dir(const std::string& name) { return root_ / name; }
-
-  static fs::path root_;
-  static DemoFiles files_;
 };
-
-fs::path TrainControls::root_;
-DemoFiles TrainControls::files_;
 
 // Kills `run` (in directories under `root`) after each of its file writes in turn, until a run
 // gets through all of them, and continues each killed one: resumed where it left a state file,
@@ -214,8 +198,8 @@ TEST_F(TrainControls, AnotherRunInOutIsRefusedUnlessOverwrittenAndOverwriteLeave
   const std::string state = read_bytes(dir("taken") / "optimizer.safetensors");
   const auto refused = run_app("enhanced-train", flags() + "--steps 2" + out("taken"));
   EXPECT_NE(refused.exit_code, 0);
-  EXPECT_NE(line_with(refused.output, "error: ").find("holds another run"), std::string::npos) << refused.output;
-  EXPECT_NE(line_with(refused.output, "error: ").find("--overwrite"), std::string::npos) << refused.output;
+  EXPECT_NE(line_starting(refused.output, "error: ").find("holds another run"), std::string::npos) << refused.output;
+  EXPECT_NE(line_starting(refused.output, "error: ").find("--overwrite"), std::string::npos) << refused.output;
   EXPECT_TRUE(state == read_bytes(dir("taken") / "optimizer.safetensors"));
   // Without --valid the new run writes no best.safetensors: the old one must not survive.
   const std::string no_valid = "--data " + files_.train_ebin + " --pretrained " + files_.embeddings +
@@ -233,7 +217,7 @@ TEST_F(TrainControls, AnotherRunInOutIsRefusedUnlessOverwrittenAndOverwriteLeave
   const auto failing = run_app("enhanced-train", "--data " + files_.train_ebin + " --hidden 4 --quiet --device cpu "
                                                  "--steps 1 --overwrite --batch-size 1000 --drop-last" + out("taken"));
   EXPECT_NE(failing.exit_code, 0);
-  EXPECT_NE(line_with(failing.output, "error: ").find("fewer than --batch-size 1000"), std::string::npos) << failing.output;
+  EXPECT_NE(line_starting(failing.output, "error: ").find("fewer than --batch-size 1000"), std::string::npos) << failing.output;
   EXPECT_TRUE(fs::exists(dir("taken") / "optimizer.safetensors"));
   const auto both = run_app("enhanced-train", "--resume --overwrite" + out("taken"));
   EXPECT_NE(both.exit_code, 0);
@@ -246,20 +230,20 @@ TEST_F(TrainControls, FlagsThatContradictAResumedRunAreErrorsAndChangesAreRecord
        {"--hidden 7", "--blend scalar-mean", "--optimizer adam", "--batch-size 8", "--no-shuffle", "--seed 3"}) {
     const auto result = run_app("enhanced-train", "--resume --steps 8 --quiet " + conflict + out("change"));
     EXPECT_NE(result.exit_code, 0) << conflict;
-    const std::string line = line_with(result.output, "error: ");
+    const std::string line = line_starting(result.output, "error: ");
     EXPECT_NE(line.find(conflict.substr(0, conflict.find(' '))), std::string::npos) << line;
     EXPECT_NE(line.find("conflicts with the run being resumed"), std::string::npos) << line;
   }
   const auto hidden = run_app("enhanced-train", "--resume --steps 8 --quiet --hidden 7" + out("change"));
-  EXPECT_NE(line_with(hidden.output, "error: ").find("--hidden 7 conflicts with the run being resumed ("),
+  EXPECT_NE(line_starting(hidden.output, "error: ").find("--hidden 7 conflicts with the run being resumed ("),
             std::string::npos) << hidden.output;
-  EXPECT_NE(line_with(hidden.output, "error: ").find("whose model has 6"), std::string::npos) << hidden.output;
+  EXPECT_NE(line_starting(hidden.output, "error: ").find("whose model has 6"), std::string::npos) << hidden.output;
   // Model flags are checked against the model, not the recorded option (0: "from the data").
   ASSERT_EQ(run_app("enhanced-train", flags() + "--steps 4" + out("change-c")).exit_code, 0);
   const auto same_dim = run_app("enhanced-train", "--resume --steps 5 --quiet --embedding-dim 8 --num-labels 4 "
                                                   "--hidden 6" + out("change-c"));
   const auto momentum = run_app("enhanced-train", "--resume --steps 8 --quiet --momentum 0.900000036" + out("change"));
-  EXPECT_NE(line_with(momentum.output, "error: ").find("--momentum 0.900000036 conflicts with the run being resumed, "
+  EXPECT_NE(line_starting(momentum.output, "error: ").find("--momentum 0.900000036 conflicts with the run being resumed, "
                                                        "which has momentum = 0"), std::string::npos) << momentum.output;
   EXPECT_EQ(same_dim.exit_code, 0) << same_dim.output;
   // A changed rate is printed and recorded: resumed again, the run continues with it exactly.
@@ -279,10 +263,10 @@ TEST_F(TrainControls, ModelFlagsThatContradictInitFromAreErrorsNamingBothValues)
   const std::string data = "--data " + files_.train_ebin + " --quiet --device cpu --steps 1 --init-from " + checkpoint;
   const auto hidden = run_app("enhanced-train", data + " --hidden 9" + out("init-b"));
   EXPECT_NE(hidden.exit_code, 0);
-  EXPECT_NE(line_with(hidden.output, "error: ").find("--hidden 9 conflicts with " + checkpoint + ", whose model has 6"),
+  EXPECT_NE(line_starting(hidden.output, "error: ").find("--hidden 9 conflicts with " + checkpoint + ", whose model has 6"),
             std::string::npos) << hidden.output;
   const auto pool = run_app("enhanced-train", data + " --pool time" + out("init-c"));
-  EXPECT_NE(line_with(pool.output, "error: ").find("--pool time conflicts with"), std::string::npos) << pool.output;
+  EXPECT_NE(line_starting(pool.output, "error: ").find("--pool time conflicts with"), std::string::npos) << pool.output;
   const auto same = run_app("enhanced-train", data + " --hidden 6" + out("init-d"));
   EXPECT_EQ(same.exit_code, 0) << same.output;
 }
@@ -293,7 +277,7 @@ TEST_F(TrainControls, ResumeStateThatDoesNotFitTheDataOrHoldsBadMomentsIsRefused
   ASSERT_EQ(run_app("enhanced-train", flags() + "--optimizer adam --steps 7" + out("state")).exit_code, 0);
   const auto smaller = run_app("enhanced-train", "--resume --quiet --epochs 3 --data " + files_.test_ebin + out("state"));
   EXPECT_NE(smaller.exit_code, 0);
-  EXPECT_NE(line_with(smaller.output, "error: ").find("the training data changed"), std::string::npos)
+  EXPECT_NE(line_starting(smaller.output, "error: ").find("the training data changed"), std::string::npos)
       << smaller.output;
   // Rewrite the state with one negative second moment.
   const fs::path path = dir("state") / "optimizer.safetensors";
@@ -316,7 +300,7 @@ TEST_F(TrainControls, ResumeStateThatDoesNotFitTheDataOrHoldsBadMomentsIsRefused
   }
   const auto negative = run_app("enhanced-train", "--resume --quiet --epochs 3" + out("state"));
   EXPECT_NE(negative.exit_code, 0);
-  EXPECT_NE(line_with(negative.output, "error: ").find("'optimizer.v.dense.bias' element 1 is -1"), std::string::npos)
+  EXPECT_NE(line_starting(negative.output, "error: ").find("'optimizer.v.dense.bias' element 1 is -1"), std::string::npos)
       << negative.output;
 }
 
@@ -340,7 +324,7 @@ TEST_F(TrainControls, ControlsThatNeedEachOtherAreCheckedBeforeAnyWork) {
   for (const auto& [arguments, message] : cases) {
     const auto result = run_app("enhanced-train", arguments + out("never"));
     EXPECT_NE(result.exit_code, 0) << arguments;
-    EXPECT_NE(line_with(result.output, "error: ").find(message), std::string::npos) << arguments << ": " << result.output;
+    EXPECT_NE(line_starting(result.output, "error: ").find(message), std::string::npos) << arguments << ": " << result.output;
   }
   EXPECT_FALSE(fs::exists(dir("never")));
 }
@@ -374,7 +358,7 @@ TEST_F(TrainControls, ASeedOutsideSixtyFourBitsIsRefusedNotWrapped) {
   for (const std::string seed : {"-1", "18446744073709551616", "1.5"}) {
     const auto result = run_app("enhanced-train", flags() + "--steps 1 --seed " + seed + out("seed"));
     EXPECT_NE(result.exit_code, 0) << seed;
-    EXPECT_EQ(line_with(result.output, "error: "),
+    EXPECT_EQ(line_starting(result.output, "error: "),
               "error: --seed must be a whole number from 0 to 18446744073709551615, got '" + seed + "'") << result.output;
   }
   EXPECT_EQ(run_app("enhanced-train", flags() + "--steps 1 --seed 18446744073709551615" + out("seed")).exit_code, 0);
@@ -391,14 +375,14 @@ TEST_F(TrainControls, DataWhoseSequenceLengthIsNotTheModelsIsRefusedOnResumeAndI
   const auto resumed = run_app("enhanced-train", "--resume --quiet --steps 4 --data " + short_files.train_ebin +
                                                      " --valid " + short_files.valid_ebin + out("t16"));
   EXPECT_NE(resumed.exit_code, 0);
-  EXPECT_NE(line_with(resumed.output, "error: ").find("T = 12"), std::string::npos) << resumed.output;
-  EXPECT_NE(line_with(resumed.output, "error: ").find("T = 16"), std::string::npos) << resumed.output;
+  EXPECT_NE(line_starting(resumed.output, "error: ").find("T = 12"), std::string::npos) << resumed.output;
+  EXPECT_NE(line_starting(resumed.output, "error: ").find("T = 16"), std::string::npos) << resumed.output;
   const auto init = run_app("enhanced-train", "--quiet --device cpu --steps 1 --batch-size 4 --data " +
                                                   short_files.train_ebin + " --init-from " +
                                                   (dir("t16") / "last.safetensors").string() + out("t12-run"));
   EXPECT_NE(init.exit_code, 0);
-  EXPECT_NE(line_with(init.output, "error: ").find("T = 12"), std::string::npos) << init.output;
-  EXPECT_NE(line_with(init.output, "error: ").find("T = 16"), std::string::npos) << init.output;
+  EXPECT_NE(line_starting(init.output, "error: ").find("T = 12"), std::string::npos) << init.output;
+  EXPECT_NE(line_starting(init.output, "error: ").find("T = 16"), std::string::npos) << init.output;
 }
 
 // A run that fails before writing anything leaves no empty --out tree behind.

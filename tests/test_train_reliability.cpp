@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "app_runner.h"
+#include "data_test_util.h"
 #include "enhanced/demo.h"
 #include "enhanced/safetensors.h"
 
@@ -24,19 +25,13 @@ namespace enhanced {
 namespace {
 
 namespace fs = std::filesystem;
+using test_util::line_starting;
 using testing::read_bytes;
 using testing::run_app;
 using testing::run_command;
 
-class TrainReliability : public ::testing::Test {
+class TrainReliability : public test_util::SmallDemoSuite {
  protected:
-  static void SetUpTestSuite() {
-    root_ = fs::path(ENHANCED_TEST_TMP) / ("train_reliability." + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    files_ = testing::write_small_demo(root_ / "data");
-  }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
-
   static std::string flags() { return testing::small_train_flags(files_) + "--device cpu "; }
   static std::string out(const std::string& name) { return " --out " + dir(name).string() + " "; }
   static fs::path dir(const std::string& name) { return root_ / name; }
@@ -76,18 +71,7 @@ class TrainReliability : public ::testing::Test {
   static int64_t saved_step(const std::string& name) {
     return std::atoll(SafetensorsReader((dir(name) / "optimizer.safetensors").string()).metadata_value("step").c_str());
   }
-
-  static fs::path root_;
-  static DemoFiles files_;
 };
-
-fs::path TrainReliability::root_;
-DemoFiles TrainReliability::files_;
-
-std::string line_with(const std::string& output, const std::string& start) {
-  const size_t at = output.find(start);
-  return at == std::string::npos ? "" : output.substr(at, output.find('\n', at) - at);
-}
 
 // A run holds DIR/.lock: a second one, fresh, --overwrite or --resume, is refused at once and
 // changes nothing; once the holder is killed (-9: no clean-up) the run resumes.
@@ -99,7 +83,7 @@ TEST_F(TrainReliability, ASecondRunOnTheSameOutIsRefusedWhileTheFirstHoldsItAndA
   for (const std::string& second : {flags() + "--steps 2", flags() + "--steps 2 --overwrite", std::string("--resume --quiet")}) {
     const auto refused = run_app("enhanced-train", second + out("locked"));
     EXPECT_NE(refused.exit_code, 0) << second;
-    EXPECT_EQ(line_with(refused.output, "error: "), expected) << second << ": " << refused.output;
+    EXPECT_EQ(line_starting(refused.output, "error: "), expected) << second << ": " << refused.output;
   }
   EXPECT_TRUE(fs::exists(dir("locked") / "last.safetensors"));
   EXPECT_GT(saved_step("locked"), 0);  // the state file is still whole (the --overwrite removed nothing)
@@ -120,7 +104,7 @@ TEST_F(TrainReliability, TheLockFileIsNoRunAndAFailedRunRemovesItWithItsDirector
   EXPECT_NE(failed.exit_code, 0);
   EXPECT_FALSE(fs::exists(dir("new"))) << failed.output;
   const auto no_dir = run_app("enhanced-train", "--resume" + out("missing"));
-  EXPECT_NE(line_with(no_dir.output, "error: ").find("no run to resume"), std::string::npos) << no_dir.output;
+  EXPECT_NE(line_starting(no_dir.output, "error: ").find("no run to resume"), std::string::npos) << no_dir.output;
   EXPECT_FALSE(fs::exists(dir("missing")));
 }
 
@@ -192,7 +176,7 @@ TEST_F(TrainReliability, AValidationLabelOutsideTheTrainingLabelsIsAnError) {
                           " --hidden 6 --batch-size 16 --threads 2 --quiet --device cpu --steps 1";
   const auto result = run_app("enhanced-train", run + out("labels"));
   EXPECT_NE(result.exit_code, 0) << result.output;
-  const std::string line = line_with(result.output, "error: ");
+  const std::string line = line_starting(result.output, "error: ");
   EXPECT_NE(line.find(six.valid_ebin + ": sample "), std::string::npos) << result.output;
   EXPECT_NE(line.find("does not fit the model's 4 labels"), std::string::npos) << result.output;
   EXPECT_EQ(run_app("enhanced-train", run + " --num-labels 6" + out("labels-6")).exit_code, 0);

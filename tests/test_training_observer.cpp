@@ -71,15 +71,8 @@ std::vector<std::string> keys_of(const TrainingLogs& logs) {
   return keys;
 }
 
-class TrainObserver : public ::testing::Test {
+class TrainObserver : public test_util::SmallDemoSuite {
  protected:
-  static void SetUpTestSuite() {
-    root_ = fs::path(ENHANCED_TEST_TMP) / ("train_observer." + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    files_ = testing::write_small_demo(root_ / "data");
-  }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
-
   // The small demo run (5 batches an epoch, 2 epochs), in this process, with no signal handlers.
   static TrainOptions options(const std::string& name) {
     TrainOptions o;
@@ -126,13 +119,7 @@ class TrainObserver : public ::testing::Test {
   static int64_t saved_step(const std::string& name) {
     return std::atoll(SafetensorsReader((root_ / name / "optimizer.safetensors").string()).metadata_value("step").c_str());
   }
-
-  static fs::path root_;
-  static DemoFiles files_;
 };
-
-fs::path TrainObserver::root_;
-DemoFiles TrainObserver::files_;
 
 TEST_F(TrainObserver, CallsComeInKerasOrderWithKerasKeysAndTheEpochLossIsMetricsJsonls) {
   Recorder recorder;

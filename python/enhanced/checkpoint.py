@@ -15,7 +15,7 @@ POOLS = ("feature", "time")
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The SPEC's model: V, D, H, T, L, the blend and the pooling (docs/model.md)."""
+    """The engine's model: V, D, H, T, L, the blend and the pooling (docs/model.md)."""
     vocab_size: int
     num_labels: int
     embedding_dim: int = 32

@@ -1,4 +1,4 @@
-"""The SPEC's model (docs/model.md) in Keras 3, on the user's (B, T, 3, None) tf.RaggedTensor, and
+"""The engine's model (docs/model.md) in Keras 3, on the user's (B, T, 3, None) tf.RaggedTensor, and
 the weight mapping between it and the engine's checkpoints.
 
 The ragged embedding is vectorised: one gather of every identifier row and a segment sum over
@@ -197,7 +197,7 @@ def _keras_variables(model, config):
     names = ["embedding", *(f"{d} {w}" for _, d in _DIRECTIONS for w in ("kernel", "recurrent_kernel", "bias")),
              "dense kernel", "dense bias"]
     if len(variables) != len(expected):
-        raise ValueError(f"the Keras model has {len(variables)} weights, the SPEC's model has {len(expected)} "
+        raise ValueError(f"the Keras model has {len(variables)} weights, the engine's model has {len(expected)} "
                          f"({', '.join(names)})")
     for variable, shape, name in zip(variables, expected, names):
         if tuple(variable.shape) != shape:

@@ -88,7 +88,8 @@ def evaluation_scalars(logs):
             for key, value in (logs or {}).items() if key.startswith("val_") and _number(value) is not None]
 
 
-# metrics.jsonl (src/train/trainer.cpp): each kind's keys, and the Keras log key of each.
+# metrics.jsonl (written by src/train/training_run.cpp through metrics_log.cpp): each kind's keys,
+# and the Keras log key of each.
 _TRAIN_KEYS = {"loss": "loss", "accuracy": "accuracy", "lr": "lr"}
 _VALID_KEYS = {"valid_loss": "val_loss", "valid_accuracy": "val_accuracy", "valid_f1": "val_f1"}
 _KINDS = {"train": ("step", "loss", "accuracy", "lr"), "epoch": ("step", "epoch", "loss", "accuracy", "lr"),

@@ -117,7 +117,7 @@ def test_keras_to_engine_and_back(tmp_path, blend, pool, fit):
 
 
 def user_model(config, hidden=None):
-    """A user's own functional Keras model of the SPEC's layers, weights in the same order."""
+    """A user's own functional Keras model of docs/model.md's layers, weights in the same order."""
     from enhanced.keras import RaggedBlendEmbedding
     inputs = keras.Input(shape=(config.seq_len, 3, None), dtype="int32", ragged=True)
     x = RaggedBlendEmbedding(config.vocab_size, config.embedding_dim, config.seq_len, config.blend)(inputs)
@@ -133,7 +133,7 @@ def test_bad_checkpoints_and_models(trained_checkpoint, tmp_path):
         load_into_keras(EnhancedModel(other), trained_checkpoint)
     with pytest.raises(ValueError, match=r"forward kernel has shape \[8, 20\].*needs \[8, 16\]"):
         load_into_keras(user_model(config, hidden=5), trained_checkpoint)
-    with pytest.raises(ValueError, match=r"has 2 weights, the SPEC's model has 9"):
+    with pytest.raises(ValueError, match=r"has 2 weights, the engine's model has 9"):
         load_into_keras(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]), trained_checkpoint)
     target = tmp_path / "out.safetensors"
     with pytest.raises(ValueError, match="forward kernel has shape"):

@@ -102,9 +102,10 @@ def test_callbacks_get_keras_calls_and_keys_and_history_matches_metrics(demo, tm
     assert len(history.history["loss"]) == FLAGS["epochs"] == len(history.history["val_loss"])
     with open(tmp_path / "run" / "metrics.jsonl") as f:
         lines = [json.loads(line) for line in f]
-    epoch_losses = [line["loss"] for line in lines if line.get("event", line.get("type")) == "epoch"]
-    if epoch_losses:  # the epoch lines' loss is the epoch's mean, as the epoch_end logs'
-        np.testing.assert_allclose(history.history["loss"], epoch_losses, rtol=1e-6)
+    # The epoch lines' loss is the epoch's mean, as the epoch_end logs' (metrics.jsonl: "kind").
+    epoch_losses = [line["loss"] for line in lines if line["kind"] == "epoch"]
+    assert len(epoch_losses) == FLAGS["epochs"], lines
+    np.testing.assert_allclose(history.history["loss"], epoch_losses, rtol=1e-6)
 
 
 @pytest.mark.parametrize("how", ["stop_training", "KeyboardInterrupt"])

@@ -1,5 +1,6 @@
 // Checks of a training run's inputs, made before anything large is allocated, each one line
-// naming the file or flag and the numbers. Apart from trainer.cpp so that the loop stays the loop.
+// naming the file or flag and the numbers. Called by the run's set-up (trainer.cpp) before the
+// step loop (training_run.cpp) starts.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // The files of a run's --out directory: which ones make a run, the directory's life (created
 // for the run, removed again on failure where the run created it and left nothing), and
-// --overwrite's removal of another run's files. Apart from trainer.cpp so that the loop stays the
-// loop.
+// --overwrite's removal of another run's files. Used by the run's set-up (trainer.cpp), not by
+// the step loop (training_run.cpp).
 #pragma once
 
 #include <filesystem>

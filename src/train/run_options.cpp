@@ -129,7 +129,8 @@ const std::vector<OptionField>& option_fields() {
     out.insert(out.end(), {
       plain<bool>("lazy_embedding", "--lazy-embedding-updates", fixed, ENHANCED_FIELD(bool, optimizer.lazy_embedding)),
       exact<float>("clip_norm", "--clip-norm", fixed, ENHANCED_FIELD(float, optimizer.clip_norm)),
-      // Added with issue 11: runs recorded before them have no weight decay and no class weights.
+      // Added with the training controls: runs recorded before them have no weight decay and no
+      // class weights.
       exact<float>("weight_decay", "--weight-decay", fixed, ENHANCED_FIELD(float, optimizer.weight_decay), true),
       plain<bool>("weight_decay_embedding", "--weight-decay-embedding", fixed,
                   ENHANCED_FIELD(bool, optimizer.weight_decay_embedding), true),
@@ -156,7 +157,7 @@ const std::vector<OptionField>& option_fields() {
       {"rnn_algorithm", "--rnn-algorithm", changeable,
        [](const TrainOptions& o) { return json(to_string(o.cuda.rnn_algorithm)); },
        [](TrainOptions& o, const json& j) { o.cuda.rnn_algorithm = parse_rnn_algorithm(j.get<std::string>()); }, true},
-      // Added with issue 13: runs recorded before it are FP32.
+      // Added with --precision: runs recorded before it are FP32.
       {"precision", "--precision", changeable, [](const TrainOptions& o) { return json(to_string(o.precision)); },
        [](TrainOptions& o, const json& j) { o.precision = parse_precision(j.get<std::string>()); }, true},
       plain<int64_t>("valid_every", "--valid-every", changeable, ENHANCED_FIELD(int64_t, valid_every), true),

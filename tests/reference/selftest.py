@@ -373,7 +373,7 @@ def failing(out):
 
 
 def test_optional_options(tmp, src):
-    """The issue-11 options reach torch: each one changes exactly what it should."""
+    """The training controls' options reach torch: each one changes exactly what it should."""
     _, emd = read_safetensors(os.path.join(src, "expected.safetensors"))
     _, cmd = read_safetensors(os.path.join(src, "checkpoint.safetensors"))
     L = int(cmd["num_labels"])
