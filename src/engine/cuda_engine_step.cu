@@ -19,7 +19,7 @@ void CudaEngineState::validate(const Batch& batch) const {
   const ModelConfig& c = config;
   check_batch_seq_len(batch, c);
   if (batch.size < 1 || batch.size > max_batch)
-    fail("batch of ", batch.size, " samples; the CUDA model holds 1..", max_batch);
+    fail("batch of ", batch.size, " samples; the engine holds 1..", max_batch);
   const size_t P = static_cast<size_t>(batch.positions());
   if (batch.identifier_offsets.size() != P + 1 || batch.cur_word_ids.size() != P ||
       batch.labels.size() != static_cast<size_t>(batch.size) ||
