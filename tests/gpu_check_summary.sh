@@ -147,6 +147,10 @@ EOF
     -e 's/1 error$/3 errors/' "$work/initcheck.log" >"$work/memcheck.log"
   expect "memcheck's kernel error" "FAILED (ERROR SUMMARY: 3 errors: Invalid __global__ read of size 4 bytes)" \
     "$(summary "$work/memcheck.log" --sanitizer --exit 99)"
+  sed 's/^\(\[ RUN .*\)$/\1\n========= Warning: Unable to find the device'"'"'s source lines/' "$work/initcheck.log" >"$work/warned.log"
+  expect "a warning before the error is not the error" \
+    "FAILED (ERROR SUMMARY: 1 error: Host API memory access error at host access to 0x7f31c2a00008 of size 8 bytes)" \
+    "$(summary "$work/warned.log" --sanitizer --exit 99)"
   expect "a sanitizer run that exited 0 is judged as a plain run" "ok (1 passed)" \
     "$(summary "$work/initcheck.log" --sanitizer --exit 0)"
 }

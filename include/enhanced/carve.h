@@ -1,7 +1,10 @@
 // One allocation carved into pieces (activations, the CUDA kernels' staging and scratch): every
 // piece starts on a 256-byte boundary, the alignment cudaMalloc gives each allocation, so a
 // carved piece serves any kernel or library (cuBLAS, cuDNN, vector loads) as a separate
-// allocation would. Every carve computes its offsets here.
+// allocation would. Every such carve computes its offsets here. The parameters (and their
+// gradients and moments) are not carved this way: they are one contiguous buffer by design
+// (parameter_layout), so that an optimizer step is one loop over all of them; their tensors are
+// float-aligned, which cuBLAS accepts, and cuDNN reads its own packed copy of the LSTM's.
 #pragma once
 
 #include <array>

@@ -63,9 +63,11 @@ std::unique_ptr<cuda::CudnnBiLstm> try_lstm(const Make& make, RnnAlgorithm algor
 }
 
 // The LSTM of a pass, by `make(algorithm)`. Every rank of a data-parallel run must run the same
-// algorithm (it is the step's arithmetic, and the run records one): rank 0 selects as asked, the
-// others use its choice, and a rank that cannot (cuDNN refuses it at its shard's shape) fails
-// every rank with its reason instead of failing alone while the others wait in a collective.
+// algorithm (it is the step's arithmetic, and the run records one): rank 0 selects as asked and
+// the others use its choice. Where a rank cannot run an automatic choice (cuDNN refuses it at its
+// shard's shape, or it disagrees there), every rank falls back to standard, as auto would have
+// alone; an algorithm the user named, or standard, that a rank cannot run fails every rank with
+// that rank's reason, instead of failing it alone while the others wait in a collective.
 template <class Make>
 std::unique_ptr<cuda::CudnnBiLstm> make_rank_lstm(Communicator* ranks, RnnAlgorithm asked, const Make& make) {
   if (!ranks || ranks->size() == 1) return make(asked);
@@ -77,15 +79,20 @@ std::unique_ptr<cuda::CudnnBiLstm> make_rank_lstm(Communicator* ranks, RnnAlgori
   std::vector<uint64_t> all(static_cast<size_t>(ranks->size()));
   ranks->gather(all.data(), &mine, 1);
   if (all[0] == 0) ranks->fail_as(0, error);
-  const RnnAlgorithm chosen = static_cast<RnnAlgorithm>(all[0] - 1);
-  if (ranks->rank() != 0) lstm = try_lstm(make, chosen, &error);
-  const uint64_t failed = lstm ? 0 : 1;
-  ranks->gather(all.data(), &failed, 1);
-  const auto first = std::find(all.begin(), all.end(), uint64_t{1});
-  if (first != all.end())
-    ranks->fail_as(static_cast<int>(first - all.begin()),
-                   cat(ranks->name(), " cannot run rank 0's LSTM algorithm ", to_string(chosen), ": ", error));
-  return lstm;
+  RnnAlgorithm chosen = static_cast<RnnAlgorithm>(all[0] - 1);
+  for (;;) {
+    if (ranks->rank() != 0 || !lstm) lstm = try_lstm(make, chosen, &error);
+    const uint64_t failed = lstm ? 0 : 1;
+    ranks->gather(all.data(), &failed, 1);
+    const auto first = std::find(all.begin(), all.end(), uint64_t{1});
+    if (first == all.end()) return lstm;
+    if (asked != RnnAlgorithm::automatic || chosen == RnnAlgorithm::standard)
+      ranks->fail_as(static_cast<int>(first - all.begin()),
+                     cat("cannot run the LSTM algorithm ", to_string(chosen),
+                         asked == RnnAlgorithm::automatic ? " (rank 0's automatic choice)" : "", ": ", error));
+    chosen = RnnAlgorithm::standard;  // auto: every rank again, with the algorithm cuDNN runs for any shape
+    lstm.reset();
+  }
 }
 
 std::string current_device_name() {
