@@ -42,6 +42,8 @@ class PythonObserver final : public TrainingObserver {
   void on_epoch_end(int64_t epoch, const TrainingLogs& logs) override { call("on_epoch_end", epoch, logs); }
   void on_train_end(const TrainingLogs& logs) override { call("on_train_end", logs); }
   bool wants_batch_logs() const override { return wants_batch_logs_; }
+  // A Ctrl-C seen in a callback the run did not poll after (on_train_end): the caller raises it.
+  bool interrupted() const { return interrupted_; }
 
   TrainingDecision poll() override {
     nb::gil_scoped_acquire gil;
@@ -113,7 +115,8 @@ int train(const std::vector<std::string>& words, nb::object train_data, const st
   flags.options.threads = engine.threads;
   flags.options.cuda = engine.cuda;
   flags.options.precision = engine.precision;
-  return run_training(flags.options, train, valid ? &*valid : nullptr, &observer);
+  const int code = run_training(flags.options, train, valid ? &*valid : nullptr, &observer);
+  return code == 0 && observer.interrupted() ? kInterruptedExit : code;
 }
 
 }  // namespace enhanced::python

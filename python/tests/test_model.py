@@ -173,3 +173,68 @@ def test_bad_data_and_bad_flags_are_one_clear_error(demo, tmp_path):
     with pytest.raises(ValueError, match="this model has no weights"):
         model.predict(lists)
     assert enhanced.Model is Model
+
+
+# ---- what fit continues from, how a resume picks its plan, when a stop or a Ctrl-C lands ----
+
+def cli_run(demo, out, *flags, epochs=FLAGS["epochs"]):
+    """enhanced-train on the demo files with fit()'s settings (seed 3, lr 0.01)."""
+    run_app("enhanced-train", "--data", demo["dir"] / "train.ebin", "--valid", demo["dir"] / "valid.ebin",
+            "--out", out, "--epochs", epochs, "--batch-size", FLAGS["batch_size"], "--seed", 3, "--lr", 0.01,
+            "--hidden", FLAGS["hidden"], "--embedding-dim", FLAGS["embedding_dim"], "--vocab-size", demo["vocab"],
+            "--num-labels", demo["labels"], "--quiet", "--device", "cpu", *flags)
+
+
+class StopAtEpochEnd(Recorder):
+    def __init__(self, epoch):
+        super().__init__()
+        self.stop_epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if epoch == self.stop_epoch:
+            self.model.stop_training = True
+
+
+def steps_per_epoch(demo):
+    return -(-len(demo["train"][1]) // FLAGS["batch_size"])
+
+
+def test_stop_training_at_an_epochs_end_ends_the_run_there(demo, tmp_path):
+    recorder = StopAtEpochEnd(0)
+    _, history = fit(demo, tmp_path / "stopped", callbacks=[recorder])
+    assert sum(1 for c in recorder.calls if c[0] == "batch_end") == steps_per_epoch(demo)
+    assert history.epoch == [0]
+    cli_run(demo, tmp_path / "one", epochs=1)
+    for name in ("last.safetensors", "best.safetensors"):
+        assert read(tmp_path / "stopped" / name) == read(tmp_path / "one" / name), name
+
+
+class InterruptIn(Recorder):
+    """Ctrl-C inside on_train_end, or inside the last on_epoch_end."""
+
+    def __init__(self, hook, last_epoch):
+        super().__init__()
+        self.hook, self.last_epoch, self.finished = hook, last_epoch, False
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if self.hook == "on_epoch_end" and epoch == self.last_epoch:
+            signal.raise_signal(signal.SIGINT)
+            self.finished = True
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        if self.hook == "on_train_end":
+            signal.raise_signal(signal.SIGINT)
+            self.finished = True
+
+
+@pytest.mark.parametrize("hook", ["on_epoch_end", "on_train_end"])
+def test_ctrl_c_in_the_last_callbacks_propagates_after_the_save(demo, tmp_path, hook):
+    callback = InterruptIn(hook, FLAGS["epochs"] - 1)
+    with pytest.raises(KeyboardInterrupt):
+        fit(demo, tmp_path / "run", callbacks=[callback])
+    assert not callback.finished  # the KeyboardInterrupt cut the callback short, as in Keras
+    cli_run(demo, tmp_path / "cli")
+    assert read(tmp_path / "run" / "last.safetensors") == read(tmp_path / "cli" / "last.safetensors")
