@@ -32,8 +32,13 @@ nb::ndarray<nb::numpy, float, nb::ndim<2>> predict(const std::string& checkpoint
 // enhanced-train's run on `words` (its flags) over the data sets given (bytes or paths; valid may be
 // None), calling `bridge` (python/enhanced/model.py's _Bridge) as its TrainingObserver. Returns
 // run_training's exit code: 0, kInterruptedExit after Ctrl-C (the step reached saved), or the
-// code of a run stopped by a non-finite loss.
+// code of a run stopped by a non-finite loss. label_names and class_weights (each may be empty):
+// the names and weights as values, as --label-names and --class-weights would give them.
 int train(const std::vector<std::string>& words, nb::object train_data, const std::string& train_name,
-          nb::object valid_data, const std::string& valid_name, nb::object bridge);
+          nb::object valid_data, const std::string& valid_name, nb::object bridge,
+          const std::vector<std::string>& label_names, const std::vector<float>& class_weights);
+
+// enhanced-train's flags' long names ("lr", "lr-schedule", "help", ...): what fit may be given.
+std::vector<std::string> train_flag_names();
 
 }  // namespace enhanced::python

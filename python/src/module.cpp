@@ -45,8 +45,10 @@ NB_MODULE(_core, m) {
   });
   m.def("version", [] { return std::string(version_string()); });
   m.attr("INTERRUPTED") = kInterruptedExit;
+  m.def("train_flag_names", &python::train_flag_names);
   m.def("train", &python::train, nb::arg("words"), nb::arg("train"), nb::arg("train_name"), nb::arg("valid").none(),
-        nb::arg("valid_name"), nb::arg("bridge"));
+        nb::arg("valid_name"), nb::arg("bridge"), nb::arg("label_names") = std::vector<std::string>{},
+        nb::arg("class_weights") = std::vector<float>{});
   m.def(
       "evaluate",
       [](const std::string& checkpoint, nb::object data, const std::string& name, int batch_size,

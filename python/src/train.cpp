@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "extension.h"
+#include "enhanced/label_names.h"
 #include "enhanced/trainer.h"
 #include "enhanced/training_observer.h"
 #include "train_flags.h"
@@ -98,11 +99,39 @@ TrainFlags parse_train_flags(const std::vector<std::string>& words, const std::s
   return flags;
 }
 
+// The labels' names and the class weights given as values (fit's label_names and a class_weight
+// dict or list), as --label-names and --class-weights give them: recorded by the run, and a
+// resume given others refuses them.
+void set_label_names_and_class_weights(TrainOptions& o, const std::vector<std::string>& label_names,
+                                       const std::vector<float>& class_weights) {
+  if (!label_names.empty()) {
+    check_label_names(label_names, "label_names");
+    o.label_names = label_names;
+    o.given_flags.insert("--label-names");
+  }
+  if (!class_weights.empty()) {
+    if (!o.class_weights.empty()) fail("fit: class_weight is given twice");
+    o.class_weight_values = class_weights;
+  }
+}
+
 }  // namespace
 
+std::vector<std::string> train_flag_names() {
+  CLI::App app{"enhanced.Model.fit"};
+  TrainFlags flags;
+  add_train_flags(app, flags);
+  std::vector<std::string> names;
+  for (const CLI::Option* option : app.get_options())
+    if (!option->get_lnames().empty()) names.push_back(option->get_lnames().front());
+  return names;
+}
+
 int train(const std::vector<std::string>& words, nb::object train_data, const std::string& train_name,
-          nb::object valid_data, const std::string& valid_name, nb::object bridge) {
+          nb::object valid_data, const std::string& valid_name, nb::object bridge,
+          const std::vector<std::string>& label_names, const std::vector<float>& class_weights) {
   TrainFlags flags = parse_train_flags(words, train_name);
+  set_label_names_and_class_weights(flags.options, label_names, class_weights);
   flags.options.handle_signals = false;  // Python owns SIGINT: Ctrl-C reaches the run through poll
   flags.options.progress = false;        // the bridge shows progress (verbose)
   const Dataset train = open_dataset(train_data, train_name);

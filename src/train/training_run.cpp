@@ -67,9 +67,13 @@ void TrainingRun::check_controls_fit_the_run() const {
 }
 
 void TrainingRun::use_device(Device device, int threads) {
-  // A new run resolves its class weights here; a resumed one has them from its state.
-  if (!o_.resume || (o_.class_weight_values.empty() && !o_.class_weights.empty()))
+  // A new run resolves its class weights here (unless given as values: Model.fit's class_weight);
+  // a resumed one has them from its state.
+  if (o_.class_weight_values.empty() && !o_.class_weights.empty())
     o_.class_weight_values = class_weights_for(o_.class_weights, train_, params_.config.num_labels);
+  if (!o_.class_weight_values.empty() && o_.class_weight_values.size() != static_cast<size_t>(params_.config.num_labels))
+    fail("class weights: ", o_.class_weight_values.size(), " values, but the model has ", params_.config.num_labels,
+         " labels");
   EngineOptions options{o_.batch_size, threads, o_.cuda, o_.class_weight_values};
   options.precision = o_.precision;
   options.communicator = &comm_;
