@@ -16,6 +16,43 @@ namespace nb = nanobind;
 
 namespace enhanced::python {
 
+// Blocks the calling thread for good when the interpreter is finalizing: Python exits while fit
+// runs in a daemon thread. Taking the GIL then ends the thread with pthread_exit, whose forced
+// unwinding through a noexcept frame (a GIL guard's destructor, nanobind's dispatch) aborts the
+// whole process ("terminate called without an active exception"); waiting lets it exit cleanly.
+void wait_if_finalizing();
+
+// The GIL taken for a call into Python from a thread that released it (wait_if_finalizing first).
+class PythonCall {
+ public:
+  PythonCall() {
+    wait_if_finalizing();
+    state_ = PyGILState_Ensure();
+  }
+  ~PythonCall() { PyGILState_Release(state_); }
+  PythonCall(const PythonCall&) = delete;
+  PythonCall& operator=(const PythonCall&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
+// The GIL released while the engine works, and taken back at the end of the scope
+// (wait_if_finalizing first): nanobind's gil_scoped_release without the abort at exit.
+class EngineWork {
+ public:
+  EngineWork() : state_(PyEval_SaveThread()) {}
+  ~EngineWork() {
+    wait_if_finalizing();
+    PyEval_RestoreThread(state_);
+  }
+  EngineWork(const EngineWork&) = delete;
+  EngineWork& operator=(const EngineWork&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
 // A data set given as bytes (an .ebin image, read without a file) or as a path, named `name` in
 // errors (the image's name, or the path).
 Dataset open_dataset(nb::object data, const std::string& name);

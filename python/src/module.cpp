@@ -3,12 +3,25 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
+#include <thread>
+
 #include "extension.h"
 #include "enhanced/common.h"
 #include "enhanced/engine.h"
 #include "enhanced/training_observer.h"
 
 namespace enhanced::python {
+
+void wait_if_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  const bool finalizing = Py_IsFinalizing();
+#else
+  const bool finalizing = _Py_IsFinalizing();
+#endif
+  if (!finalizing) return;
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // the process's exit ends it
+}
 
 Dataset open_dataset(nb::object data, const std::string& name) {
   if (nb::isinstance<nb::bytes>(data)) {

@@ -31,7 +31,7 @@ nb::dict to_dict(const TrainingLogs& logs) {
 class PythonObserver final : public TrainingObserver {
  public:
   explicit PythonObserver(nb::object bridge) : bridge_(std::move(bridge)) {
-    nb::gil_scoped_acquire gil;
+    PythonCall gil;
     wants_batch_logs_ = nb::cast<bool>(bridge_.attr("wants_batch_logs"));
   }
 
@@ -47,7 +47,7 @@ class PythonObserver final : public TrainingObserver {
   bool interrupted() const { return interrupted_; }
 
   TrainingDecision poll() override {
-    nb::gil_scoped_acquire gil;
+    PythonCall gil;
     if (!interrupted_ && PyErr_CheckSignals() != 0) {
       PyErr_Clear();  // fit raises KeyboardInterrupt again, after the save
       interrupted_ = true;
@@ -67,7 +67,7 @@ class PythonObserver final : public TrainingObserver {
   // same interrupt: swallowed here, the run saves at the next poll. Other errors end the run.
   template <class... Args>
   void call(const char* method, const Args&... args) {
-    nb::gil_scoped_acquire gil;
+    PythonCall gil;
     try {
       bridge_.attr(method)(logs_of(args)...);
     } catch (nb::python_error& e) {
@@ -138,7 +138,7 @@ int train(const std::vector<std::string>& words, nb::object train_data, const st
   std::optional<Dataset> valid;
   if (!valid_data.is_none()) valid.emplace(open_dataset(valid_data, valid_name));
   PythonObserver observer(bridge);
-  nb::gil_scoped_release release;
+  EngineWork release;
   const EngineChoice engine = resolve_engine_flags(flags.engine, false);
   flags.options.device = engine.device;
   flags.options.threads = engine.threads;

@@ -2,6 +2,8 @@
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -396,3 +398,39 @@ def test_label_names_and_class_weights_reach_the_engine_as_values(demo, tmp_path
         new_model(demo, label_names=names).fit(*demo["train"], out=tmp_path / "refused", lr=-1,
                                                class_weight=weights, verbose=0)
     assert not (tmp_path / "refused").exists()
+
+
+# ---- signals and threads ----
+
+SCRIPT = """
+import os, signal, sys, threading, time
+import numpy as np
+from enhanced import Model, read_ebin
+train = read_ebin(sys.argv[1])
+x, y = train.to_lists(), np.array(train.labels)
+model = Model(vocab_size={vocab}, num_labels={labels}, seq_len={seq_len}, embedding_dim=8, hidden=4)
+"""
+
+
+def run_script(demo, tmp_path, body):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT.format(**demo) + body)
+    return subprocess.run([sys.executable, script, demo["dir"] / "train.ebin", tmp_path / "run"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_python_exiting_while_fit_runs_in_a_daemon_thread_exits_cleanly(demo, tmp_path):
+    result = run_script(demo, tmp_path, """
+started = threading.Event()
+class Started:
+    def on_train_batch_end(self, batch, logs=None):
+        started.set()
+thread = threading.Thread(target=model.fit, args=(x, y), kwargs=dict(epochs=50, out=sys.argv[2], verbose=0,
+                          callbacks=[Started()]), daemon=True)
+thread.start()
+started.wait()
+print("exiting")
+""")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "exiting"
+    assert "terminate called" not in result.stderr
