@@ -6,16 +6,20 @@ parses, so given the same data, options and seed it writes the same files, bit f
 Data in memory (a tf.RaggedTensor (N, T, 3, None), nested lists, a dict of CSR arrays, or an
 iterable of (x, y) batches such as a tf.data.Dataset) becomes an .ebin image in memory that the
 engine reads without a file; a path to an .ebin file is read as it is."""
+import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import weakref
 
 import numpy as np
 
 from . import ebin
+from .callbacks import TensorBoard
 from .checkpoint import ModelConfig, check_label_names, load_checkpoint, load_label_names
 from .run_plan import (check_controls, check_same_labels, class_weight_values, plan, recorded_options,
                        resolve_out)
@@ -181,6 +185,7 @@ class _Bridge:
     def __init__(self, model, callbacks, history, progress):
         self.model, self.callbacks, self.history, self.progress = model, callbacks, history, progress
         self.wants_batch_logs = progress.verbose == 1 or any(hasattr(c, "on_train_batch_end") for c in callbacks)
+        self.terminated = False  # SIGTERM ended the run (_sigterm_interrupts)
         model.stop_training = False
         for callback in callbacks:
             if hasattr(callback, "set_model"):
@@ -213,6 +218,42 @@ class _Bridge:
 
     def poll(self):
         return _STOP if self.model.stop_training else _CONTINUE
+
+    @contextlib.contextmanager
+    def flushing(self):
+        """However the run ends (an interrupt, an error: no on_train_end), the TensorBoard
+        callbacks' events so far are written out."""
+        try:
+            yield
+        finally:
+            for callback in self.callbacks:
+                if isinstance(callback, TensorBoard):
+                    callback.flush()
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM during fit: to the run, an interrupt (saved as Ctrl-C saves it)."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts(bridge):
+    """SIGTERM during fit interrupts the run as Ctrl-C does, where Python's default (ending the
+    process at once, unsaved) stands and fit runs in the main thread (where Python's handlers
+    run); enhanced-train saves on either signal. The handler is put back after the run."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum, frame):
+        bridge.terminated = True
+        raise _Terminated()
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _steps_per_epoch(image, batch_size, drop_last):
@@ -361,12 +402,13 @@ class Model:
         progress = _Progress(verbose, run["epochs"], None if isinstance(train, str) else
                              _steps_per_epoch(train, run["batch_size"], run["drop_last"]))
         bridge = _Bridge(self, list(callbacks or []), history, progress)
-        status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge,
-                               self.label_names or [], weights if isinstance(weights, list) else [])
-        self._after_run(out, status)
+        with _sigterm_interrupts(bridge), bridge.flushing():
+            status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge,
+                                   self.label_names or [], weights if isinstance(weights, list) else [])
+        self._after_run(out, status, bridge.terminated)
         return history
 
-    def _after_run(self, out, status):
+    def _after_run(self, out, status, terminated):
         """As Keras' fit leaves the model at its last weights: out/last.safetensors becomes the
         model's (the best by the monitor, with validation_data, is out/best.safetensors)."""
         self.run_dir = out
@@ -374,8 +416,11 @@ class Model:
         if os.path.exists(last):
             self._take_weights(last)
         if status == _core().INTERRUPTED:
-            raise KeyboardInterrupt(f"training interrupted: the step reached is saved in {out}; "
-                                    "fit(..., resume=True) continues")
+            text = f"the step reached is saved in {out}; fit(..., resume=True) continues"
+            if terminated:  # as enhanced-train ends on SIGTERM, after the save: exit status 143
+                print(f"training terminated (SIGTERM): {text}", file=sys.stderr, flush=True)
+                raise SystemExit(128 + signal.SIGTERM)
+            raise KeyboardInterrupt(f"training interrupted: {text}")
         if status != 0:
             raise RuntimeError(f"training stopped (exit status {status}, as enhanced-train's): see the message above "
                                f"and {os.path.join(out, 'metrics.jsonl')}")

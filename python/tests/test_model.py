@@ -400,7 +400,16 @@ def test_label_names_and_class_weights_reach_the_engine_as_values(demo, tmp_path
     assert not (tmp_path / "refused").exists()
 
 
-# ---- signals and threads ----
+# ---- signals and threads: SIGTERM, curves kept on an interrupt, Python exiting mid-fit ----
+
+def test_tensorboard_callback_keeps_its_batches_after_ctrl_c(demo, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    with pytest.raises(KeyboardInterrupt):
+        fit(demo, tmp_path / "run", callbacks=[TensorBoard(tmp_path / "logs"), Recorder(interrupt_at=3)])
+    events = EventAccumulator(str(tmp_path / "logs" / "train"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("batch_loss")] == [1, 2, 3]
+
 
 SCRIPT = """
 import os, signal, sys, threading, time
@@ -417,6 +426,26 @@ def run_script(demo, tmp_path, body):
     script.write_text(SCRIPT.format(**demo) + body)
     return subprocess.run([sys.executable, script, demo["dir"] / "train.ebin", tmp_path / "run"],
                           capture_output=True, text=True, timeout=300)
+
+
+def test_sigterm_during_fit_saves_then_ends_with_143(demo, tmp_path):
+    result = run_script(demo, tmp_path, """
+class Term:
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+model.fit(x, y, epochs=2, batch_size=16, seed=3, lr=0.01, out=sys.argv[2], verbose=0, callbacks=[Term()])
+""")
+    assert result.returncode == 143, result.stderr
+    assert "saved" in result.stderr
+    assert os.path.exists(tmp_path / "run" / "optimizer.safetensors")
+    model = new_model(demo)
+    model.fit(*demo["train"], out=tmp_path / "run", resume=True, verbose=0)
+    whole = tmp_path / "whole"
+    run_app("enhanced-train", "--data", demo["dir"] / "train.ebin", "--out", whole, "--epochs", 2,
+            "--batch-size", 16, "--seed", 3, "--lr", 0.01, "--hidden", 4, "--embedding-dim", 8,
+            "--vocab-size", demo["vocab"], "--num-labels", demo["labels"], "--quiet", "--device", "cpu")
+    assert read(tmp_path / "run" / "last.safetensors") == read(whole / "last.safetensors")
 
 
 def test_python_exiting_while_fit_runs_in_a_daemon_thread_exits_cleanly(demo, tmp_path):
