@@ -20,7 +20,7 @@ import numpy as np
 
 from . import ebin
 from .callbacks import TensorBoard
-from .checkpoint import ModelConfig, check_label_names, load_checkpoint, load_label_names
+from .checkpoint import ModelConfig, check_label_names, load_checkpoint, read_config_and_label_names
 from .run_plan import (check_controls, check_same_labels, class_weight_values, plan, recorded_options,
                        resolve_out)
 
@@ -331,8 +331,7 @@ class Model:
         copy = os.path.join(self._weights_dir, "weights.safetensors")
         shutil.copyfile(path, copy + ".tmp")
         os.replace(copy + ".tmp", copy)
-        self.config, _ = load_checkpoint(copy)
-        self.label_names = load_label_names(copy)
+        self.config, self.label_names = read_config_and_label_names(copy)
         self.checkpoint, self._weights_path = os.path.abspath(path), copy
 
     def state_dict(self):
