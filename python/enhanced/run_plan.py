@@ -46,6 +46,8 @@ def resolve_out(out, resume):
     existing = out
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(f"out: {existing} is not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"out: {existing} cannot be written (permission denied)")
     return out

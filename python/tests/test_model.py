@@ -338,6 +338,8 @@ def bad_arguments(demo, out):
          "validation_data"),
         ("validation_data list", lambda: model.fit(lists, labels, validation_data=[lists, labels], **common),
          "validation_data"),
+        ("out under a file", lambda: model.fit(lists, labels, out=demo["dir"] / "train.ebin" / "run", verbose=0),
+         "out: .* is not a folder"),
     ]
 
 
