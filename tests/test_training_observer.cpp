@@ -41,6 +41,7 @@ class Recorder : public TrainingObserver {
   bool batch_logs = true;
   int64_t act_at = 0;
   TrainingDecision action = TrainingDecision::carry_on;
+  bool at_epoch_end = false;  // act at the end of the epoch whose last step is act_at, not after the step
   std::vector<std::string> calls;
   std::vector<TrainingLogs> batch_log, epoch_log;
   TrainingLogs end_logs;
@@ -52,17 +53,24 @@ class Recorder : public TrainingObserver {
     calls.push_back("batch " + std::to_string(batch));
     batch_log.push_back(logs);
     ++steps;
+    epoch_ended = false;
   }
   void on_epoch_end(int64_t epoch, const TrainingLogs& logs) override {
     calls.push_back("epoch_end " + std::to_string(epoch));
     epoch_log.push_back(logs);
+    epoch_ended = true;
   }
   void on_train_end(const TrainingLogs& logs) override {
     calls.push_back("end");
     end_logs = logs;
   }
   bool wants_batch_logs() const override { return batch_logs; }
-  TrainingDecision poll() override { return steps == act_at ? action : TrainingDecision::carry_on; }
+  TrainingDecision poll() override {
+    return steps == act_at && epoch_ended == at_epoch_end ? action : TrainingDecision::carry_on;
+  }
+
+ private:
+  bool epoch_ended = false;  // the last call was on_epoch_end
 };
 
 std::vector<std::string> keys_of(const TrainingLogs& logs) {
@@ -221,6 +229,31 @@ TEST_F(TrainObserver, AStopOrAnInterruptAfterAStepResumesToTheUninterruptedRunsB
     expect_same_files("whole", c.name);
     EXPECT_EQ(metrics_without_times(c.name), metrics_without_times("whole")) << c.name;
   }
+}
+
+// A stop asked at an epoch's end (where Keras' EarlyStopping sets stop_training) ends the run
+// there, with no step of the next epoch: the checkpoints of a run of that many epochs. An
+// interrupt asked at the last epoch's end is an interrupt (kInterruptedExit, no on_train_end).
+TEST_F(TrainObserver, AStopOrAnInterruptAskedAtAnEpochsEndLandsThere) {
+  TrainOptions one = options("one-epoch");
+  one.epochs = 1;
+  ASSERT_EQ(train_in_memory(one, nullptr), 0);
+  Recorder stop;
+  stop.action = TrainingDecision::stop;
+  stop.act_at = 5;
+  stop.at_epoch_end = true;
+  ASSERT_EQ(train_in_memory(options("stop-at-epoch-end"), &stop), 0);
+  EXPECT_EQ(stop.steps, 5);
+  EXPECT_EQ(stop.calls.back(), "end");
+  for (const char* file : {"last.safetensors", "best.safetensors"})
+    EXPECT_TRUE(read_bytes(root_ / "one-epoch" / file) == read_bytes(root_ / "stop-at-epoch-end" / file)) << file;
+  Recorder interrupt;
+  interrupt.action = TrainingDecision::interrupt;
+  interrupt.act_at = 10;
+  interrupt.at_epoch_end = true;
+  EXPECT_EQ(train_in_memory(options("interrupt-at-the-last-epoch-end"), &interrupt), kInterruptedExit);
+  EXPECT_EQ(interrupt.calls.back(), "epoch_end 1");
+  EXPECT_EQ(saved_step("interrupt-at-the-last-epoch-end"), 10);
 }
 
 // The same bytes from memory train to the same files as the file: named as the files, even the

@@ -19,6 +19,10 @@ inline constexpr const char* kLabelNamesKey = "label_names";
 // file and the line: "FILE: line N: ...".
 std::vector<std::string> read_label_names(const std::string& path);
 
+// Each name as a file's are checked (none empty or repeated, UTF-8, no control characters):
+// errors name `source` and the item ("SOURCE item 2: an empty name ...").
+void check_label_names(const std::vector<std::string>& names, const std::string& source);
+
 // Exactly one name a label: errors name `source` (the file or checkpoint they came from).
 void check_label_names_count(const std::vector<std::string>& names, int num_labels, const std::string& source);
 

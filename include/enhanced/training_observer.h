@@ -26,7 +26,8 @@ using TrainingLogs = std::map<std::string, double>;
 enum class TrainingDecision {
   carry_on,
   // model.stop_training = True: the run ends after this step, saved as a normal end saves (the
-  // state file and last.safetensors; an epoch's last step does its epoch end first); the exit
+  // state file and last.safetensors; an epoch's last step does its epoch end first; asked at an
+  // epoch's end, the run ends there, as a run of that many epochs ends); the exit
   // code is 0 and a resume continues from the step, as it would from any checkpoint.
   stop,
   // Ctrl-C in the caller's process: the step reached is saved exactly as enhanced-train saves on
@@ -65,7 +66,9 @@ class TrainingObserver {
 
   // Asked after each step that does not end the run anyway (the run's last step, or one whose
   // validation stopped it early), after on_train_batch_end, and after a SIGINT/SIGTERM check
-  // where the run handles signals. Reading it must be cheap: it runs between steps.
+  // where the run handles signals; and after each on_epoch_end, the last one included: a stop
+  // there ends the run at that epoch's end (no step of the next), an interrupt there returns
+  // kInterruptedExit. Reading it must be cheap: it runs between steps.
   virtual TrainingDecision poll() { return TrainingDecision::carry_on; }
 };
 

@@ -48,6 +48,12 @@ class TensorBoard:
         self._write(evaluation_scalars(logs), self._batches)
         self._writer.flush()  # an epoch's curves are visible in TensorBoard as soon as it ends
 
+    def flush(self):
+        """Writes out the events so far (enhanced.Model.fit calls it when a run ends without
+        on_train_end: Ctrl-C, an error)."""
+        if self._writer is not None:
+            self._writer.flush()
+
     def on_train_end(self, logs=None):
         if self._writer is not None:
             self._writer.close()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .safetensors import dtype_name, excerpt, read_safetensors, write_safetensors
+from .safetensors import dtype_name, excerpt, read_metadata, read_safetensors, write_safetensors
 
 BLENDS = ("mean", "scalar-mean")
 POOLS = ("feature", "time")
@@ -183,6 +183,16 @@ def load_label_names(path):
     if metadata.get("format") != "enhanced-checkpoint":
         return None
     return _label_names_from_metadata(path, metadata, _config_from_metadata(path, metadata).num_labels)
+
+
+def read_config_and_label_names(path):
+    """(ModelConfig, label names or None) of an engine checkpoint, from its header alone (the
+    tensors are not read: load_checkpoint checks them)."""
+    metadata = read_metadata(path)
+    if metadata.get("format") != "enhanced-checkpoint":
+        raise ValueError(f"{path}: not an engine checkpoint")
+    config = _config_from_metadata(path, metadata)
+    return config, _label_names_from_metadata(path, metadata, config.num_labels)
 
 
 def save_checkpoint(path, config, tensors, label_names=None):

@@ -105,8 +105,10 @@ def _checked_lengths(lengths, num_positions, seq_len, field):
     """(N*T,) int64 lengths of one field's lists, non-negative."""
     lengths = np.asarray(lengths)
     name = f"{FIELD_NAMES[field]}_lengths"
-    if lengths.size != num_positions or lengths.ndim not in (1, 2):
-        raise ValueError(f"{name}: expected (N, T) = ({num_positions // seq_len}, {seq_len}) lengths, "
+    num_samples = num_positions // seq_len
+    if lengths.size != num_positions or lengths.ndim not in (1, 2) or \
+            (lengths.ndim == 2 and lengths.shape != (num_samples, seq_len)):
+        raise ValueError(f"{name}: expected (N, T) = ({num_samples}, {seq_len}) lengths, "
                          f"got shape {list(lengths.shape)}")
     if lengths.dtype.kind not in "iu":
         raise ValueError(f"{name} holds {lengths.dtype} values, expected integers")
@@ -236,7 +238,23 @@ def _csr_from_lists(data):
     except (TypeError, OverflowError):
         _name_bad_list_entry(data)
         raise
+    if not _only_lists_and_ids(data, positions, lists):
+        _name_bad_list_entry(data)
     return _csr_from_shapes(sample_lengths, position_lengths, list_lengths, values)
+
+
+_LIST_TYPES = (list, tuple, np.ndarray)
+
+
+def _only_lists_and_ids(data, positions, lists):
+    """Whether every level is lists and every id an integer: what the fast flattening lets through
+    also holds bytes (a list of small integers to len() and iteration) and bools (integers to
+    array("q")), which are no samples and no ids. One pass over the types, at C speed."""
+    for level in (data, positions, lists):
+        if not all(issubclass(kind, _LIST_TYPES) for kind in set(map(type, level))):
+            return False
+    return all(issubclass(kind, (int, np.integer)) and not issubclass(kind, (bool, np.bool_))
+               for kind in set(map(type, chain.from_iterable(lists))))
 
 
 def _is_list(x):

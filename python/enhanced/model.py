@@ -6,15 +6,23 @@ parses, so given the same data, options and seed it writes the same files, bit f
 Data in memory (a tf.RaggedTensor (N, T, 3, None), nested lists, a dict of CSR arrays, or an
 iterable of (x, y) batches such as a tf.data.Dataset) becomes an .ebin image in memory that the
 engine reads without a file; a path to an .ebin file is read as it is."""
+import contextlib
 import os
+import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
+import weakref
 
 import numpy as np
 
 from . import ebin
-from .checkpoint import ModelConfig, load_checkpoint, load_label_names
+from .callbacks import TensorBoard
+from .checkpoint import ModelConfig, check_label_names, load_checkpoint, read_config_and_label_names
+from .run_plan import (check_controls, check_same_labels, class_weight_values, plan, recorded_options,
+                       resolve_out)
 
 _CONTINUE, _STOP = 0, 1  # TrainingDecision's carry_on and stop (training_observer.h)
 
@@ -47,33 +55,73 @@ def _concatenate(parts):
                      np.concatenate([p.lengths[1] for p in parts]), np.concatenate([p.ids[1] for p in parts]))
 
 
-def _samples_and_labels(x, y):
+def _gathered_batches(x, name):
+    """The (x, y) batches of an iterable as one _Csr and its labels; each batch's x and y must hold
+    as many samples."""
+    parts, labels = [], []
+    for i, batch in enumerate(x):
+        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+            raise ValueError(f"{name}: each batch of the iterable must be an (x, y) pair (batch {i} is not)")
+        parts.append(ebin._samples(batch[0]))
+        labels.append(np.asarray(batch[1]).reshape(-1))
+        if labels[-1].size != parts[-1].num_samples:
+            raise ValueError(f"{name}: batch {i} has {parts[-1].num_samples} samples but {labels[-1].size} labels")
+    if not parts:
+        raise ValueError(f"{name}: the iterable gave no batches")
+    if len({p.seq_len for p in parts}) != 1:
+        raise ValueError(f"{name}: the batches differ in T (positions per sample)")
+    return _concatenate(parts), np.concatenate(labels)
+
+
+def _samples_and_labels(x, y, name):
     if _is_batches(x):
         if y is not None:
-            raise ValueError("x is an iterable of (x, y) batches: give no y")
-        parts, labels = [], []
-        for batch in x:
-            if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-                raise ValueError("each batch of the iterable must be an (x, y) pair")
-            parts.append(ebin._samples(batch[0]))
-            labels.append(np.asarray(batch[1]).reshape(-1))
-        if not parts:
-            raise ValueError("the iterable gave no batches")
-        if len({p.seq_len for p in parts}) != 1:
-            raise ValueError("the batches differ in T (positions per sample)")
-        return _concatenate(parts), np.concatenate(labels)
+            raise ValueError(f"{name} is an iterable of (x, y) batches: give no y")
+        return _gathered_batches(x, name)
     return ebin._samples(x), None if y is None else np.asarray(y)
 
 
+def _file_seq_len(path):
+    """T of an .ebin file's header, or None where the header cannot be read (the engine then says why)."""
+    try:
+        header = np.fromfile(path, ebin.HEADER_DTYPE, 1)
+    except (OSError, ValueError):
+        return None
+    return int(header["seq_len"][0]) if header.size else None
+
+
 def data_image(x, y=None, name="x"):
-    """(data, name) for the engine: an .ebin path as it is, else the .ebin image of x and y as
-    bytes (ebin.write_ebin's bytes, without the file)."""
+    """(data, name, T) for the engine: an .ebin path as it is, else the .ebin image of x and y as
+    bytes (ebin.write_ebin's bytes, without the file); T the samples' positions (None: unknown)."""
     if isinstance(x, (str, os.PathLike)):
         if y is not None:
             raise ValueError(f"{name} is a file: its labels are in it, give no y")
-        return os.fspath(x), os.fspath(x)
-    samples, labels = _samples_and_labels(x, y)
-    return b"".join(ebin.image_pieces(samples, labels)), f"<{name}: {samples.num_samples} samples in memory>"
+        return os.fspath(x), os.fspath(x), _file_seq_len(x)
+    samples, labels = _samples_and_labels(x, y, name)
+    image = b"".join(ebin.image_pieces(samples, labels))
+    return image, f"<{name}: {samples.num_samples} samples in memory>", samples.seq_len
+
+
+def _validation_parts(validation_data):
+    """validation_data as (x, y): a pair (x, y), or an .ebin path or an iterable of (x, y) batches."""
+    if isinstance(validation_data, tuple):
+        if len(validation_data) != 2:
+            raise ValueError(f"validation_data: expected (x, y), got a tuple of {len(validation_data)} "
+                             "(sample weights are not supported)")
+        return validation_data
+    if isinstance(validation_data, (str, os.PathLike)) or _is_batches(validation_data):
+        return validation_data, None
+    raise ValueError(f"validation_data: expected (x, y), an .ebin path or an iterable of (x, y) batches, "
+                     f"got {type(validation_data).__name__}")
+
+
+def _integer(value, name, low, high=None):
+    """value as an int in [low, high]; ValueError naming the argument otherwise."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < low or \
+            (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
+    return int(value)
 
 
 class History:
@@ -137,6 +185,11 @@ class _Bridge:
     def __init__(self, model, callbacks, history, progress):
         self.model, self.callbacks, self.history, self.progress = model, callbacks, history, progress
         self.wants_batch_logs = progress.verbose == 1 or any(hasattr(c, "on_train_batch_end") for c in callbacks)
+        self.terminated = False  # SIGTERM ended the run (_sigterm_interrupts)
+        model.stop_training = False
+        for callback in callbacks:
+            if hasattr(callback, "set_model"):
+                callback.set_model(model)
 
     def _call(self, method, *args):
         for callback in self.callbacks:
@@ -166,39 +219,85 @@ class _Bridge:
     def poll(self):
         return _STOP if self.model.stop_training else _CONTINUE
 
+    @contextlib.contextmanager
+    def flushing(self):
+        """However the run ends (an interrupt, an error: no on_train_end), the TensorBoard
+        callbacks' events so far are written out."""
+        try:
+            yield
+        finally:
+            for callback in self.callbacks:
+                if isinstance(callback, TensorBoard):
+                    callback.flush()
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM during fit: to the run, an interrupt (saved as Ctrl-C saves it)."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts(bridge):
+    """SIGTERM during fit interrupts the run as Ctrl-C does, where Python's default (ending the
+    process at once, unsaved) stands and fit runs in the main thread (where Python's handlers
+    run); enhanced-train saves on either signal. The handler is put back after the run."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum, frame):
+        bridge.terminated = True
+        raise _Terminated()
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
 
 def _steps_per_epoch(image, batch_size, drop_last):
     samples = int(np.frombuffer(image, "<u8", 1, offset=16)[0])  # the header's num_samples
     return samples // batch_size if drop_last else -(-samples // batch_size)
 
 
-def _label_names_file(names, out):
-    """label_names as the file --label-names reads (one a line), beside the run."""
-    path = os.path.join(out, ".label-names.txt")
-    os.makedirs(out, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("".join(f"{name}\n" for name in names))
-    return path
+def _given(epochs, batch_size, seed, shuffle):
+    """fit's run keywords as given (None: not given), checked."""
+    return {"epochs": None if epochs is None else _integer(epochs, "epochs", 1),
+            "batch_size": None if batch_size is None else _integer(batch_size, "batch_size", 1),
+            "seed": None if seed is None else _integer(seed, "seed", 0, 2**64 - 1),
+            "shuffle": None if shuffle is None else bool(shuffle)}
 
 
-def _class_weight_words(class_weight, out, num_labels):
-    if class_weight is None:
-        return []
-    if isinstance(class_weight, str):
-        return ["--class-weights", class_weight]
-    weights = [float(class_weight.get(label, 1.0)) for label in range(num_labels)] \
-        if isinstance(class_weight, dict) else [float(w) for w in class_weight]
-    path = os.path.join(out, ".class-weights.txt")
-    os.makedirs(out, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("".join(f"{w!r}\n" for w in weights))
-    return ["--class-weights", path]
+def _run_words(out, given, controls):
+    """enhanced-train's flags for what the caller gave: a resume takes the rest from its run."""
+    words = ["--out", out, "--quiet"]
+    for key in ("epochs", "batch_size", "seed"):
+        if given[key] is not None:
+            words += [_flag(key), given[key]]
+    if given["shuffle"] is False:
+        words.append("--no-shuffle")
+    for name, value in controls.items():
+        if value is False or value is None:
+            continue
+        words += [_flag(name)] if value is True else [_flag(name), value]
+    return words
+
+
+def _check_engine_arguments(batch_size, threads):
+    """predict's and evaluate's batch_size and threads (0: every core, as the apps')."""
+    _integer(batch_size, "batch_size", 1)
+    _integer(threads, "threads", 0, 4096)
 
 
 class Model:
     """The ragged-blend BiLSTM classifier (docs/model.md), trained by the C++ engine in this
     process. fit/evaluate/predict follow Keras; every training control of enhanced-train is a
-    keyword argument of fit with the same name (underscores for dashes) and default."""
+    keyword argument of fit with the same name (underscores for dashes) and default.
+
+    A Model owns its weights: a private copy of the checkpoint taken at load and at the end of
+    each fit, which later runs writing into the same folder do not change; the next fit starts
+    from them."""
 
     def __init__(self, vocab_size, num_labels, seq_len, embedding_dim=32, hidden=128, blend="mean",
                  pool="feature", pretrained=None, label_names=None):
@@ -206,108 +305,140 @@ class Model:
                                   hidden=hidden, seq_len=seq_len, blend=blend, pool=pool)
         self.pretrained = None if pretrained is None else os.fspath(pretrained)
         if label_names is not None:
-            label_names = [str(name) for name in label_names]
-            if len(label_names) != num_labels:
-                raise ValueError(f"label_names: {len(label_names)} names for {num_labels} labels")
+            label_names = check_label_names(label_names, num_labels)
         self.label_names = label_names
-        self.checkpoint = None  # the weights: a checkpoint file (fit's last, or load's)
+        self.checkpoint = None  # where the weights came from (fit's last.safetensors, or load's path)
+        self._weights_path = None  # the private copy
+        self._weights_dir = None
         self.stop_training = False
         self.run_dir = None
 
     @classmethod
     def load(cls, path):
-        """The model of a checkpoint (enhanced-train's, or fit's)."""
+        """The model of a checkpoint (enhanced-train's, or fit's), its weights copied in."""
         config, _ = load_checkpoint(path)
         model = cls(config.vocab_size, config.num_labels, config.seq_len, config.embedding_dim, config.hidden,
                     config.blend, config.pool)
-        model.label_names = load_label_names(path)
-        model.checkpoint = os.fspath(path)
+        model._take_weights(os.fspath(path))
         return model
+
+    def _take_weights(self, path):
+        """A private copy of the checkpoint at `path` becomes this model's weights (config and
+        label names from it)."""
+        if self._weights_dir is None:
+            self._weights_dir = tempfile.mkdtemp(prefix="enhanced-weights-")
+            weakref.finalize(self, shutil.rmtree, self._weights_dir, True)
+        copy = os.path.join(self._weights_dir, "weights.safetensors")
+        shutil.copyfile(path, copy + ".tmp")
+        os.replace(copy + ".tmp", copy)
+        self.config, self.label_names = read_config_and_label_names(copy)
+        self.checkpoint, self._weights_path = os.path.abspath(path), copy
 
     def state_dict(self):
         """The checkpoint's tensors by their PyTorch names (what export_onnx and the torch module read)."""
         return load_checkpoint(self._weights())[1]
 
     def _weights(self):
-        if self.checkpoint is None:
+        if self._weights_path is None:
             raise ValueError("this model has no weights yet: fit it, or Model.load a checkpoint")
-        return self.checkpoint
+        return self._weights_path
 
     # ---- training ---------------------------------------------------------------------------
 
     def _model_words(self):
+        """The model's flags for a new run: its shape, and its weights where it has them (a run
+        from them, with fresh optimizer moments, as enhanced-train --init-from starts)."""
         c = self.config
         words = ["--vocab-size", c.vocab_size, "--num-labels", c.num_labels, "--embedding-dim", c.embedding_dim,
                  "--hidden", c.hidden, "--blend", c.blend, "--pool", c.pool]
-        if self.pretrained is not None:
+        if self._weights_path is not None:
+            words += ["--init-from", self._weights_path]
+        elif self.pretrained is not None:
             words += ["--pretrained", self.pretrained]
         return words
 
-    def fit(self, x=None, y=None, validation_data=None, epochs=1, batch_size=64, callbacks=None, out=None, seed=0,
-            shuffle=True, verbose=1, resume=False, class_weight=None, **controls):
-        """Trains in this process; returns a History (one value per epoch of loss, accuracy, lr and,
-        with validation_data, val_loss, val_accuracy, val_f1). `out` receives what enhanced-train
-        writes (last/best checkpoints, metrics.jsonl, the state a resume continues from); by default
-        a new temporary folder. Ctrl-C saves the step reached and raises KeyboardInterrupt;
-        fit(..., resume=True) continues exactly. `controls`: enhanced-train's other flags by name."""
+    def _check_seq_len(self, seq_len, resume):
+        if not resume and seq_len is not None and seq_len != self.config.seq_len:
+            raise ValueError(f"x: its samples have T = {seq_len} positions, but the model's seq_len is "
+                             f"{self.config.seq_len}")
+
+    def _data(self, x, y, validation_data, resume):
+        """The training and validation sets for the engine: (train, name, valid, valid name)."""
         if x is None:
             raise ValueError("fit needs x (with resume=True: the same data again)")
+        train, train_name, seq_len = data_image(x, y, "x")
+        self._check_seq_len(seq_len, resume)
+        if validation_data is None:
+            return train, train_name, None, ""
+        vx, vy = _validation_parts(validation_data)
+        valid, valid_name, _ = data_image(vx, vy, "validation_data")
+        return train, train_name, valid, valid_name
+
+    def fit(self, x=None, y=None, validation_data=None, epochs=None, batch_size=None, callbacks=None, out=None,
+            seed=None, shuffle=None, verbose=1, resume=False, class_weight=None, **controls):
+        """Trains in this process, from the model's weights where it has them (Model.load, or an
+        earlier fit) with fresh optimizer moments, else from a new initialisation; returns a History
+        (one value per epoch of loss, accuracy, lr and, with validation_data, val_loss,
+        val_accuracy, val_f1). `out` receives what enhanced-train writes; by default a new
+        temporary folder. resume=True continues the run in `out` exactly, with its optimizer
+        state: a keyword not given takes the run's recorded value. Ctrl-C saves the step reached
+        and raises KeyboardInterrupt. `controls`: enhanced-train's training controls by name."""
+        check_controls(controls, _core().train_flag_names())
+        given = _given(epochs, batch_size, seed, shuffle)
+        weights = class_weight_values(class_weight, self.config.num_labels)
+        out = resolve_out(out, resume)
+        recorded = recorded_options(out) if resume else None
+        if resume:
+            check_same_labels(recorded, self.label_names, weights)
+        train, train_name, valid, valid_name = self._data(x, y, validation_data, resume)
         if out is None:
             out = tempfile.mkdtemp(prefix="enhanced-run-")
-        out = os.fspath(out)
-        words = ["--out", out, "--epochs", epochs, "--batch-size", batch_size, "--seed", seed, "--quiet"]
-        if resume:
-            words.append("--resume")
-        else:
-            words += self._model_words()
-            if self.label_names is not None:
-                words += ["--label-names", _label_names_file(self.label_names, out)]
-        if not shuffle:
-            words.append("--no-shuffle")
-        words += _class_weight_words(class_weight, out, self.config.num_labels)
-        for name, value in controls.items():
-            if value is False or value is None:
-                continue
-            words += [_flag(name)] if value is True else [_flag(name), value]
-        train, train_name = data_image(x, y, "x")
-        valid, valid_name = None, ""
-        if validation_data is not None:
-            vx, vy = validation_data if isinstance(validation_data, tuple) else (validation_data, None)
-            valid, valid_name = data_image(vx, vy, "validation_data")
-        history = History({"epochs": epochs, "batch_size": batch_size, "out": out})
-        callbacks = list(callbacks or [])
-        for callback in callbacks:
-            if hasattr(callback, "set_model"):
-                callback.set_model(self)
-        self.stop_training = False
-        progress = _Progress(verbose, epochs, None if isinstance(train, str) else
-                             _steps_per_epoch(train, batch_size, controls.get("drop_last", False)))
-        bridge = _Bridge(self, callbacks, history, progress)
-        status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge)
-        # As Keras' fit leaves the model at its last weights: last.safetensors (the best by the
-        # monitor, with validation_data, is out/best.safetensors: Model.load it).
+        words = _run_words(out, given, controls) + (["--resume"] if resume else self._model_words())
+        if isinstance(weights, str):
+            words += ["--class-weights", weights]
+        run = plan(given, recorded, controls)
+        history = History({**run, "out": out})
+        progress = _Progress(verbose, run["epochs"], None if isinstance(train, str) else
+                             _steps_per_epoch(train, run["batch_size"], run["drop_last"]))
+        bridge = _Bridge(self, list(callbacks or []), history, progress)
+        with _sigterm_interrupts(bridge), bridge.flushing():
+            status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge,
+                                   self.label_names or [], weights if isinstance(weights, list) else [])
+        self._after_run(out, status, bridge.terminated)
+        return history
+
+    def _after_run(self, out, status, terminated):
+        """As Keras' fit leaves the model at its last weights: out/last.safetensors becomes the
+        model's (the best by the monitor, with validation_data, is out/best.safetensors)."""
         self.run_dir = out
-        self.checkpoint = os.path.join(out, "last.safetensors")
+        last = os.path.join(out, "last.safetensors")
+        if os.path.exists(last):
+            self._take_weights(last)
         if status == _core().INTERRUPTED:
-            raise KeyboardInterrupt(f"training interrupted: the step reached is saved in {out}; "
-                                    "fit(..., resume=True) continues")
+            text = f"the step reached is saved in {out}; fit(..., resume=True) continues"
+            if terminated:  # as enhanced-train ends on SIGTERM, after the save: exit status 143
+                print(f"training terminated (SIGTERM): {text}", file=sys.stderr, flush=True)
+                raise SystemExit(128 + signal.SIGTERM)
+            raise KeyboardInterrupt(f"training interrupted: {text}")
         if status != 0:
             raise RuntimeError(f"training stopped (exit status {status}, as enhanced-train's): see the message above "
                                f"and {os.path.join(out, 'metrics.jsonl')}")
-        return history
 
     # ---- inference ----------------------------------------------------------------------------
 
     def evaluate(self, x, y=None, batch_size=64, device="auto", threads=0, precision="fp32", verbose=0):
         """{loss, accuracy, macro_f1} on a labelled set (enhanced-eval's numbers)."""
-        data, name = data_image(x, y, "x")
-        result = _core().evaluate(self._weights(), data, name, batch_size, device, threads, precision)
+        _check_engine_arguments(batch_size, threads)
+        data, name, _ = data_image(x, y, "x")
+        result = _core().evaluate(self._weights(), data, name, int(batch_size), device, int(threads), precision)
         return {key: result[key] for key in ("loss", "accuracy", "macro_f1")}
 
     def predict(self, x, batch_size=64, logits=False, device="auto", threads=0, precision="fp32", verbose=0):
         """(N, L) softmax probabilities (enhanced-predict's), or the logits with logits=True."""
-        data, name = data_image(x, None, "x")
-        return _core().predict(self._weights(), data, name, batch_size, device, threads, precision, bool(logits))
+        _check_engine_arguments(batch_size, threads)
+        data, name, _ = data_image(x, None, "x")
+        return _core().predict(self._weights(), data, name, int(batch_size), device, int(threads), precision,
+                               bool(logits))
 
     def predict_labels(self, x, **options):
         """The predicted label of each sample: its name where the model has label_names, else its index."""

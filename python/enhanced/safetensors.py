@@ -190,6 +190,14 @@ def read_safetensors(path):
     return tensors, metadata
 
 
+def read_metadata(path):
+    """The `__metadata__` of a safetensors file (dict of str), its header alone read and checked."""
+    path = os.fspath(path)
+    with open_regular_file(path) as f:
+        header, _ = _read_header(path, f, os.fstat(f.fileno()).st_size)
+    return _metadata(path, header.get("__metadata__", {}))
+
+
 def write_safetensors(path, tensors, metadata=None):
     """Writes `tensors` (name -> array) in the given order, atomically (a temporary file renamed)."""
     header = {}

@@ -16,6 +16,43 @@ namespace nb = nanobind;
 
 namespace enhanced::python {
 
+// Blocks the calling thread for good when the interpreter is finalizing: Python exits while fit
+// runs in a daemon thread. Taking the GIL then ends the thread with pthread_exit, whose forced
+// unwinding through a noexcept frame (a GIL guard's destructor, nanobind's dispatch) aborts the
+// whole process ("terminate called without an active exception"); waiting lets it exit cleanly.
+void wait_if_finalizing();
+
+// The GIL taken for a call into Python from a thread that released it (wait_if_finalizing first).
+class PythonCall {
+ public:
+  PythonCall() {
+    wait_if_finalizing();
+    state_ = PyGILState_Ensure();
+  }
+  ~PythonCall() { PyGILState_Release(state_); }
+  PythonCall(const PythonCall&) = delete;
+  PythonCall& operator=(const PythonCall&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
+// The GIL released while the engine works, and taken back at the end of the scope
+// (wait_if_finalizing first): nanobind's gil_scoped_release without the abort at exit.
+class EngineWork {
+ public:
+  EngineWork() : state_(PyEval_SaveThread()) {}
+  ~EngineWork() {
+    wait_if_finalizing();
+    PyEval_RestoreThread(state_);
+  }
+  EngineWork(const EngineWork&) = delete;
+  EngineWork& operator=(const EngineWork&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
 // A data set given as bytes (an .ebin image, read without a file) or as a path, named `name` in
 // errors (the image's name, or the path).
 Dataset open_dataset(nb::object data, const std::string& name);
@@ -32,8 +69,13 @@ nb::ndarray<nb::numpy, float, nb::ndim<2>> predict(const std::string& checkpoint
 // enhanced-train's run on `words` (its flags) over the data sets given (bytes or paths; valid may be
 // None), calling `bridge` (python/enhanced/model.py's _Bridge) as its TrainingObserver. Returns
 // run_training's exit code: 0, kInterruptedExit after Ctrl-C (the step reached saved), or the
-// code of a run stopped by a non-finite loss.
+// code of a run stopped by a non-finite loss. label_names and class_weights (each may be empty):
+// the names and weights as values, as --label-names and --class-weights would give them.
 int train(const std::vector<std::string>& words, nb::object train_data, const std::string& train_name,
-          nb::object valid_data, const std::string& valid_name, nb::object bridge);
+          nb::object valid_data, const std::string& valid_name, nb::object bridge,
+          const std::vector<std::string>& label_names, const std::vector<float>& class_weights);
+
+// enhanced-train's flags' long names ("lr", "lr-schedule", "help", ...): what fit may be given.
+std::vector<std::string> train_flag_names();
 
 }  // namespace enhanced::python

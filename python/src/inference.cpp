@@ -31,7 +31,7 @@ nb::dict evaluate(const std::string& checkpoint, nb::object data, const std::str
   check_has_labels(m.data, "y");
   EvalResult r;
   {
-    nb::gil_scoped_release release;
+    EngineWork release;
     const EngineChoice choice = resolve_engine_flags(flags, false);
     InferenceEngine engine = make_inference_engine(m.params, m.data, batch_size, choice);
     r = enhanced::evaluate(*engine.engine, m.data, engine.batch, false);
@@ -53,7 +53,7 @@ nb::ndarray<nb::numpy, float, nb::ndim<2>> predict(const std::string& checkpoint
   auto* rows = new std::vector<float>(static_cast<size_t>(m.data.num_samples()) * L);
   nb::capsule owner(rows, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
   {
-    nb::gil_scoped_release release;
+    EngineWork release;
     const EngineChoice choice = resolve_engine_flags(flags, false);
     InferenceEngine engine = make_inference_engine(m.params, m.data, batch_size, choice);
     size_t row = 0;

@@ -3,12 +3,25 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
+#include <thread>
+
 #include "extension.h"
 #include "enhanced/common.h"
 #include "enhanced/engine.h"
 #include "enhanced/training_observer.h"
 
 namespace enhanced::python {
+
+void wait_if_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  const bool finalizing = Py_IsFinalizing();
+#else
+  const bool finalizing = _Py_IsFinalizing();
+#endif
+  if (!finalizing) return;
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // the process's exit ends it
+}
 
 Dataset open_dataset(nb::object data, const std::string& name) {
   if (nb::isinstance<nb::bytes>(data)) {
@@ -45,8 +58,10 @@ NB_MODULE(_core, m) {
   });
   m.def("version", [] { return std::string(version_string()); });
   m.attr("INTERRUPTED") = kInterruptedExit;
+  m.def("train_flag_names", &python::train_flag_names);
   m.def("train", &python::train, nb::arg("words"), nb::arg("train"), nb::arg("train_name"), nb::arg("valid").none(),
-        nb::arg("valid_name"), nb::arg("bridge"));
+        nb::arg("valid_name"), nb::arg("bridge"), nb::arg("label_names") = std::vector<std::string>{},
+        nb::arg("class_weights") = std::vector<float>{});
   m.def(
       "evaluate",
       [](const std::string& checkpoint, nb::object data, const std::string& name, int batch_size,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "extension.h"
+#include "enhanced/label_names.h"
 #include "enhanced/trainer.h"
 #include "enhanced/training_observer.h"
 #include "train_flags.h"
@@ -30,7 +31,7 @@ nb::dict to_dict(const TrainingLogs& logs) {
 class PythonObserver final : public TrainingObserver {
  public:
   explicit PythonObserver(nb::object bridge) : bridge_(std::move(bridge)) {
-    nb::gil_scoped_acquire gil;
+    PythonCall gil;
     wants_batch_logs_ = nb::cast<bool>(bridge_.attr("wants_batch_logs"));
   }
 
@@ -42,9 +43,11 @@ class PythonObserver final : public TrainingObserver {
   void on_epoch_end(int64_t epoch, const TrainingLogs& logs) override { call("on_epoch_end", epoch, logs); }
   void on_train_end(const TrainingLogs& logs) override { call("on_train_end", logs); }
   bool wants_batch_logs() const override { return wants_batch_logs_; }
+  // A Ctrl-C seen in a callback the run did not poll after (on_train_end): the caller raises it.
+  bool interrupted() const { return interrupted_; }
 
   TrainingDecision poll() override {
-    nb::gil_scoped_acquire gil;
+    PythonCall gil;
     if (!interrupted_ && PyErr_CheckSignals() != 0) {
       PyErr_Clear();  // fit raises KeyboardInterrupt again, after the save
       interrupted_ = true;
@@ -64,7 +67,7 @@ class PythonObserver final : public TrainingObserver {
   // same interrupt: swallowed here, the run saves at the next poll. Other errors end the run.
   template <class... Args>
   void call(const char* method, const Args&... args) {
-    nb::gil_scoped_acquire gil;
+    PythonCall gil;
     try {
       bridge_.attr(method)(logs_of(args)...);
     } catch (nb::python_error& e) {
@@ -96,24 +99,53 @@ TrainFlags parse_train_flags(const std::vector<std::string>& words, const std::s
   return flags;
 }
 
+// The labels' names and the class weights given as values (fit's label_names and a class_weight
+// dict or list), as --label-names and --class-weights give them: recorded by the run, and a
+// resume given others refuses them.
+void set_label_names_and_class_weights(TrainOptions& o, const std::vector<std::string>& label_names,
+                                       const std::vector<float>& class_weights) {
+  if (!label_names.empty()) {
+    check_label_names(label_names, "label_names");
+    o.label_names = label_names;
+    o.given_flags.insert("--label-names");
+  }
+  if (!class_weights.empty()) {
+    if (!o.class_weights.empty()) fail("fit: class_weight is given twice");
+    o.class_weight_values = class_weights;
+  }
+}
+
 }  // namespace
 
+std::vector<std::string> train_flag_names() {
+  CLI::App app{"enhanced.Model.fit"};
+  TrainFlags flags;
+  add_train_flags(app, flags);
+  std::vector<std::string> names;
+  for (const CLI::Option* option : app.get_options())
+    if (!option->get_lnames().empty()) names.push_back(option->get_lnames().front());
+  return names;
+}
+
 int train(const std::vector<std::string>& words, nb::object train_data, const std::string& train_name,
-          nb::object valid_data, const std::string& valid_name, nb::object bridge) {
+          nb::object valid_data, const std::string& valid_name, nb::object bridge,
+          const std::vector<std::string>& label_names, const std::vector<float>& class_weights) {
   TrainFlags flags = parse_train_flags(words, train_name);
+  set_label_names_and_class_weights(flags.options, label_names, class_weights);
   flags.options.handle_signals = false;  // Python owns SIGINT: Ctrl-C reaches the run through poll
   flags.options.progress = false;        // the bridge shows progress (verbose)
   const Dataset train = open_dataset(train_data, train_name);
   std::optional<Dataset> valid;
   if (!valid_data.is_none()) valid.emplace(open_dataset(valid_data, valid_name));
   PythonObserver observer(bridge);
-  nb::gil_scoped_release release;
+  EngineWork release;
   const EngineChoice engine = resolve_engine_flags(flags.engine, false);
   flags.options.device = engine.device;
   flags.options.threads = engine.threads;
   flags.options.cuda = engine.cuda;
   flags.options.precision = engine.precision;
-  return run_training(flags.options, train, valid ? &*valid : nullptr, &observer);
+  const int code = run_training(flags.options, train, valid ? &*valid : nullptr, &observer);
+  return code == 0 && observer.interrupted() ? kInterruptedExit : code;
 }
 
 }  // namespace enhanced::python

@@ -162,6 +162,9 @@ def bad_inputs():
     yield "integral float id", lists_with(1, 0, [[6], [], [7.0]]), [0, 1], "sample 1: position 0: field 2 .cur_word. holds a non-integer number 7.0"
     yield "nan id", lists_with(0, 0, [[float("nan")], [], [3]]), [0, 1], "sample 0: position 0: field 0 .identifier. holds a non-integer number nan"
     yield "string id", lists_with(0, 0, [["1"], [], [3]]), [0, 1], "sample 0: position 0: field 0 .identifier. holds str"
+    yield "bool id", lists_with(1, 1, [[2], [True], [3]]), [0, 1], "sample 1: position 1: field 1 .auxiliary. holds bool True"
+    yield "bytes ids", lists_with(0, 0, [b"\x01\x02", [], [3]]), [0, 1], "sample 0: position 0: field 0 .identifier. holds bytes"
+    yield "bytes position", lists_with(0, 1, b"\x01\x02\x03"), [0, 1], "sample 0: position 1: expected exactly 3 lists, got bytes"
     yield "two fields", lists_with(1, 1, [[8], [0]]), [0, 1], "sample 1: position 1: expected exactly 3 lists, got 2 elements"
     yield "four fields", lists_with(0, 1, [[], [], [1], []]), [0, 1], "sample 0: position 1: expected exactly 3 lists, got 4 elements"
     yield "number for a list", lists_with(0, 1, [[], 4, [5]]), [0, 1], "sample 0: position 1: field 1 .auxiliary. holds int, expected a list"
@@ -177,6 +180,9 @@ def bad_inputs():
     yield "csr lengths", {**csr, "identifier_lengths": csr["identifier_lengths"] + 1}, [0, 1], "identifier_lengths sum to 9, but identifier_ids holds 5 ids"
     yield "csr negative length", {**csr, "auxiliary_lengths": np.array([[0, 2], [-1, 0]])}, [0, 1], "sample 1: position 0: field 1 .auxiliary. has negative length -1"
     yield "csr key", {k: v for k, v in csr.items() if k != "cur_word"}, [0, 1], "missing \\['cur_word'\\]"
+    three = csr_of(good + [[[[1], [2], [3]], [[4], [], [5]]]])  # N = 3, T = 2
+    yield "csr lengths (T, N)", {**three, "identifier_lengths": three["identifier_lengths"].T.copy()}, [0, 1, 0], \
+        "identifier_lengths: expected \\(N, T\\) = \\(3, 2\\) lengths, got shape \\[2, 3\\]"
 
 
 @pytest.mark.parametrize("case", list(bad_inputs()), ids=lambda c: c[0])

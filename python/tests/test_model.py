@@ -2,6 +2,8 @@
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -174,3 +176,293 @@ def test_bad_data_and_bad_flags_are_one_clear_error(demo, tmp_path):
     with pytest.raises(ValueError, match="this model has no weights"):
         model.predict(lists)
     assert enhanced.Model is Model
+
+
+# ---- what fit continues from, how a resume picks its plan, when a stop or a Ctrl-C lands ----
+
+def cli_run(demo, out, *flags, epochs=FLAGS["epochs"]):
+    """enhanced-train on the demo files with fit()'s settings (seed 3, lr 0.01)."""
+    run_app("enhanced-train", "--data", demo["dir"] / "train.ebin", "--valid", demo["dir"] / "valid.ebin",
+            "--out", out, "--epochs", epochs, "--batch-size", FLAGS["batch_size"], "--seed", 3, "--lr", 0.01,
+            "--hidden", FLAGS["hidden"], "--embedding-dim", FLAGS["embedding_dim"], "--vocab-size", demo["vocab"],
+            "--num-labels", demo["labels"], "--quiet", "--device", "cpu", *flags)
+
+
+def fit_more(model, demo, out, **options):
+    """One more epoch of `model` on the demo set, as fit() trains."""
+    return model.fit(*demo["train"], validation_data=demo["valid"], epochs=1, batch_size=FLAGS["batch_size"],
+                     out=out, seed=3, verbose=0, lr=0.01, **options)
+
+
+def test_fit_continues_from_the_models_weights_as_init_from(demo, tmp_path):
+    model, _ = fit(demo, tmp_path / "first")
+    first = tmp_path / "first" / "last.safetensors"
+    cli_run(demo, tmp_path / "cli", "--init-from", first, epochs=1)
+    loaded = Model.load(first)
+    fit_more(loaded, demo, tmp_path / "loaded")
+    fit_more(model, demo, tmp_path / "again")  # a second fit on the same Model
+    expected = read(tmp_path / "cli" / "last.safetensors")
+    assert read(tmp_path / "loaded" / "last.safetensors") == expected
+    assert read(tmp_path / "again" / "last.safetensors") == expected
+    fresh = tmp_path / "fresh"
+    cli_run(demo, fresh, epochs=1)
+    assert read(fresh / "last.safetensors") != expected  # the test can tell a continued run from a new one
+
+
+class StopAtEpochEnd(Recorder):
+    def __init__(self, epoch):
+        super().__init__()
+        self.stop_epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if epoch == self.stop_epoch:
+            self.model.stop_training = True
+
+
+def steps_per_epoch(demo):
+    return -(-len(demo["train"][1]) // FLAGS["batch_size"])
+
+
+def test_stop_training_at_an_epochs_end_ends_the_run_there(demo, tmp_path):
+    recorder = StopAtEpochEnd(0)
+    _, history = fit(demo, tmp_path / "stopped", callbacks=[recorder])
+    assert sum(1 for c in recorder.calls if c[0] == "batch_end") == steps_per_epoch(demo)
+    assert history.epoch == [0]
+    cli_run(demo, tmp_path / "one", epochs=1)
+    for name in ("last.safetensors", "best.safetensors"):
+        assert read(tmp_path / "stopped" / name) == read(tmp_path / "one" / name), name
+
+
+def test_a_resume_takes_the_keywords_not_given_from_the_run(demo, tmp_path):
+    cut = tmp_path / "cut"
+    model = new_model(demo)
+    model.fit(*demo["train"], validation_data=demo["valid"], epochs=3, batch_size=FLAGS["batch_size"], out=cut,
+              seed=3, verbose=0, lr=0.01, callbacks=[StopAtEpochEnd(0)])
+    history = new_model(demo).fit(*demo["train"], validation_data=demo["valid"], out=cut, resume=True, verbose=0)
+    assert history.epoch == [1, 2]
+    assert history.params["epochs"] == 3 and history.params["batch_size"] == FLAGS["batch_size"]
+    cli_run(demo, tmp_path / "whole", epochs=3)
+    assert read(cut / "last.safetensors") == read(tmp_path / "whole" / "last.safetensors")
+
+
+class InterruptIn(Recorder):
+    """Ctrl-C inside on_train_end, or inside the last on_epoch_end."""
+
+    def __init__(self, hook, last_epoch):
+        super().__init__()
+        self.hook, self.last_epoch, self.finished = hook, last_epoch, False
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if self.hook == "on_epoch_end" and epoch == self.last_epoch:
+            signal.raise_signal(signal.SIGINT)
+            self.finished = True
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        if self.hook == "on_train_end":
+            signal.raise_signal(signal.SIGINT)
+            self.finished = True
+
+
+@pytest.mark.parametrize("hook", ["on_epoch_end", "on_train_end"])
+def test_ctrl_c_in_the_last_callbacks_propagates_after_the_save(demo, tmp_path, hook):
+    callback = InterruptIn(hook, FLAGS["epochs"] - 1)
+    with pytest.raises(KeyboardInterrupt):
+        fit(demo, tmp_path / "run", callbacks=[callback])
+    assert not callback.finished  # the KeyboardInterrupt cut the callback short, as in Keras
+    cli_run(demo, tmp_path / "cli")
+    assert read(tmp_path / "run" / "last.safetensors") == read(tmp_path / "cli" / "last.safetensors")
+
+
+class ChangeDirectory(Recorder):
+    def __init__(self, to):
+        super().__init__()
+        self.to = to
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        os.chdir(self.to)
+
+
+def test_a_model_owns_its_weights_and_resolves_out_once(demo, tmp_path, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(tmp_path)
+    model, _ = fit(demo, "run", callbacks=[ChangeDirectory(elsewhere)])
+    assert not (elsewhere / "run").exists()
+    cli_run(demo, tmp_path / "cli")
+    assert read(tmp_path / "run" / "last.safetensors") == read(tmp_path / "cli" / "last.safetensors")
+    before = model.predict(demo["valid"][0], logits=True)
+    other = new_model(demo)
+    other.fit(*demo["train"], validation_data=demo["valid"], epochs=4, out=tmp_path / "run", resume=True,
+              verbose=0)
+    assert read(tmp_path / "run" / "last.safetensors") != read(tmp_path / "cli" / "last.safetensors")
+    np.testing.assert_array_equal(model.predict(demo["valid"][0], logits=True), before)
+
+
+def misaligned_batches(x, y, size):
+    """(x, y) batches whose first y is one label short and the second one long: as many labels in all."""
+    cuts = [0, size - 1, 2 * size] + list(range(3 * size, len(y), size)) + [len(y)]
+    for i, start in enumerate(range(0, len(y), size)):
+        yield x[start:start + size], y[cuts[i]:cuts[i + 1]]
+
+
+def with_first_field(lists, value):
+    """Four samples, the first one's first field replaced by `value`."""
+    first = [[list(field) for field in position] for position in lists[0]]
+    first[0][0] = value
+    return [first] + list(lists[1:4])
+
+
+def bad_arguments(demo, out):
+    """(what, call, the argument the message must name): each must be one ValueError before any work."""
+    lists, labels = demo["train"]
+    model = new_model(demo)
+    csr = read_ebin(demo["dir"] / "train.ebin").to_csr()
+    transposed = dict(csr, identifier_lengths=np.asarray(csr["identifier_lengths"]).T.copy())
+    common = dict(out=out, verbose=0)
+    return [
+        ("seq_len", lambda: Model(demo["vocab"], demo["labels"], demo["seq_len"] + 1, embedding_dim=8,
+                                  hidden=4).fit(lists, labels, **common), "seq_len"),
+        ("transposed CSR", lambda: model.fit(transposed, labels, **common), "identifier_lengths"),
+        ("generator", lambda: model.fit(misaligned_batches(lists, labels, 16), **common), "batch 0"),
+        ("bool id", lambda: model.fit(with_first_field(lists, [True]), labels[:4], **common), "bool"),
+        ("bytes ids", lambda: model.fit(with_first_field(lists, b"\x01"), labels[:4], **common), "bytes"),
+        ("class_weight key", lambda: model.fit(lists, labels, class_weight={demo["labels"]: 2.0}, **common),
+         "class_weight"),
+        ("unknown keyword", lambda: model.fit(lists, labels, data="x.ebin", **common), "data"),
+        ("batch_size=0", lambda: model.fit(lists, labels, batch_size=0, **common), "batch_size"),
+        ("help", lambda: model.fit(lists, labels, help=True, **common), "help"),
+        ("validation_data", lambda: model.fit(lists, labels, validation_data=(lists, labels, labels), **common),
+         "validation_data"),
+        ("validation_data list", lambda: model.fit(lists, labels, validation_data=[lists, labels], **common),
+         "validation_data"),
+        ("out under a file", lambda: model.fit(lists, labels, out=demo["dir"] / "train.ebin" / "run", verbose=0),
+         "out: .* is not a folder"),
+    ]
+
+
+def test_bad_arguments_are_one_value_error_before_any_work(demo, tmp_path):
+    for what, call, name in bad_arguments(demo, tmp_path / "out"):
+        with pytest.raises(ValueError, match=name):
+            call()
+        assert not (tmp_path / "out").exists(), what
+
+
+def test_predict_and_evaluate_check_batch_size_and_threads(demo, tmp_path):
+    model, _ = fit(demo, tmp_path / "run")
+    x, y = demo["valid"]
+    for options, name in ((dict(batch_size=0), "batch_size"), (dict(batch_size=-1), "batch_size"),
+                          (dict(threads=-1), "threads"), (dict(threads=1.5), "threads")):
+        with pytest.raises(ValueError, match=name):
+            model.predict(x, **options)
+        with pytest.raises(ValueError, match=name):
+            model.evaluate(x, y, **options)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_out_is_refused_by_name(demo, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        with pytest.raises(ValueError, match="out"):
+            new_model(demo).fit(*demo["train"], out=locked / "run", verbose=0)
+    finally:
+        locked.chmod(0o755)
+
+
+def test_a_resume_refuses_other_label_names_or_class_weights(demo, tmp_path):
+    names = [f"label-{i}" for i in range(demo["labels"])]
+    weights = {0: 2.0}
+    recorder = Recorder(stop_at=3)
+    fit(demo, tmp_path / "run", callbacks=[recorder], class_weight=weights, model=dict(label_names=names))
+    with pytest.raises(ValueError, match="label_names"):
+        fit(demo, tmp_path / "run", resume=True, class_weight=weights, model=dict(label_names=names[::-1]))
+    with pytest.raises(ValueError, match="class_weight"):
+        fit(demo, tmp_path / "run", resume=True, class_weight={0: 3.0}, model=dict(label_names=names))
+    model, _ = fit(demo, tmp_path / "run", resume=True, class_weight=weights, model=dict(label_names=names))
+    assert model.label_names == names
+
+
+def test_label_names_and_class_weights_reach_the_engine_as_values(demo, tmp_path):
+    names = [f"label-{i}" for i in range(demo["labels"])]
+    weights = [1.0 + i for i in range(demo["labels"])]
+    (tmp_path / "weights.txt").write_text("".join(f"{w}\n" for w in weights))
+    (tmp_path / "names.txt").write_text("".join(f"{n}\n" for n in names))
+    fit(demo, tmp_path / "fit", class_weight=dict(enumerate(weights)), model=dict(label_names=names))
+    cli_run(demo, tmp_path / "cli", "--class-weights", tmp_path / "weights.txt", "--label-names",
+            tmp_path / "names.txt")
+    assert read(tmp_path / "fit" / "last.safetensors") == read(tmp_path / "cli" / "last.safetensors")
+    assert sorted(os.listdir(tmp_path / "fit")) == sorted(os.listdir(tmp_path / "cli"))
+    with pytest.raises(ValueError, match="--lr"):
+        new_model(demo, label_names=names).fit(*demo["train"], out=tmp_path / "refused", lr=-1,
+                                               class_weight=weights, verbose=0)
+    assert not (tmp_path / "refused").exists()
+
+
+# ---- signals and threads: SIGTERM, curves kept on an interrupt, Python exiting mid-fit ----
+
+def test_tensorboard_callback_keeps_its_batches_after_ctrl_c(demo, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    with pytest.raises(KeyboardInterrupt):
+        fit(demo, tmp_path / "run", callbacks=[TensorBoard(tmp_path / "logs"), Recorder(interrupt_at=3)])
+    events = EventAccumulator(str(tmp_path / "logs" / "train"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("batch_loss")] == [1, 2, 3]
+
+
+SCRIPT = """
+import os, signal, sys, threading, time
+import numpy as np
+from enhanced import Model, read_ebin
+train = read_ebin(sys.argv[1])
+x, y = train.to_lists(), np.array(train.labels)
+model = Model(vocab_size={vocab}, num_labels={labels}, seq_len={seq_len}, embedding_dim=8, hidden=4)
+"""
+
+
+def run_script(demo, tmp_path, body):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT.format(**demo) + body)
+    return subprocess.run([sys.executable, script, demo["dir"] / "train.ebin", tmp_path / "run"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_sigterm_during_fit_saves_then_ends_with_143(demo, tmp_path):
+    result = run_script(demo, tmp_path, """
+class Term:
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+model.fit(x, y, epochs=2, batch_size=16, seed=3, lr=0.01, out=sys.argv[2], verbose=0, callbacks=[Term()])
+""")
+    assert result.returncode == 143, result.stderr
+    assert "saved" in result.stderr
+    assert os.path.exists(tmp_path / "run" / "optimizer.safetensors")
+    model = new_model(demo)
+    model.fit(*demo["train"], out=tmp_path / "run", resume=True, verbose=0)
+    whole = tmp_path / "whole"
+    run_app("enhanced-train", "--data", demo["dir"] / "train.ebin", "--out", whole, "--epochs", 2,
+            "--batch-size", 16, "--seed", 3, "--lr", 0.01, "--hidden", 4, "--embedding-dim", 8,
+            "--vocab-size", demo["vocab"], "--num-labels", demo["labels"], "--quiet", "--device", "cpu")
+    assert read(tmp_path / "run" / "last.safetensors") == read(whole / "last.safetensors")
+
+
+def test_python_exiting_while_fit_runs_in_a_daemon_thread_exits_cleanly(demo, tmp_path):
+    result = run_script(demo, tmp_path, """
+started = threading.Event()
+class Started:
+    def on_train_batch_end(self, batch, logs=None):
+        started.set()
+thread = threading.Thread(target=model.fit, args=(x, y), kwargs=dict(epochs=50, out=sys.argv[2], verbose=0,
+                          callbacks=[Started()]), daemon=True)
+thread.start()
+started.wait()
+print("exiting")
+""")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "exiting"
+    assert "terminate called" not in result.stderr

@@ -77,6 +77,15 @@ void check_label_names_count(const std::vector<std::string>& names, int num_labe
          " labels (one name a line, a line for each label)");
 }
 
+void check_label_names(const std::vector<std::string>& names, const std::string& source) {
+  std::set<std::string> seen;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (const std::string problem = name_problem(names[i], seen); !problem.empty())
+      fail(source, " item ", i, ": ", problem);
+    seen.insert(names[i]);
+  }
+}
+
 std::string label_names_json(const std::vector<std::string>& names) { return nlohmann::json(names).dump(); }
 
 std::map<std::string, std::string> with_label_names(std::map<std::string, std::string> metadata,
@@ -91,15 +100,11 @@ std::vector<std::string> checkpoint_label_names(const SafetensorsReader& file, i
   const nlohmann::json j = nlohmann::json::parse(file.metadata_value(kLabelNamesKey), nullptr, false);
   if (!j.is_array()) fail(what, " is not a JSON array of names");
   std::vector<std::string> names;
-  std::set<std::string> seen;
   for (const nlohmann::json& name : j) {
     if (!name.is_string()) fail(what, " item ", names.size(), " is not a string");
-    const std::string text = name.get<std::string>();
-    if (const std::string problem = name_problem(text, seen); !problem.empty())
-      fail(what, " item ", names.size(), ": ", problem);
-    seen.insert(text);
-    names.push_back(text);
+    names.push_back(name.get<std::string>());
   }
+  check_label_names(names, what);
   check_label_names_count(names, num_labels, what);
   return names;
 }

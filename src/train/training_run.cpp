@@ -67,9 +67,13 @@ void TrainingRun::check_controls_fit_the_run() const {
 }
 
 void TrainingRun::use_device(Device device, int threads) {
-  // A new run resolves its class weights here; a resumed one has them from its state.
-  if (!o_.resume || (o_.class_weight_values.empty() && !o_.class_weights.empty()))
+  // A new run resolves its class weights here (unless given as values: Model.fit's class_weight);
+  // a resumed one has them from its state.
+  if (o_.class_weight_values.empty() && !o_.class_weights.empty())
     o_.class_weight_values = class_weights_for(o_.class_weights, train_, params_.config.num_labels);
+  if (!o_.class_weight_values.empty() && o_.class_weight_values.size() != static_cast<size_t>(params_.config.num_labels))
+    fail("class weights: ", o_.class_weight_values.size(), " values, but the model has ", params_.config.num_labels,
+         " labels");
   EngineOptions options{o_.batch_size, threads, o_.cuda, o_.class_weight_values};
   options.precision = o_.precision;
   options.communicator = &comm_;
@@ -125,12 +129,14 @@ int TrainingRun::run() {
   progress_.restart();  // rates and times count the training loop only
   if (observer_) observer_->on_train_begin();
   // A run saved after its epoch's last step but before the epoch's end finishes that first.
-  if (position_.batch_in_epoch == batches_) end_epoch();
+  if (position_.batch_in_epoch == batches_)
+    if (const int code = end_epoch_and_poll()) return code;
   while (position_.step < total_steps_ && !controls_.monitor().stop && !stopped_by_caller_) {
     bool epoch_done = false;
     if (const int code = train_epoch(loader, epoch_done)) return code;
     if (const int code = collect()) return code;
-    if (epoch_done) end_epoch();
+    if (epoch_done)
+      if (const int code = end_epoch_and_poll()) return code;
   }
   if (saves_.saved_at_step() != position_.step) save();  // an epoch's end may have saved this step already
   progress_.finish();
@@ -233,6 +239,17 @@ bool TrainingRun::caller_says_stop(int& code) {
     case TrainingDecision::interrupt: code = save_on_interrupt(kInterruptedExit); return true;
   }
   return false;
+}
+
+// An epoch's end, then the observer's poll: a stop set in on_epoch_end ends the run at this
+// epoch's end (saved already), and a Ctrl-C there, even at the run's last epoch, is an interrupt
+// (kInterruptedExit, nothing more to save). Returns the exit code of an interrupt, else 0.
+int TrainingRun::end_epoch_and_poll() {
+  end_epoch();
+  int code = 0;
+  if (caller_says_stop(code) && code == 0 && position_.step == total_steps_)
+    stopped_by_caller_ = false;  // the run ends here anyway: a normal end
+  return code;
 }
 
 // What happens at the step just queued: a metrics line, a validation between epochs, a

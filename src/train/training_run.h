@@ -75,6 +75,7 @@ class TrainingRun {
   int stop_non_finite(double loss, int64_t step, int64_t batch_index);
   void log_interval();
   void end_epoch();
+  int end_epoch_and_poll();
   void validate_between_epochs();
   void validate(nlohmann::json& line);
   void save() { saves_.save(*engine_, params_, optimizer_, o_, position_, metrics_.lines()); }

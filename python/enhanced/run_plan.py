@@ -1,0 +1,117 @@
+"""What Model.fit is asked for, checked before any work: its keywords (enhanced-train's training
+controls by name), the output folder, the class weights, and on a resume the run's recorded plan,
+which fills in every keyword the caller did not give (as enhanced-train --resume does)."""
+import json
+import os
+
+import numpy as np
+
+from .safetensors import read_metadata
+
+# The run's length and order when neither the caller nor a resumed run gives them: enhanced-train's.
+DEFAULTS = {"epochs": 1, "batch_size": 64, "seed": 0}
+
+# enhanced-train's flags that fit gives from its own arguments, or that have no place in fit.
+_OWN = {"data": "the training data is x", "valid": "the validation data is validation_data",
+        "out": None, "resume": None, "epochs": None, "batch_size": None, "seed": None, "no_shuffle": "shuffle=False",
+        "class_weights": "class_weight", "label_names": "Model(label_names=...)",
+        "init_from": "Model.load(checkpoint).fit(...) continues from a checkpoint", "quiet": "verbose=0",
+        "help": "docs/python.md", "vocab_size": "Model(...)", "num_labels": "Model(...)",
+        "embedding_dim": "Model(...)", "hidden": "Model(...)", "blend": "Model(...)", "pool": "Model(...)",
+        "pretrained": "Model(pretrained=...)"}
+
+
+def check_controls(controls, flag_names):
+    """Each keyword names one of enhanced-train's training controls (flag_names: its flags' long
+    names); anything else is a ValueError naming it, before any work."""
+    allowed = {name.replace("-", "_") for name in flag_names} - set(_OWN)
+    for name in controls:
+        if name not in allowed:
+            hint = _OWN.get(name)
+            raise ValueError(f"fit: unknown keyword argument '{name}'" + (f" (use {hint})" if hint else "") +
+                             "; fit takes x, y, validation_data, epochs, batch_size, callbacks, out, seed, shuffle, "
+                             "verbose, resume, class_weight and enhanced-train's training controls (docs/python.md)")
+
+
+def resolve_out(out, resume):
+    """out as an absolute path, resolved once (a later os.chdir changes nothing), or None (a new
+    temporary folder, made when the run starts). A folder that cannot be written is refused now."""
+    if out is None:
+        if resume:
+            raise ValueError("out: resume=True continues the run in out: give its folder")
+        return None
+    out = os.path.abspath(os.fspath(out))
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"out: {out} is not a folder")
+    existing = out
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(f"out: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"out: {existing} cannot be written (permission denied)")
+    return out
+
+
+def recorded_options(out):
+    """The options a run in `out` recorded (its state file's run_options), as a dict."""
+    path = os.path.join(out, "optimizer.safetensors")
+    if not os.path.isfile(path):
+        raise ValueError(f"out: no run to resume in {out} (it has no optimizer.safetensors)")
+    try:
+        return json.loads(read_metadata(path)["run_options"])
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"out: {path} holds no readable run_options ({e})") from None
+
+
+def class_weight_values(class_weight, num_labels):
+    """class_weight as the engine takes it: None, a rule ("balanced") or a list of L weights (a dict
+    {label: weight}, unnamed labels 1.0, or a sequence of L). Keys must be labels, weights finite
+    and non-negative."""
+    if class_weight is None or isinstance(class_weight, str):
+        return class_weight
+    if isinstance(class_weight, dict):
+        bad = [k for k in class_weight if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer))
+               or not 0 <= k < num_labels]
+        if bad:
+            raise ValueError(f"class_weight: key {bad[0]!r} is not a label (labels are 0..{num_labels - 1})")
+        weights = [class_weight.get(label, 1.0) for label in range(num_labels)]
+    else:
+        weights = list(class_weight)
+        if len(weights) != num_labels:
+            raise ValueError(f"class_weight: {len(weights)} weights for {num_labels} labels")
+    try:
+        weights = [float(w) for w in weights]
+    except (TypeError, ValueError):
+        raise ValueError("class_weight: the weights must be numbers") from None
+    if not all(np.isfinite(w) and w >= 0 for w in weights):
+        raise ValueError(f"class_weight: the weights must be finite and non-negative, got {weights}")
+    return weights
+
+
+def check_same_labels(recorded, label_names, class_weight):
+    """A resume keeps the run's label names and class weights: other ones are refused, by name."""
+    names = recorded.get("label_names", [])
+    if label_names is not None and list(label_names) != names:
+        raise ValueError(f"label_names: {list(label_names)} differ from the run being resumed's "
+                         f"{names or 'none'}; a resumed run keeps its label names")
+    if class_weight is None:
+        return
+    if isinstance(class_weight, str):
+        same, theirs = class_weight == recorded.get("class_weights", ""), recorded.get("class_weights") or "none"
+    else:
+        theirs = [float.fromhex(w) for w in recorded.get("class_weight_values", [])]
+        same = np.array_equal(np.float32(class_weight), np.float32(theirs))
+    if not same:
+        raise ValueError(f"class_weight: {class_weight} differs from the run being resumed's {theirs}; "
+                         "a resumed run keeps its class weights")
+
+
+def plan(given, recorded, controls):
+    """epochs, batch_size and drop_last of the run: the caller's, else the resumed run's, else
+    enhanced-train's defaults (what the progress and History show)."""
+    recorded = recorded or {}
+    out = {key: given[key] if given.get(key) is not None else recorded.get(key, DEFAULTS[key])
+           for key in ("epochs", "batch_size")}
+    out["drop_last"] = bool(controls.get("drop_last", recorded.get("drop_last", False)))
+    return out
