@@ -1,4 +1,4 @@
-// The CUDA engine (cuda_engine.h): the CPU engine's step (cpu_model.cpp: the model, optimizer_step,
+// The CUDA engine (cuda_engine.h): the CPU engine's step (cpu_engine.cpp: the model, optimizer_step,
 // zero_gradients) on one device, pipelined: batch uploads on a copy stream, steps on the compute
 // stream, CUDA graph replay. This file holds its Engine members; the step pipeline is
 // cuda_engine_step.cu, the class and its state cuda_engine_state.h.
