@@ -178,7 +178,8 @@ struct EngineFlags {
 };
 
 // Adds the engine flags to `app`; `devices` is --device's help, flags.device its default.
-inline void add_engine_flags(CLI::App& app, EngineFlags& flags, const std::string& devices = names_text(device_choices())) {
+inline void add_engine_flags(CLI::App& app, EngineFlags& flags,
+                             const std::string& devices = names_text(device_choices())) {
   app.add_option("--threads", flags.threads, "CPU threads (default: every core)")->check(in_range(0, kMaxThreads));
   app.add_option("--device", flags.device, devices)->capture_default_str();
   app.add_flag("--tf32", flags.tf32, "CUDA: allow TF32 tensor-core math (faster, looser than FP32)");

@@ -29,7 +29,8 @@ void add_data_and_model_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--vocab-size", o.vocab_size, "V (default: from --pretrained, else the data's largest id + 1)")
       ->check(at_least(int64_t{1}));
   app.add_option("--num-labels", o.num_labels, "L (default: from the data)")->check(at_least(1));
-  app.add_option("--blend", o.blend, "Identifier blend: " + names_text(blend_modes()) + " (scalar-mean: the original map_fn code)")
+  app.add_option("--blend", o.blend,
+                 "Identifier blend: " + names_text(blend_modes()) + " (scalar-mean: the original map_fn code)")
       ->capture_default_str()->check(CLI::IsMember(names_of(blend_modes())));
   app.add_option("--pool", o.pool, "Max-pool over: " + names_text(pool_modes()))
       ->capture_default_str()->check(CLI::IsMember(names_of(pool_modes())));
@@ -38,7 +39,8 @@ void add_data_and_model_flags(CLI::App& app, TrainOptions& o) {
 // The optimizer: its name, rate and scalars (each a row of optimizers()), and the update's options.
 void add_optimizer_flags(CLI::App& app, TrainFlags& f) {
   TrainOptions& o = f.options;
-  app.add_option("--optimizer", f.optimizer, optimizer_names_text())->capture_default_str()->check(CLI::IsMember(optimizer_names()));
+  app.add_option("--optimizer", f.optimizer, optimizer_names_text())
+      ->capture_default_str()->check(CLI::IsMember(optimizer_names()));
   app.add_option("--lr", o.optimizer.learning_rate, "Learning rate")->capture_default_str()->check(greater_than(0.0f));
   for (const OptimizerInfo& row : optimizers())
     for (const OptimizerScalar& scalar : row.scalars)
