@@ -13,6 +13,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "enhanced/common.h"
 #include "enhanced/device.h"
@@ -140,9 +141,17 @@ int run_app(CLI::App& app, int argc, char** argv, Body body) {
 // Resolves --device auto|cpu|cuda. `cuda` without a usable GPU is an Error; `auto` falls back to
 // the CPU. Prints one line to stderr saying which device was picked (and why) when verbose. Only
 // the apps resolve the device, once each (resolve_engine_flags); below them it is a Device.
+// --device's choices: auto (the GPU where usable, else the CPU), then every device's name.
+inline std::vector<std::string> device_choices() {
+  std::vector<std::string> choices{"auto"};
+  for (const std::string& name : names_of(devices())) choices.push_back(name);
+  return choices;
+}
+
 inline Device resolve_device(const std::string& flag, bool verbose) {
-  if (flag != "auto" && flag != "cpu" && flag != "cuda") fail("--device must be auto, cpu or cuda, got '", flag, "'");
-  if (flag == "cpu") {
+  const EnumName<Device>* named = find_name(devices(), flag);
+  if (flag != "auto" && named == nullptr) fail("--device must be ", names_text(device_choices()), ", got '", flag, "'");
+  if (named != nullptr && named->value == Device::cpu) {
     if (verbose) std::fprintf(stderr, "device: cpu\n");
     return Device::cpu;
   }
@@ -151,7 +160,7 @@ inline Device resolve_device(const std::string& flag, bool verbose) {
     if (verbose) std::fprintf(stderr, "device: cuda\n");
     return Device::cuda;
   }
-  if (flag == "cuda") fail("--device cuda: ", no_gpu_text(reason));
+  if (named != nullptr) fail("--device ", flag, ": ", no_gpu_text(reason));
   if (verbose) std::fprintf(stderr, "device: cpu (%s)\n", no_gpu_text(reason).c_str());
   return Device::cpu;
 }
@@ -169,19 +178,21 @@ struct EngineFlags {
 };
 
 // Adds the engine flags to `app`; `devices` is --device's help, flags.device its default.
-inline void add_engine_flags(CLI::App& app, EngineFlags& flags, const char* devices = "auto, cpu or cuda") {
+inline void add_engine_flags(CLI::App& app, EngineFlags& flags,
+                             const std::string& devices = names_text(device_choices())) {
   app.add_option("--threads", flags.threads, "CPU threads (default: every core)")->check(in_range(0, kMaxThreads));
   app.add_option("--device", flags.device, devices)->capture_default_str();
   app.add_flag("--tf32", flags.tf32, "CUDA: allow TF32 tensor-core math (faster, looser than FP32)");
   app.add_option("--cuda-graphs", flags.cuda_graphs, "CUDA: replay the training step from a captured graph (on, off)")
       ->capture_default_str();
   app.add_option("--rnn-algorithm", flags.rnn_algorithm,
-                 "CUDA: cuDNN LSTM algorithm: auto (time each, keep the fastest that agrees), standard, persistent, "
-                 "persistent-small-h")
+                 "CUDA: cuDNN LSTM algorithm: " + names_text(rnn_algorithms()) +
+                     " (auto: time each, keep the fastest that agrees)")
       ->capture_default_str();
   app.add_option("--precision", flags.precision,
-                 "GEMM arithmetic: fp32, bf16 (bfloat16 operands, FP32 accumulation; AVX512-BF16 or a GPU), or "
-                 "bf16-emulated (bf16's arithmetic on any CPU, no faster than fp32)")
+                 "GEMM arithmetic: " + names_text(precisions()) +
+                     " (bf16: bfloat16 operands, FP32 accumulation, AVX512-BF16 or a GPU; bf16-emulated: bf16's "
+                     "arithmetic on any CPU, no faster than fp32)")
       ->capture_default_str();
 }
 
@@ -211,10 +222,12 @@ inline EngineChoice resolve_engine_flags(const EngineFlags& flags, bool verbose)
 // --blend and --pool of the apps that run a checkpoint (enhanced-eval, enhanced-predict): for a
 // checkpoint without the engine's metadata; with it, a given flag must agree with the saved model.
 inline void add_model_flags(CLI::App& app, ModelFlags& flags) {
-  app.add_option("--blend", flags.blend, "Bare checkpoint: mean (default) or scalar-mean; else must match its model")
-      ->check(CLI::IsMember({"mean", "scalar-mean"}));
-  app.add_option("--pool", flags.pool, "Bare checkpoint: feature (default) or time; else must match its model")
-      ->check(CLI::IsMember({"feature", "time"}));
+  app.add_option("--blend", flags.blend,
+                 "Bare checkpoint: " + names_text(blend_modes()) + " (default: mean); else must match its model")
+      ->check(CLI::IsMember(names_of(blend_modes())));
+  app.add_option("--pool", flags.pool,
+                 "Bare checkpoint: " + names_text(pool_modes()) + " (default: feature); else must match its model")
+      ->check(CLI::IsMember(names_of(pool_modes())));
 }
 
 }  // namespace enhanced

@@ -199,12 +199,12 @@ void add_options(CLI::App& app, BenchOptions& o) {
   app.add_option("--zipf", s.zipf, "Token ids Zipf-distributed with this exponent (0: uniform); ~1 is like text")
       ->capture_default_str()
       ->check(at_least(0.0));
-  app.add_option("--blend", o.blend, "mean or scalar-mean")->capture_default_str();
-  app.add_option("--pool", o.pool, "feature or time")->capture_default_str();
+  app.add_option("--blend", o.blend, names_text(blend_modes()))->capture_default_str();
+  app.add_option("--pool", o.pool, names_text(pool_modes()))->capture_default_str();
   app.add_option("--optimizer", o.optimizer, optimizer_names_text())->capture_default_str();
   app.add_flag("--lazy-embedding-updates", o.lazy, "Lazy embedding updates");
   o.engine.device = "cpu";  // --device auto is refused (run_bench)
-  add_engine_flags(app, o.engine, "cpu or cuda");
+  add_engine_flags(app, o.engine, names_text(devices()));
   app.add_option("--warmup", o.warmup, "Untimed runs first")->capture_default_str()->check(at_least(0));
   app.add_option("--repeats", o.repeats, "Timed runs")->capture_default_str()->check(at_least(1));
   app.add_flag("--no-loader", o.skip_loader, "Skip the loader and prediction measurements");

@@ -29,18 +29,18 @@ void add_data_and_model_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--vocab-size", o.vocab_size, "V (default: from --pretrained, else the data's largest id + 1)")
       ->check(at_least(int64_t{1}));
   app.add_option("--num-labels", o.num_labels, "L (default: from the data)")->check(at_least(1));
-  app.add_option("--blend", o.blend, "Identifier blend: mean or scalar-mean (the original map_fn code)")
-      ->capture_default_str()->check(CLI::IsMember({"mean", "scalar-mean"}));
-  app.add_option("--pool", o.pool, "Max-pool over: feature (default) or time")
-      ->capture_default_str()->check(CLI::IsMember({"feature", "time"}));
+  app.add_option("--blend", o.blend,
+                 "Identifier blend: " + names_text(blend_modes()) + " (scalar-mean: the original map_fn code)")
+      ->capture_default_str()->check(CLI::IsMember(names_of(blend_modes())));
+  app.add_option("--pool", o.pool, "Max-pool over: " + names_text(pool_modes()))
+      ->capture_default_str()->check(CLI::IsMember(names_of(pool_modes())));
 }
 
 // The optimizer: its name, rate and scalars (each a row of optimizers()), and the update's options.
 void add_optimizer_flags(CLI::App& app, TrainFlags& f) {
   TrainOptions& o = f.options;
-  std::vector<std::string> optimizer_names;
-  for (const OptimizerInfo& row : optimizers()) optimizer_names.emplace_back(row.name);
-  app.add_option("--optimizer", f.optimizer, optimizer_names_text())->capture_default_str()->check(CLI::IsMember(optimizer_names));
+  app.add_option("--optimizer", f.optimizer, optimizer_names_text())
+      ->capture_default_str()->check(CLI::IsMember(optimizer_names()));
   app.add_option("--lr", o.optimizer.learning_rate, "Learning rate")->capture_default_str()->check(greater_than(0.0f));
   for (const OptimizerInfo& row : optimizers())
     for (const OptimizerScalar& scalar : row.scalars)
@@ -61,8 +61,8 @@ void add_optimizer_flags(CLI::App& app, TrainFlags& f) {
 
 // The learning-rate schedule and what the validations decide (docs/cli.md "Training controls").
 void add_schedule_flags(CLI::App& app, TrainOptions& o) {
-  app.add_option("--lr-schedule", o.lr_schedule, "constant, step, cosine, linear or plateau")
-      ->capture_default_str()->check(CLI::IsMember({"constant", "step", "cosine", "linear", "plateau"}));
+  app.add_option("--lr-schedule", o.lr_schedule, names_text(lr_schedule_names()))
+      ->capture_default_str()->check(CLI::IsMember(lr_schedule_names()));
   app.add_option("--warmup-steps", o.warmup_steps, "Linear warm-up to --lr over the first N steps")
       ->capture_default_str()->check(at_least(int64_t{0}));
   app.add_option("--min-lr", o.min_lr, "Floor (step, plateau) or end point (cosine, linear) of the rate")
@@ -74,7 +74,7 @@ void add_schedule_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--lr-patience", o.lr_patience, "plateau: validations without improvement before a reduction")
       ->capture_default_str()->check(at_least(int64_t{0}));
   app.add_option("--monitor", o.monitor, "What best.safetensors, plateau and early stopping watch")
-      ->capture_default_str()->check(CLI::IsMember({"valid_loss", "valid_accuracy", "valid_f1"}));
+      ->capture_default_str()->check(CLI::IsMember(monitor_names()));
   app.add_option("--min-delta", o.min_delta, "An improvement must beat the best by more than this")
       ->capture_default_str()->check(at_least(0.0));
   app.add_option("--early-stopping", o.early_stopping, "Stop after N validations without improvement (0: off)")

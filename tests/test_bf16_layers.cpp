@@ -37,6 +37,7 @@ TEST_P(Bf16Kernels, ASessionGivesEachProductItsOwnBitsAndReleasesTheTiles) {
   const uint16_t nan = to_bf16_bits(std::numeric_limits<float>::quiet_NaN());
   std::vector<std::vector<uint16_t>> a_operands, packed_operands;
   std::vector<std::vector<float>> alone;
+  std::vector<uint16_t> workspace(bf16_gemm::multiply_workspace_size(160));  // the largest K
   for (const Shape& s : shapes) {
     const int lda = s.k + 3;
     std::vector<uint16_t> a(static_cast<size_t>(s.m) * lda, nan);
@@ -46,7 +47,7 @@ TEST_P(Bf16Kernels, ASessionGivesEachProductItsOwnBitsAndReleasesTheTiles) {
     std::vector<uint16_t> packed(bf16_gemm::packed_size(s.k, s.n));
     bf16_gemm::pack_rows(packed.data(), s.k, 0, b.data(), s.k, s.n, 1, static_cast<size_t>(s.n));
     std::vector<float> c(static_cast<size_t>(s.m) * s.n);
-    bf16_gemm::multiply(c.data(), s.n, a.data(), lda, packed.data(), s.m, s.n, s.k, false);
+    bf16_gemm::multiply(c.data(), s.n, a.data(), lda, packed.data(), s.m, s.n, s.k, false, workspace.data());
     for (const float v : c) ASSERT_FALSE(std::isnan(v)) << "a product read A past K";
     a_operands.push_back(a), packed_operands.push_back(packed), alone.push_back(c);
   }
@@ -57,7 +58,7 @@ TEST_P(Bf16Kernels, ASessionGivesEachProductItsOwnBitsAndReleasesTheTiles) {
         const Shape& s = shapes[i];
         std::vector<float> c(static_cast<size_t>(s.m) * s.n);
         bf16_gemm::multiply(c.data(), s.n, a_operands[i].data(), s.k + 3, packed_operands[i].data(), s.m, s.n, s.k,
-                            false);
+                            false, workspace.data());
         ASSERT_EQ(std::memcmp(c.data(), alone[i].data(), c.size() * sizeof(float)), 0) << s.m << "x" << s.n << "x" << s.k;
       }
     if (GetParam().isa == bf16_gemm::Isa::amx_bf16 && GetParam().model) {

@@ -84,7 +84,7 @@ void check_bf16_bilstm(int B, int T, int D, int H, uint64_t seed) {
   bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), saved, y.data(), dy.data(),
                   x_r.data(), w_ih_r.data(), w_hh_r.data(), B, T, D, H, 1);
 
-  cuda::CudnnBiLstm lstm(gpu.cudnn, B, T, D, H, false, RnnAlgorithm::automatic, true);
+  cuda::CudnnBiLstm lstm(B, T, D, H, false, RnnAlgorithm::automatic, true, gpu.cudnn);
   ASSERT_TRUE(lstm.bf16());
   EXPECT_EQ(lstm.algorithm(), RnnAlgorithm::standard) << lstm.selection();
   EXPECT_EQ(lstm.weight_space_bytes(), (w_ih.size() + w_hh.size() + b_ih.size() + b_hh.size()) * sizeof(uint16_t));

@@ -133,7 +133,7 @@ TEST(CudaNccl, GradientsBetweenStepsLeaveNoRowsBehind) {
 
 // The exchange's kernels for three ranks without NCCL: each rank's rows packed into its block of
 // the gathered buffers (what ncclAllGather would leave), then merged: the sums must be the CPU
-// GradientExchange's (every rank's rows added to zero in rank order, float by float), the union
+// CpuGradientExchange's (every rank's rows added to zero in rank order, float by float), the union
 // its sorted distinct rows, and the packed rows of each rank's table cleared.
 TEST(CudaNccl, ExchangeKernelsMergeRanksInRankOrderAsTheCpu) {
   SKIP_WITHOUT_GPU();

@@ -196,9 +196,9 @@ void check_dense(int B, int F, int L, uint64_t seed, Precision precision = Preci
   DeviceBuffer<float> d_out(out.size()), d_din(din.size());
   DeviceBuffer<uint16_t> scratch(bf16 ? cuda::dense_bf16_scratch_size(B, F, L) : 1);
   uint16_t* bf16_scratch = bf16 ? scratch.data() : nullptr;
-  cuda::dense_forward(d_out.data(), d_in.data(), d_w.data(), d_b.data(), B, F, L, gpu.cublas, gpu.stream, bf16_scratch);
+  cuda::dense_forward(d_out.data(), d_in.data(), d_w.data(), d_b.data(), B, F, L, bf16_scratch, gpu.cublas, gpu.stream);
   cuda::dense_backward(d_din.data(), d_dw.data(), d_db.data(), d_dout.data(), d_in.data(), d_w.data(), B, F, L,
-                       gpu.cublas, gpu.stream, bf16_scratch);
+                       bf16_scratch, gpu.cublas, gpu.stream);
   const std::vector<float> got_out = to_host(d_out, out.size(), gpu.stream);
   expect_sum_close(got_out, out, out_mag, F + 1, what + "out");
   expect_sum_close(to_host(d_din, din.size(), gpu.stream), din, din_mag, L, what + "din");
@@ -299,7 +299,7 @@ TEST(CudaParity, SoftmaxCrossEntropyMatchesCpu) {
     DeviceBuffer<float> d_dlogits(dlogits.size()), d_losses(B);
     DeviceBuffer<double> d_loss(1);
     cuda::softmax_cross_entropy(d_dlogits.data(), d_losses.data(), d_loss.data(), d_logits.data(), d_labels.data(),
-                                weighted ? d_weights.data() : nullptr, B, L, gpu.stream);
+                                weighted ? d_weights.data() : nullptr, B, L, nullptr, gpu.stream);
     // exp/log in float: a few ulp each, over L terms: 1e-5 relative is ample.
     EXPECT_NEAR(to_host(d_loss, 1, gpu.stream)[0], loss, 1e-5 * std::max(1.0, loss));
     expect_relative(to_host(d_losses, B, gpu.stream), losses, 1e-5, "sample losses");
@@ -324,7 +324,7 @@ void check_bilstm(int B, int T, int D, int H, uint64_t seed) {
   bilstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db_ih.data(), db_hh.data(), saved, y.data(), dy.data(),
                   x.data(), w_ih.data(), w_hh.data(), B, T, D, H, 1);
 
-  cuda::CudnnBiLstm lstm(gpu.cudnn, B, T, D, H, false);
+  cuda::CudnnBiLstm lstm(B, T, D, H, false, RnnAlgorithm::standard, false, gpu.cudnn);
   auto d_x = to_device(to_float(x), gpu.stream);
   auto d_w_ih = to_device(to_float(w_ih), gpu.stream);
   auto d_w_hh = to_device(to_float(w_hh), gpu.stream);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "engine/cpu_engine.h"
 #include "engine/cpu_model.h"
 #include "enhanced/carve.h"
 #include "enhanced/common.h"

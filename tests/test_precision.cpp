@@ -143,7 +143,8 @@ TEST(Bf16KernelChoice, AmxFirstThenAvx512Bf16AndATestsKernelOnlyWhileSet) {
     std::vector<uint16_t> packed(bf16_gemm::packed_size(2, 1));
     bf16_gemm::pack_rows(packed.data(), 2, 0, b, 2, 1, 1, 1);
     const uint16_t a_bf16[2] = {to_bf16_bits(1), to_bf16_bits(1)};
-    EXPECT_THROW(bf16_gemm::multiply(&c, 1, a_bf16, 2, packed.data(), 1, 1, 2, false), Error)
+    std::vector<uint16_t> workspace(bf16_gemm::multiply_workspace_size(2));
+    EXPECT_THROW(bf16_gemm::multiply(&c, 1, a_bf16, 2, packed.data(), 1, 1, 2, false, workspace.data()), Error)
         << "a kernel ran without the instructions or a model";
   }
 }
@@ -176,7 +177,9 @@ TEST_P(Bf16Kernels, MatchTheReferencePathOnRandomShapes) {
     for (float& v : reference) v = static_cast<float>(random.uniform(-1, 1));
     const std::vector<float> initial = reference;
     std::vector<float> fast = reference;
-    {  // A call on NaNs first: what a kernel keeps from a call (AMX's A block) must not leak.
+    // One workspace for both calls, as a layer reuses its own.
+    std::vector<uint16_t> workspace(bf16_gemm::multiply_workspace_size(k + 37));
+    {  // A call on NaNs first: what a call leaves in the workspace (AMX's A block) must not leak.
       const int k_before = k + 37;
       const uint16_t nan = to_bf16_bits(std::numeric_limits<float>::quiet_NaN());
       std::vector<uint16_t> nans(static_cast<size_t>(m) * k_before, nan);
@@ -184,10 +187,11 @@ TEST_P(Bf16Kernels, MatchTheReferencePathOnRandomShapes) {
       const std::vector<float> zeros(static_cast<size_t>(k_before) * n, 0.0f);
       bf16_gemm::pack_rows(packed_zeros.data(), k_before, 0, zeros.data(), k_before, n, 1, static_cast<size_t>(n));
       std::vector<float> discarded(static_cast<size_t>(m) * n);
-      bf16_gemm::multiply(discarded.data(), n, nans.data(), k_before, packed_zeros.data(), m, n, k_before, false);
+      bf16_gemm::multiply(discarded.data(), n, nans.data(), k_before, packed_zeros.data(), m, n, k_before, false,
+                          workspace.data());
     }
     small_gemm::multiply(reference.data(), n, a_rounded.data(), k, packed.data(), m, n, k, accumulate);
-    bf16_gemm::multiply(fast.data(), n, a_bf16.data(), lda, packed_bf16.data(), m, n, k, accumulate);
+    bf16_gemm::multiply(fast.data(), n, a_bf16.data(), lda, packed_bf16.data(), m, n, k, accumulate, workspace.data());
     for (int i = 0; i < m; ++i)
       for (int j = 0; j < n; ++j) {
         // The products are exact in both (no subnormals at this scale); each side's sum errs by

@@ -1,4 +1,4 @@
-// What the CPU engine offers outside an engine (defined in src/engine/cpu_model.cpp): its
+// What the CPU engine offers outside an engine (defined in src/engine/cpu.cpp): its
 // threads, its BLAS and the BLAS's yardstick for the bench, and the loss layer's softmax on the host.
 #pragma once
 

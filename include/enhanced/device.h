@@ -6,17 +6,23 @@
 #include <filesystem>
 #include <string>
 
+#include "enhanced/enum_names.h"
+
 namespace enhanced {
 
 enum class Device { cpu, cuda };
 
-const char* to_string(Device device);  // "cpu" or "cuda"
+// Their names (enhanced/enum_names.h): "cpu", "cuda". --device also takes "auto" (apps/app.h).
+const EnumNames<Device>& devices();
+const char* to_string(Device device);
 
 // cuDNN's LSTM algorithm: `automatic` times every one cuDNN accepts for the model's shape (and
 // whose results agree with `standard`) and keeps the fastest.
 enum class RnnAlgorithm { automatic, standard, persistent, persistent_small_h };
 
-// RnnAlgorithm from "auto", "standard", "persistent" or "persistent-small-h" (Error otherwise).
+// Their names: "auto", "standard", "persistent", "persistent-small-h".
+const EnumNames<RnnAlgorithm>& rnn_algorithms();
+// RnnAlgorithm from its name (Error "--rnn-algorithm must be ..." otherwise).
 RnnAlgorithm parse_rnn_algorithm(const std::string& name);
 const char* to_string(RnnAlgorithm algorithm);
 

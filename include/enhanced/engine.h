@@ -1,7 +1,7 @@
 // The engine: the model on one device behind one interface, so that the trainer, the apps and
 // the bench never choose a device themselves. make_engine is the only place that does.
 //
-// The CPU engine (src/engine/cpu_model.cpp) runs each step when it is queued, on the caller's
+// The CPU engine (src/engine/cpu_engine.cpp) runs each step when it is queued, on the caller's
 // host buffers; the CUDA engine (src/engine/cuda_engine.*) holds copies on the GPU and queues
 // steps without waiting. Either way the loss, accuracy and a halt come back through collect(),
 // so the trainer's handling of them is the same code, tested on every machine.

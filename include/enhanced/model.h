@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "enhanced/enum_names.h"
 #include "enhanced/huge_pages.h"
 
 namespace enhanced {
@@ -13,10 +14,13 @@ namespace enhanced {
 enum class BlendMode { mean, scalar_mean };  // docs/model.md: "mean" (per dimension) / "scalar-mean"
 enum class PoolMode { feature, time };       // max over the 2H features (default) / over T
 
+// Their names, one table each (enhanced/enum_names.h): "mean", "scalar-mean"; "feature", "time".
+const EnumNames<BlendMode>& blend_modes();
+const EnumNames<PoolMode>& pool_modes();
 const char* to_string(BlendMode mode);
 const char* to_string(PoolMode mode);
-BlendMode parse_blend_mode(const std::string& text);  // "mean" | "scalar-mean"
-PoolMode parse_pool_mode(const std::string& text);    // "feature" | "time"
+BlendMode parse_blend_mode(const std::string& text);  // Error "unknown blend mode ..." otherwise
+PoolMode parse_pool_mode(const std::string& text);    // Error "unknown pooling ..." otherwise
 
 struct ModelConfig {
   int64_t vocab_size = 0;  // V

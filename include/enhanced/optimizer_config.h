@@ -67,7 +67,8 @@ struct OptimizerInfo {
 // The rows, in --optimizer's order; optimizer_info(kind) is kind's row.
 const std::vector<OptimizerInfo>& optimizers();
 const OptimizerInfo& optimizer_info(OptimizerKind kind);
-// The rows' names as text: "sgd or adam".
+// The rows' names (--optimizer's choices), and as text: "sgd or adam".
+std::vector<std::string> optimizer_names();
 std::string optimizer_names_text();
 
 // A step's learning rate (a schedule's value) must be >= 0 and finite: throws Error naming the step.

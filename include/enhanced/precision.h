@@ -13,11 +13,15 @@
 #include <cstdint>
 #include <string>
 
+#include "enhanced/enum_names.h"
+
 namespace enhanced {
 
 enum class Precision { fp32, bf16, bf16_emulated };
 
-// Precision from "fp32", "bf16" or "bf16-emulated" (Error otherwise).
+// Their names (enhanced/enum_names.h): "fp32", "bf16", "bf16-emulated".
+const EnumNames<Precision>& precisions();
+// Precision from its name (Error "--precision must be ..." otherwise).
 Precision parse_precision(const std::string& name);
 const char* to_string(Precision precision);
 inline bool rounds_to_bf16(Precision precision) { return precision != Precision::fp32; }

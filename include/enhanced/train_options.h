@@ -80,4 +80,8 @@ struct TrainOptions {
   std::set<std::string> given_flags;
 };
 
+// The names --lr-schedule and --monitor take, from the tables of src/train/schedule.cpp.
+std::vector<std::string> lr_schedule_names();
+std::vector<std::string> monitor_names();
+
 }  // namespace enhanced

@@ -9,6 +9,8 @@ import numpy as np
 
 from .safetensors import dtype_name, excerpt, read_metadata, read_safetensors, write_safetensors
 
+# The engine's names (enumerated once in src/core/model.cpp); written here too so that this module
+# needs NumPy only, and checked against enhanced._core's by python/tests/test_names.py.
 BLENDS = ("mean", "scalar-mean")
 POOLS = ("feature", "time")
 

@@ -9,6 +9,7 @@
 #include "extension.h"
 #include "enhanced/common.h"
 #include "enhanced/engine.h"
+#include "enhanced/model.h"
 #include "enhanced/training_observer.h"
 
 namespace enhanced::python {
@@ -59,6 +60,10 @@ NB_MODULE(_core, m) {
   m.def("version", [] { return std::string(version_string()); });
   m.attr("INTERRUPTED") = kInterruptedExit;
   m.def("train_flag_names", &python::train_flag_names);
+  // The model's names from the engine's tables (enhanced/model.h); checkpoint.py's copies are
+  // checked against them (python/tests/test_names.py).
+  m.attr("BLENDS") = nb::tuple(nb::cast(names_of(blend_modes())));
+  m.attr("POOLS") = nb::tuple(nb::cast(names_of(pool_modes())));
   m.def("train", &python::train, nb::arg("words"), nb::arg("train"), nb::arg("train_name"), nb::arg("valid").none(),
         nb::arg("valid_name"), nb::arg("bridge"), nb::arg("label_names") = std::vector<std::string>{},
         nb::arg("class_weights") = std::vector<float>{});

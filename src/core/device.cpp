@@ -8,7 +8,12 @@
 
 namespace enhanced {
 
-const char* to_string(Device device) { return device == Device::cuda ? "cuda" : "cpu"; }
+const EnumNames<Device>& devices() {
+  static const EnumNames<Device> table{{Device::cpu, "cpu"}, {Device::cuda, "cuda"}};
+  return table;
+}
+
+const char* to_string(Device device) { return name_of(devices(), device); }
 
 bool nvidia_device_present(const std::filesystem::path& root) {
   std::error_code error;
@@ -24,21 +29,19 @@ std::string no_gpu_text(const std::string& reason) {
   return reason == kNoNvidiaGpu ? reason : "no usable GPU: " + reason;
 }
 
-RnnAlgorithm parse_rnn_algorithm(const std::string& name) {
-  for (RnnAlgorithm algorithm : {RnnAlgorithm::automatic, RnnAlgorithm::standard, RnnAlgorithm::persistent,
-                                 RnnAlgorithm::persistent_small_h})
-    if (name == to_string(algorithm)) return algorithm;
-  fail("--rnn-algorithm must be auto, standard, persistent or persistent-small-h, got '", name, "'");
+const EnumNames<RnnAlgorithm>& rnn_algorithms() {
+  static const EnumNames<RnnAlgorithm> table{{RnnAlgorithm::automatic, "auto"},
+                                             {RnnAlgorithm::standard, "standard"},
+                                             {RnnAlgorithm::persistent, "persistent"},
+                                             {RnnAlgorithm::persistent_small_h, "persistent-small-h"}};
+  return table;
 }
 
-const char* to_string(RnnAlgorithm algorithm) {
-  switch (algorithm) {
-    case RnnAlgorithm::automatic: return "auto";
-    case RnnAlgorithm::standard: return "standard";
-    case RnnAlgorithm::persistent: return "persistent";
-    case RnnAlgorithm::persistent_small_h: return "persistent-small-h";
-  }
-  return "?";
+RnnAlgorithm parse_rnn_algorithm(const std::string& name) {
+  if (const EnumName<RnnAlgorithm>* row = find_name(rnn_algorithms(), name)) return row->value;
+  fail("--rnn-algorithm must be ", names_text(rnn_algorithms()), ", got '", name, "'");
 }
+
+const char* to_string(RnnAlgorithm algorithm) { return name_of(rnn_algorithms(), algorithm); }
 
 }  // namespace enhanced

@@ -10,19 +10,27 @@
 
 namespace enhanced {
 
-const char* to_string(BlendMode mode) { return mode == BlendMode::mean ? "mean" : "scalar-mean"; }
-const char* to_string(PoolMode mode) { return mode == PoolMode::feature ? "feature" : "time"; }
+const EnumNames<BlendMode>& blend_modes() {
+  static const EnumNames<BlendMode> table{{BlendMode::mean, "mean"}, {BlendMode::scalar_mean, "scalar-mean"}};
+  return table;
+}
+
+const EnumNames<PoolMode>& pool_modes() {
+  static const EnumNames<PoolMode> table{{PoolMode::feature, "feature"}, {PoolMode::time, "time"}};
+  return table;
+}
+
+const char* to_string(BlendMode mode) { return name_of(blend_modes(), mode); }
+const char* to_string(PoolMode mode) { return name_of(pool_modes(), mode); }
 
 BlendMode parse_blend_mode(const std::string& text) {
-  if (text == "mean") return BlendMode::mean;
-  if (text == "scalar-mean") return BlendMode::scalar_mean;
-  fail("unknown blend mode '", text, "' (expected mean or scalar-mean)");
+  if (const EnumName<BlendMode>* row = find_name(blend_modes(), text)) return row->value;
+  fail("unknown blend mode '", text, "' (expected ", names_text(blend_modes()), ")");
 }
 
 PoolMode parse_pool_mode(const std::string& text) {
-  if (text == "feature") return PoolMode::feature;
-  if (text == "time") return PoolMode::time;
-  fail("unknown pooling '", text, "' (expected feature or time)");
+  if (const EnumName<PoolMode>* row = find_name(pool_modes(), text)) return row->value;
+  fail("unknown pooling '", text, "' (expected ", names_text(pool_modes()), ")");
 }
 
 void ModelConfig::validate() const {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "enhanced/common.h"
+#include "enhanced/enum_names.h"
 
 namespace enhanced {
 
@@ -31,13 +32,13 @@ const OptimizerInfo& optimizer_info(OptimizerKind kind) {
   fail("internal: optimizer kind ", static_cast<int>(kind), " has no row in optimizers()");
 }
 
-std::string optimizer_names_text() {
-  const std::vector<OptimizerInfo>& rows = optimizers();
-  std::string text;
-  for (size_t i = 0; i < rows.size(); ++i)
-    text += cat(i == 0 ? "" : i + 1 == rows.size() ? " or " : ", ", rows[i].name);
-  return text;
+std::vector<std::string> optimizer_names() {
+  std::vector<std::string> names;
+  for (const OptimizerInfo& row : optimizers()) names.emplace_back(row.name);
+  return names;
 }
+
+std::string optimizer_names_text() { return names_text(optimizer_names()); }
 
 OptimizerKind parse_optimizer_kind(const std::string& text) {
   for (const OptimizerInfo& row : optimizers())

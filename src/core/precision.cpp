@@ -9,20 +9,18 @@
 
 namespace enhanced {
 
-Precision parse_precision(const std::string& name) {
-  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::bf16_emulated})
-    if (name == to_string(precision)) return precision;
-  fail("--precision must be fp32, bf16 or bf16-emulated, got '", name, "'");
+const EnumNames<Precision>& precisions() {
+  static const EnumNames<Precision> table{
+      {Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::bf16_emulated, "bf16-emulated"}};
+  return table;
 }
 
-const char* to_string(Precision precision) {
-  switch (precision) {
-    case Precision::fp32: return "fp32";
-    case Precision::bf16: return "bf16";
-    case Precision::bf16_emulated: return "bf16-emulated";
-  }
-  return "?";
+Precision parse_precision(const std::string& name) {
+  if (const EnumName<Precision>* row = find_name(precisions(), name)) return row->value;
+  fail("--precision must be ", names_text(precisions()), ", got '", name, "'");
 }
+
+const char* to_string(Precision precision) { return name_of(precisions(), precision); }
 
 namespace {
 

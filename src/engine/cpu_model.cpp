@@ -1,60 +1,19 @@
 // The model on the CPU: model_forward / model_backward (the layers' calls, in order and in
-// reverse), and the CPU engine, whose training step is the one CPU step of the code base.
+// reverse), and its stages alone for the bench (model_parts). The CPU engine around them is
+// cpu_engine.cpp.
 #include "engine/cpu_model.h"
 
-#include <omp.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstring>
-#include <limits>
-#include <thread>
 
-#include "engine/data_parallel.h"
 #include "enhanced/common.h"
-#include "enhanced/cpu.h"
-#include "enhanced/data_parallel.h"
-#include "layers/cpu/bf16_gemm.h"
-#include "layers/cpu/blas.h"
 #include "layers/cpu/packing_clock.h"
 #include "layers/dense.h"
 #include "layers/embedding_blend.h"
 #include "layers/lstm.h"
 #include "layers/maxpool.h"
-#include "layers/optimizer.h"
 #include "layers/softmax_xent.h"
-#include "steps/gradient_exchange_steps.h"
-#include "steps/step_totals_steps.h"
 
 namespace enhanced {
-
-int configure_cpu_threads(int requested) {
-  const int threads = requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  openblas_set_num_threads(1);
-  omp_set_num_threads(threads);
-  return threads;
-}
-
-void softmax_probabilities(float* probabilities, const float* logits, int batch, int num_labels) {
-  softmax_forward(probabilities, logits, batch, num_labels);
-}
-
-std::string cpu_blas_name() { return openblas_get_config(); }
-
-double cpu_gemm_gflops(int threads, int warmup, int runs) {
-  const int m = 4096, n = 1024, k = 160;
-  std::vector<float> a(static_cast<size_t>(m) * k, 0.5f), b(static_cast<size_t>(k) * n, 0.25f), c(static_cast<size_t>(m) * n);
-  openblas_set_num_threads(threads);
-  double best = std::numeric_limits<double>::infinity();
-  for (int run = 0; run < warmup + runs; ++run) {
-    const auto start = std::chrono::steady_clock::now();
-    gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (run >= warmup) best = std::min(best, seconds);
-  }
-  return 2.0 * m * n * k / best / 1e9;  // the best run: what the machine can do, not what it did under load
-}
 
 template <class Real>
 std::vector<ActivationSlot> cpu_activation_layout(const ModelConfig& config, int batch) {
@@ -158,6 +117,45 @@ void model_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Pa
   blend_backward(grads, a, batch);
 }
 
+// The model's stages alone, on the caller's buffers (the bench times each).
+std::vector<EnginePart> model_parts(Activations<float>& a, ParameterBuffer<float>& p, ParameterBuffer<float>& g,
+                                    const Batch& batch, int threads, Precision precision, const float* class_weights) {
+  const int B = batch.size;
+  std::vector<EnginePart> out;
+  out.push_back({"blend fwd+bwd", {}, [&] {
+    blend_forward(a, p, batch);
+    blend_backward(g, a, batch);
+  }, {}});
+  out.push_back({"bilstm fwd", {}, [&, B, threads, precision] { lstm_forward(a, p, B, threads, precision); }, {}});
+  out.push_back({"bilstm fwd+bwd", {}, [&, B, threads, precision] {
+    lstm_forward(a, p, B, threads, precision);
+    lstm_backward(g, a, p, B, threads, precision);
+  }, {}});
+  out.push_back({"head fwd+bwd", {}, [&, B, precision, class_weights] {
+    head_forward(a, p, batch, true, class_weights, nullptr, precision);
+    head_backward(g, a, p, B, precision);
+  }, {}});
+  // The layers' packing and conversion of GEMM operands within a forward and backward, the
+  // threads' sum divided by the threads: its share of the step's time.
+  out.push_back({"packing in f+b",
+                 [] {
+                   packing_clock::set_measuring(true);
+                   packing_clock::reset();
+                 },
+                 [&, B, threads, precision, class_weights] {
+                   lstm_forward(a, p, B, threads, precision);
+                   head_forward(a, p, batch, true, class_weights, nullptr, precision);
+                   head_backward(g, a, p, B, precision);
+                   lstm_backward(g, a, p, B, threads, precision);
+                 },
+                 [threads] {
+                   const double seconds = packing_clock::seconds() / std::max(1, std::min(threads, 2));
+                   packing_clock::reset();
+                   return seconds;
+                 }});
+  return out;
+}
+
 template std::vector<ActivationSlot> cpu_activation_layout<float>(const ModelConfig&, int);
 template std::vector<ActivationSlot> cpu_activation_layout<double>(const ModelConfig&, int);
 template struct Activations<float>;
@@ -170,242 +168,5 @@ template void model_backward<float>(ParameterBuffer<float>&, Activations<float>&
                                     const Batch&, int, Precision);
 template void model_backward<double>(ParameterBuffer<double>&, Activations<double>&, const ParameterBuffer<double>&,
                                      const Batch&, int, Precision);
-
-namespace {
-
-// Runs each step as it is queued, on the caller's buffers, accumulating the totals with the
-// device's rules (steps/step_totals_steps.h): loss * B in step order, the first largest logit
-// against the label, a sticky halt on a non-finite loss or gradient norm. Its members are the
-// CUDA engine's (cuda_engine.h), in the same order.
-class CpuEngine final : public Engine {
- public:
-  CpuEngine(ParameterBuffer<float>& params, OptimizerState* optimizer, const EngineOptions& options)
-      : params_(params), optimizer_(optimizer), threads_(options.threads),
-        max_batch_(options.max_batch), rnn_algorithm_(options.cuda.rnn_algorithm), precision_(options.precision),
-        class_weights_(options.class_weights),
-        communicator_(data_parallel_ranks(options)) {
-    // An inference engine (enhanced-eval) holds no gradients unless compute_gradients asks
-    // (the tests): estimate_memory counts them for training only.
-    if (optimizer_) grads_ = ParameterBuffer<float>(params.config);
-    // A rank of a data-parallel run computes its part of each batch only (shard 0 is the largest).
-    activations_.reserve(params.config, communicator_ ? std::max(1, shard_of(max_batch_, 0, communicator_->size()).count)
-                                                      : options.max_batch);
-  }
-
-  const ModelConfig& config() const override { return params_.config; }
-  std::string summary() const override {
-    std::string arithmetic = precision_ == Precision::fp32 ? "" : cat(", ", to_string(precision_));
-    if (precision_ == Precision::bf16) arithmetic += cat(" (", bf16_gemm::kernel_name(), " kernels)");
-    if (communicator_) return cat("cpu, ", threads_, " threads a rank, ", communicator_->size(), " ranks", arithmetic);
-    return cat("cpu, ", threads_, " threads", arithmetic);
-  }
-  // No cuDNN here: the run records the algorithm it was asked for, unchanged.
-  RnnAlgorithm rnn_algorithm() const override { return rnn_algorithm_; }
-
-  bool queues_steps() const override { return false; }
-
-  void enqueue_train_step(const Batch& batch, float learning_rate) override {
-    if (!optimizer_) fail("internal: this engine was made for inference only");
-    if (totals_.halted != Halt::none) return;
-    const int64_t step = optimizer_->steps + 1;
-    check_step_learning_rate(learning_rate, step);
-    int64_t correct = 0;
-    double loss = 0;
-    if (communicator_) {
-      loss = shard_gradients(batch, correct);
-    } else {
-      loss = gradients(batch);
-      correct = count_correct(batch.labels.data(), batch.size);
-    }
-    steps::account_loss(totals_, loss, batch.size, correct, step);
-    if (totals_.halted != Halt::none) return;
-    // A non-finite gradient norm skips the update and halts (every rank alike: the same gradient).
-    steps::account_update(totals_, optimizer_step(params_, *optimizer_, grads_, rows_, learning_rate), step);
-    clear_gradients();
-  }
-
-  TrainTotals collect() override {
-    const TrainTotals out = totals_;
-    std::memset(static_cast<void*>(&totals_), 0, kTotalsCounterBytes);  // the halt stays, as on the device
-    return out;
-  }
-
-  double forward(const Batch& batch, float* logits) override {
-    check_size(batch);
-    const double loss = model_forward(activations_, params_, batch, threads_, false, nullptr, nullptr, precision_);
-    copy_logits(batch, logits);
-    return loss;
-  }
-
-  double compute_gradients(const Batch& batch, float* logits) override {
-    const double loss = gradients(batch);
-    copy_logits(batch, logits);
-    return loss;
-  }
-
-  void download_gradients(ParameterBuffer<float>& grads) override { grads = grads_; }
-  void sync_to_host() override {}  // the host's buffers are the model
-  std::string closing_note() const override { return ""; }
-
-  std::vector<EnginePart> parts(const Batch& batch) override;
-
- private:
-  // grads_ = d loss / d params on `batch` (rows_ its touched rows); returns the mean loss.
-  double gradients(const Batch& batch) {
-    check_size(batch);
-    ensure_gradients();
-    clear_gradients();
-    embedding_touched_rows(rows_, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
-                           batch.cur_word_ids.data(), batch.positions());
-    const double loss = model_forward(activations_, params_, batch, threads_, true, weights_or_null(), nullptr, precision_);
-    if (!std::isfinite(loss)) return loss;
-    model_backward(grads_, activations_, params_, batch, threads_, precision_);
-    written_rows_ = steps::rows_left_by(false);
-    return loss;
-  }
-
-  // The whole batch's gradient on every rank of a data-parallel run, from this rank's part of
-  // it (take_shard); returns the whole batch's mean loss, `correct` its samples predicted right.
-  double shard_gradients(const Batch& batch, int64_t& correct) {
-    check_size(batch);
-    ensure_gradients();
-    clear_gradients();
-    // The loss's denominators are the whole batch's (take_shard).
-    LossDenominator whole;
-    const Shard shard =
-        take_shard(shard_batch_, batch, communicator_->rank(), communicator_->size(), weights_or_null(), &whole);
-    double reduced[2] = {0, 0};  // this rank's share of the mean loss, its correct predictions
-    rows_.clear();
-    if (shard.count > 0) {
-      embedding_touched_rows(rows_, shard_batch_.identifier_ids.data(),
-                             static_cast<int64_t>(shard_batch_.identifier_ids.size()), shard_batch_.cur_word_ids.data(),
-                             shard_batch_.positions());
-      reduced[0] =
-          model_forward(activations_, params_, shard_batch_, threads_, true, weights_or_null(), &whole, precision_);
-      reduced[1] = static_cast<double>(count_correct(shard_batch_.labels.data(), shard.count));
-    }
-    communicator_->sum(reduced, 2);
-    correct = static_cast<int64_t>(reduced[1]);
-    if (!std::isfinite(reduced[0])) return reduced[0];  // every rank halts alike
-    if (shard.count > 0) model_backward(grads_, activations_, params_, shard_batch_, threads_, precision_);
-    written_rows_ = steps::rows_left_by(true);
-    exchange_.run(grads_, rows_, *communicator_);  // rows_ becomes the ranks' union
-    return reduced[0];
-  }
-
-  // Samples whose first largest logit (activations_.logits, (B, L)) is the label.
-  int64_t count_correct(const int32_t* labels, int batch) const {
-    const int L = params_.config.num_labels;
-    int64_t correct = 0;
-    for (int b = 0; b < batch; ++b)
-      correct += steps::predicted_label(activations_.logits + static_cast<size_t>(b) * L, L) == labels[b];
-    return correct;
-  }
-
-  void ensure_gradients() {
-    if (grads_.data.empty()) grads_ = ParameterBuffer<float>(params_.config);
-  }
-
-  // rows_ is the list written_rows_ names, either kind: the CPU keeps one list.
-  void clear_gradients() {
-    if (written_rows_ != steps::GradientRows::clear) zero_gradients(grads_, rows_);
-    written_rows_ = steps::GradientRows::clear;
-  }
-
-  // The training loss's class weights (EngineOptions); evaluation's forward stays unweighted.
-  const float* weights_or_null() const { return class_weights_.empty() ? nullptr : class_weights_.data(); }
-
-  void check_size(const Batch& batch) const {
-    if (batch.size < 1 || batch.size > max_batch_)
-      fail("batch of ", batch.size, " samples; the engine holds 1..", max_batch_);
-  }
-
-  void copy_logits(const Batch& batch, float* logits) const {
-    if (logits) std::copy_n(activations_.logits, static_cast<size_t>(batch.size) * params_.config.num_labels, logits);
-  }
-
-  ParameterBuffer<float>& params_;
-  ParameterBuffer<float> grads_;
-  OptimizerState* optimizer_;
-  int threads_;
-  int max_batch_;
-  RnnAlgorithm rnn_algorithm_;
-  Precision precision_;
-  std::vector<float> class_weights_;
-  Communicator* communicator_;  // null: alone
-  Activations<float> activations_;
-  std::vector<int32_t> rows_;
-  steps::GradientRows written_rows_ = steps::GradientRows::clear;
-  TrainTotals totals_;
-  Batch shard_batch_;
-  GradientExchange exchange_;
-};
-
-// The model's stages alone, on the engine's buffers (the bench times each).
-std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
-  check_size(batch);
-  ensure_gradients();
-  Activations<float>& a = activations_;
-  ParameterBuffer<float>& p = params_;
-  ParameterBuffer<float>& g = grads_;
-  const int B = batch.size, threads = threads_;
-  const Precision precision = precision_;
-  std::vector<EnginePart> out;
-  out.push_back({"blend fwd+bwd", {}, [&] {
-    blend_forward(a, p, batch);
-    blend_backward(g, a, batch);
-  }, {}});
-  out.push_back({"bilstm fwd", {}, [&, B, threads, precision] { lstm_forward(a, p, B, threads, precision); }, {}});
-  out.push_back({"bilstm fwd+bwd", {}, [&, B, threads, precision] {
-    lstm_forward(a, p, B, threads, precision);
-    lstm_backward(g, a, p, B, threads, precision);
-  }, {}});
-  out.push_back({"head fwd+bwd", {}, [&, B, precision] {
-    head_forward(a, p, batch, true, weights_or_null(), nullptr, precision);
-    head_backward(g, a, p, B, precision);
-  }, {}});
-  // The layers' packing and conversion of GEMM operands within a forward and backward, the
-  // threads' sum divided by the threads: its share of the step's time.
-  out.push_back({"packing in f+b",
-                 [] {
-                   packing_clock::set_measuring(true);
-                   packing_clock::reset();
-                 },
-                 [&, B, threads, precision] {
-                   lstm_forward(a, p, B, threads, precision);
-                   head_forward(a, p, batch, true, weights_or_null(), nullptr, precision);
-                   head_backward(g, a, p, B, precision);
-                   lstm_backward(g, a, p, B, threads, precision);
-                 },
-                 [threads] {
-                   const double seconds = packing_clock::seconds() / std::max(1, std::min(threads, 2));
-                   packing_clock::reset();
-                   return seconds;
-                 }});
-  if (optimizer_) {
-    // A step on zero gradients over the batch's rows: the update's cost, not the gradients'.
-    out.push_back({"optimizer",
-                   [&] {
-                     std::fill(g.data.begin(), g.data.end(), 0.0f);
-                     written_rows_ = steps::GradientRows::clear;
-                     embedding_touched_rows(rows_, batch.identifier_ids.data(),
-                                            static_cast<int64_t>(batch.identifier_ids.size()),
-                                            batch.cur_word_ids.data(), batch.positions());
-                   },
-                   [&] { optimizer_step(p, *optimizer_, g, rows_, optimizer_->config.learning_rate); },
-                   {}});
-  }
-  return out;
-}
-
-}  // namespace
-
-std::unique_ptr<Engine> make_cpu_engine(ParameterBuffer<float>& params, OptimizerState* optimizer,
-                                        const EngineOptions& options) {
-  if (options.max_batch < 1) fail("engine: max batch must be positive, got ", options.max_batch);
-  const std::string unavailable = cpu_precision_unavailable_reason(options.precision);
-  if (!unavailable.empty()) fail(unavailable);
-  return std::make_unique<CpuEngine>(params, optimizer, options);
-}
 
 }  // namespace enhanced

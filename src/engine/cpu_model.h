@@ -1,6 +1,7 @@
 // The whole model on the CPU: forward (with the loss and its gradient fused) and backward, as
-// the layers' calls in order and in reverse, and the CPU engine around them. The gradient checks
-// run these in double precision; everything else goes through make_engine (enhanced/engine.h).
+// the layers' calls in order and in reverse (cpu_model.cpp); the CPU engine around them is
+// cpu_engine.h. The gradient checks run these in double precision; everything else goes through
+// make_engine (enhanced/engine.h).
 #pragma once
 
 #include <cstdint>
@@ -47,8 +48,10 @@ template <class Real>
 void model_backward(ParameterBuffer<Real>& grads, Activations<Real>& activations, const ParameterBuffer<Real>& params,
                     const Batch& batch, int threads, Precision precision = Precision::fp32);
 
-// The CPU engine: trains the caller's `params` and `optimizer` in place (nullptr: inference only).
-std::unique_ptr<Engine> make_cpu_engine(ParameterBuffer<float>& params, OptimizerState* optimizer,
-                                        const EngineOptions& options);
+// The model's stages alone, each a forward or a forward and its backward as model_forward and
+// model_backward run them, on the caller's buffers: what the bench times (Engine::parts).
+std::vector<EnginePart> model_parts(Activations<float>& activations, ParameterBuffer<float>& params,
+                                    ParameterBuffer<float>& grads, const Batch& batch, int threads,
+                                    Precision precision, const float* class_weights);
 
 }  // namespace enhanced

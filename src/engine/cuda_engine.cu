@@ -1,4 +1,4 @@
-// The CUDA engine (cuda_engine.h): the CPU engine's step (cpu_model.cpp: the model, optimizer_step,
+// The CUDA engine (cuda_engine.h): the CPU engine's step (cpu_engine.cpp: the model, optimizer_step,
 // zero_gradients) on one device, pipelined: batch uploads on a copy stream, steps on the compute
 // stream, CUDA graph replay. This file holds its Engine members; the step pipeline is
 // cuda_engine_step.cu, the class and its state cuda_engine_state.h.
@@ -151,8 +151,8 @@ void CudaEngine::allocate(const ModelConfig& c, int max_batch, const EngineOptio
   const size_t F = static_cast<size_t>(pass_batch) * c.pooled_features();
   const bool bf16 = m.precision == Precision::bf16;
   m.lstm = make_rank_lstm(ranks, m.options.rnn_algorithm, [&](RnnAlgorithm algorithm) {
-    return std::make_unique<cuda::CudnnBiLstm>(m.cudnn.get(), pass_batch, c.seq_len, c.embedding_dim, c.hidden,
-                                               m.options.tf32, algorithm, bf16);
+    return std::make_unique<cuda::CudnnBiLstm>(pass_batch, c.seq_len, c.embedding_dim, c.hidden, m.options.tf32,
+                                               algorithm, bf16, m.cudnn.get());
   });
   if (bf16) m.dense_bf16.resize(cuda::dense_bf16_scratch_size(pass_batch, c.pooled_features(), c.num_labels));
   m.params.allocate(c, m.s());

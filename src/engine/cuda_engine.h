@@ -1,5 +1,5 @@
 // The CUDA engine: the model on one CUDA device behind Engine (enhanced/engine.h), the twin of
-// the CPU engine (cpu_model.cpp's CpuEngine: the same members in the same order). It holds
+// the CPU engine (cpu_engine.cpp's CpuEngine: the same members in the same order). It holds
 // device copies of the parameters, their gradients and the optimizer moments (each ONE
 // allocation carved like ParameterBuffer, so an optimizer step is one kernel), activations and
 // workspaces sized once for the largest batch, cuBLAS / cuDNN handles, a compute stream and a

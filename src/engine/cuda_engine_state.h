@@ -191,7 +191,7 @@ struct CudaEngineState {
   }
 };
 
-// The engine: the CPU engine's members in the same order (cpu_model.cpp), over the state above.
+// The engine: the CPU engine's members in the same order (cpu_engine.cpp), over the state above.
 class CudaEngine final : public Engine {
  public:
   CudaEngine(ParameterBuffer<float>& params, OptimizerState* optimizer, const EngineOptions& options);

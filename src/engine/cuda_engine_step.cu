@@ -211,11 +211,11 @@ void CudaEngineState::forward_pass(const BatchView& b, bool with_gradient) {
                        B, T, D, H, s());
   cuda::maxpool_forward(act.pooled, act.argmax, act.y, B, T, 2 * H, c.pool, s());
   cuda::dense_forward(act.logits, act.pooled, params.dense_weight, params.dense_bias, B, F(), c.num_labels,
-                      cublas, s(), dense_scratch());
+                      dense_scratch(), cublas, s());
   // Training steps and compute_gradients weigh the loss by class; evaluation does not.
   const float* weights = with_gradient && class_weights.size() ? class_weights.data() : nullptr;
   cuda::softmax_cross_entropy(with_gradient ? act.dlogits : nullptr, act.sample_losses, scalars.data(),
-                              act.logits, b.labels, weights, B, c.num_labels, s(), b.whole);
+                              act.logits, b.labels, weights, B, c.num_labels, b.whole, s());
 }
 
 // The embedding backward sorts room for the most ids a slot holds (the batch's own count is read
@@ -229,7 +229,7 @@ void CudaEngineState::backward_pass(const BatchView& b) {
   // the touched rows.
   cuda::zero_gradients(grads.data.data(), range(rows_of(b), true), s());
   cuda::dense_backward(act.dpooled, grads.dense_weight, grads.dense_bias, act.dlogits, act.pooled,
-                       params.dense_weight, B, F(), c.num_labels, cublas, s(), dense_scratch());
+                       params.dense_weight, B, F(), c.num_labels, dense_scratch(), cublas, s());
   cuda::maxpool_backward(act.dy, act.argmax, act.dpooled, B, T, 2 * H, c.pool, s());
   cuda::bilstm_backward(act.dx, grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, *lstm, act.y,
                         act.dy, act.x, B, T, D, H, s());

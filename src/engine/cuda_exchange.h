@@ -1,5 +1,5 @@
 // The CUDA engine's side of a data-parallel run (docs/distributed.md): one GPU a rank, and the
-// gradient exchange over NCCL on the step's stream, by the rule the CPU's GradientExchange
+// gradient exchange over NCCL on the step's stream, by the rule the CPU's CpuGradientExchange
 // follows too (steps/gradient_exchange_steps.h): the dense part all-reduced; the embedding's
 // touched rows packed as ids and rows into buffers of a fixed bound per rank and all-gathered,
 // then added in rank order; the step's loss share and correct count all-reduced with them. The NCCL calls are made outside any captured CUDA graph (see

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "engine/cpu_model.h"
+#include "engine/cpu_engine.h"
 #include "enhanced/common.h"
 #ifdef ENHANCED_HAVE_CUDA
 #include "engine/cuda_engine.h"

@@ -1,4 +1,4 @@
-// The memory estimate mirrors the CPU engine's allocations (cpu_model.cpp), so it lives beside
+// The memory estimate mirrors the CPU engine's allocations (cpu_model.cpp, cpu_engine.cpp), so it lives beside
 // them: the activations and the layers' workspaces are the layout the engine carves.
 #include "enhanced/memory.h"
 

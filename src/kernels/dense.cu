@@ -69,7 +69,7 @@ size_t dense_bf16_scratch_size(int batch, int in_features, int out_features) {
 }
 
 void dense_forward(float* out, const float* in, const float* weight, const float* bias, int batch, int in_features,
-                   int out_features, cublasHandle_t handle, cudaStream_t stream, uint16_t* bf16_scratch) {
+                   int out_features, uint16_t* bf16_scratch, cublasHandle_t handle, cudaStream_t stream) {
   if (batch == 0) return;
   const int64_t count = static_cast<int64_t>(batch) * out_features;
   broadcast_bias_kernel<<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
@@ -92,8 +92,8 @@ void dense_forward(float* out, const float* in, const float* weight, const float
 // With bf16_scratch, all three operands are converted again here: backward does not rely on what
 // a forward left in the scratch.
 void dense_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in, const float* weight,
-                    int batch, int in_features, int out_features, cublasHandle_t handle, cudaStream_t stream,
-                    uint16_t* bf16_scratch) {
+                    int batch, int in_features, int out_features, uint16_t* bf16_scratch, cublasHandle_t handle,
+                    cudaStream_t stream) {
   if (batch == 0) return;
   const void *in_op = in, *dout_op = dout, *weight_op = weight;
   if (bf16_scratch) {

@@ -19,11 +19,11 @@ size_t dense_bf16_scratch_size(int batch, int in_features, int out_features);
 
 // out (B, L) = in (B, F) W^T + b, W (L, F).
 void dense_forward(float* out, const float* in, const float* weight, const float* bias, int batch, int in_features,
-                   int out_features, cublasHandle_t handle, cudaStream_t stream, uint16_t* bf16_scratch = nullptr);
+                   int out_features, uint16_t* bf16_scratch, cublasHandle_t handle, cudaStream_t stream);
 
 // din (B, F) =; dweight (L, F) +=; dbias (L) += (column sums in batch order: deterministic).
 void dense_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in, const float* weight,
-                    int batch, int in_features, int out_features, cublasHandle_t handle, cudaStream_t stream,
-                    uint16_t* bf16_scratch = nullptr);
+                    int batch, int in_features, int out_features, uint16_t* bf16_scratch, cublasHandle_t handle,
+                    cudaStream_t stream);
 
 }  // namespace enhanced::cuda

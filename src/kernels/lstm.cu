@@ -310,8 +310,8 @@ void CudnnBiLstm::Impl::run_backward(float* dx, const float* y, const float* dy,
                                                   reserve.data()));
 }
 
-CudnnBiLstm::CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int input, int hidden, bool tf32,
-                         RnnAlgorithm algorithm, bool bf16)
+CudnnBiLstm::CudnnBiLstm(int max_batch, int seq_len, int input, int hidden, bool tf32, RnnAlgorithm algorithm,
+                         bool bf16, cudnnHandle_t handle)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   if (max_batch < 1 || seq_len < 1 || input < 1 || hidden < 1)

@@ -27,8 +27,8 @@ class CudnnBiLstm {
   // tensor-op math; default math where cuDNN refuses that, as selection() says), standard algorithm only (automatic picks it; another named one is an
   // Error); tf32 then has no effect here. The calls below still take and give FP32 tensors: the
   // conversions to and from bfloat16 happen inside (lstm.cu says which).
-  CudnnBiLstm(cudnnHandle_t handle, int max_batch, int seq_len, int input, int hidden, bool tf32,
-              RnnAlgorithm algorithm = RnnAlgorithm::standard, bool bf16 = false);
+  CudnnBiLstm(int max_batch, int seq_len, int input, int hidden, bool tf32, RnnAlgorithm algorithm, bool bf16,
+              cudnnHandle_t handle);
   ~CudnnBiLstm();
   CudnnBiLstm(const CudnnBiLstm&) = delete;
   CudnnBiLstm& operator=(const CudnnBiLstm&) = delete;

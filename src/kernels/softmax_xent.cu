@@ -57,7 +57,7 @@ __global__ void mean_loss_kernel(double* __restrict__ mean_loss, const float* __
 
 void softmax_cross_entropy(float* dlogits, float* sample_losses, double* mean_loss, const float* logits,
                            const int32_t* labels, const float* class_weights, int batch, int num_labels,
-                           cudaStream_t stream, const LossDenominator* whole) {
+                           const LossDenominator* whole, cudaStream_t stream) {
   if (batch == 0) return;
   if (class_weights && !whole) {
     if (!mean_loss) fail("internal: the weighted softmax_cross_entropy needs mean_loss for the total weight");

@@ -1,4 +1,4 @@
-// A data-parallel step's gradient exchange, one rule for both devices (engine/data_parallel.cpp
+// A data-parallel step's gradient exchange, one rule for both devices (engine/cpu_exchange.cpp
 // over the Communicator on the CPU, engine/cuda_exchange.cpp + kernels/row_exchange.cu over NCCL):
 // every rank ends with the same bits, the whole batch's gradient.
 //   1. The dense part (dense_part: everything after the embedding table, one flat buffer) is

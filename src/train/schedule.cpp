@@ -4,28 +4,27 @@
 #include <cmath>
 
 #include "enhanced/common.h"
+#include "enhanced/train_options.h"
 
 namespace enhanced {
 
-ScheduleKind parse_schedule_kind(const std::string& text) {
-  if (text == "constant") return ScheduleKind::constant;
-  if (text == "step") return ScheduleKind::step;
-  if (text == "cosine") return ScheduleKind::cosine;
-  if (text == "linear") return ScheduleKind::linear;
-  if (text == "plateau") return ScheduleKind::plateau;
-  fail("--lr-schedule must be constant, step, cosine, linear or plateau, got '", text, "'");
+const EnumNames<ScheduleKind>& schedule_kinds() {
+  static const EnumNames<ScheduleKind> table{{ScheduleKind::constant, "constant"},
+                                             {ScheduleKind::step, "step"},
+                                             {ScheduleKind::cosine, "cosine"},
+                                             {ScheduleKind::linear, "linear"},
+                                             {ScheduleKind::plateau, "plateau"}};
+  return table;
 }
 
-const char* to_string(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::constant: return "constant";
-    case ScheduleKind::step: return "step";
-    case ScheduleKind::cosine: return "cosine";
-    case ScheduleKind::linear: return "linear";
-    case ScheduleKind::plateau: return "plateau";
-  }
-  return "?";
+ScheduleKind parse_schedule_kind(const std::string& text) {
+  if (const EnumName<ScheduleKind>* row = find_name(schedule_kinds(), text)) return row->value;
+  fail("--lr-schedule must be ", names_text(schedule_kinds()), ", got '", text, "'");
 }
+
+const char* to_string(ScheduleKind kind) { return name_of(schedule_kinds(), kind); }
+
+std::vector<std::string> lr_schedule_names() { return names_of(schedule_kinds()); }
 
 // torch ReduceLROnPlateau's eps: a reduction smaller than this is not made.
 constexpr double kPlateauEpsilon = 1e-8;
@@ -60,21 +59,21 @@ double learning_rate_at(const ScheduleOptions& schedule, double base_lr, int64_t
   return base_lr;
 }
 
-MonitorMetric parse_monitor_metric(const std::string& text) {
-  if (text == "valid_loss") return MonitorMetric::valid_loss;
-  if (text == "valid_accuracy") return MonitorMetric::valid_accuracy;
-  if (text == "valid_f1") return MonitorMetric::valid_f1;
-  fail("--monitor must be valid_loss, valid_accuracy or valid_f1, got '", text, "'");
+const EnumNames<MonitorMetric>& monitor_metrics() {
+  static const EnumNames<MonitorMetric> table{{MonitorMetric::valid_loss, "valid_loss"},
+                                              {MonitorMetric::valid_accuracy, "valid_accuracy"},
+                                              {MonitorMetric::valid_f1, "valid_f1"}};
+  return table;
 }
 
-const char* to_string(MonitorMetric metric) {
-  switch (metric) {
-    case MonitorMetric::valid_loss: return "valid_loss";
-    case MonitorMetric::valid_accuracy: return "valid_accuracy";
-    case MonitorMetric::valid_f1: return "valid_f1";
-  }
-  return "?";
+MonitorMetric parse_monitor_metric(const std::string& text) {
+  if (const EnumName<MonitorMetric>* row = find_name(monitor_metrics(), text)) return row->value;
+  fail("--monitor must be ", names_text(monitor_metrics()), ", got '", text, "'");
 }
+
+const char* to_string(MonitorMetric metric) { return name_of(monitor_metrics(), metric); }
+
+std::vector<std::string> monitor_names() { return names_of(monitor_metrics()); }
 
 // Monitored values are compared as "lower is better": accuracy and F1 are negated.
 double monitored_value(const Validation& validation, MonitorMetric metric) {

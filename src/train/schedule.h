@@ -11,9 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "enhanced/enum_names.h"
+
 namespace enhanced {
 
 enum class ScheduleKind { constant, step, cosine, linear, plateau };
+const EnumNames<ScheduleKind>& schedule_kinds();           // --lr-schedule's names
 ScheduleKind parse_schedule_kind(const std::string& text);  // errors name --lr-schedule
 const char* to_string(ScheduleKind kind);
 
@@ -33,6 +36,7 @@ double learning_rate_at(const ScheduleOptions& schedule, double base_lr, int64_t
                         int64_t plateau_reductions);
 
 enum class MonitorMetric { valid_loss, valid_accuracy, valid_f1 };
+const EnumNames<MonitorMetric>& monitor_metrics();             // --monitor's names
 MonitorMetric parse_monitor_metric(const std::string& text);  // errors name --monitor
 const char* to_string(MonitorMetric metric);
 

@@ -16,9 +16,16 @@ inline constexpr int kPanelWidth = 32;
 // K as packed: rounded up to a multiple of 32.
 inline size_t padded_depth(int k) { return static_cast<size_t>((k + 31) / 32 * 32); }
 
-// multiply's kernel: C (M x N, row stride ldc) (+)= A (M x K, row stride lda) * packed (K x N).
+// uint16_t elements of multiply's workspace for depth k: one block of 32 of A's rows, K padded
+// (the AMX kernel copies a ragged block there; the AVX512-BF16 kernel needs none). A workspace
+// sized for a K serves every smaller one.
+inline constexpr int kBlockRowsOfA = 32;
+inline size_t multiply_workspace_size(int k) { return kBlockRowsOfA * padded_depth(k); }
+
+// multiply's kernel: C (M x N, row stride ldc) (+)= A (M x K, row stride lda) * packed (K x N);
+// workspace: multiply_workspace_size(k) elements, the caller's.
 using Kernel = void (*)(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m, int n, int k,
-                        bool accumulate);
+                        bool accumulate, uint16_t* workspace);
 
 // The instructions a kernel runs on.
 enum class Isa { avx512_bf16, amx_bf16 };
@@ -92,8 +99,9 @@ struct TileSessionState {
 TileSessionState& tile_session();
 
 // C (M x N, row stride ldc) = A (M x K, row stride lda, bfloat16) * packed (K x N), or += when
-// accumulate, on the kernel available() names. Fails unless available().
+// accumulate, on the kernel available() names. Fails unless available(). workspace:
+// multiply_workspace_size(k) elements (the caller's: a multiply allocates nothing).
 void multiply(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m, int n, int k,
-              bool accumulate);
+              bool accumulate, uint16_t* workspace);
 
 }  // namespace enhanced::bf16_gemm

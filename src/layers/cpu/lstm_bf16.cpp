@@ -28,11 +28,12 @@ Workspace carve(uint16_t* base, int batch, int input, int hidden, size_t* total)
                           static_cast<size_t>(batch) * width,
                           static_cast<size_t>(batch) * gates4,
                           static_cast<size_t>(width) * chunk_rows,
-                          bf16_gemm::packed_size(chunk_rows, gates4)};
-  uint16_t* parts[6] = {};
+                          bf16_gemm::packed_size(chunk_rows, gates4),
+                          bf16_gemm::multiply_workspace_size(std::max({width, gates4, chunk_rows}))};
+  uint16_t* parts[7] = {};
   const size_t elements = carve_parts(base, sizes, 32, base ? &parts : nullptr);
   if (total) *total = elements;
-  return {parts[0], parts[1], parts[2], parts[3], parts[4], parts[5]};
+  return {parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]};
 }
 
 // operand (B, D + H) = [x_t | h_{t-1}] in bfloat16; h_prev null: zeros.
@@ -65,7 +66,8 @@ Workspace carve_workspace(uint16_t* base, int batch, int input, int hidden) {
 }
 
 StepProjection::StepProjection(const Workspace& workspace, const float* w_ih, const float* w_hh, int input, int hidden)
-    : input_(input), hidden_(hidden), packed_(workspace.weights), operand_(workspace.step_operand) {
+    : input_(input), hidden_(hidden), packed_(workspace.weights), operand_(workspace.step_operand),
+      kernel_(workspace.kernel) {
   const packing_clock::Scope packing;
   const int k = input + hidden, n = 4 * hidden;
   bf16_gemm::pack_rows(packed_, k, 0, w_ih, input, n, static_cast<size_t>(input), 1);
@@ -79,7 +81,7 @@ void StepProjection::operator()(float* gates, size_t ld_gates, const float* x, s
     const packing_clock::Scope packing;
     gather_step_operand(operand_, x, ld_x, h_prev, ld_h, batch, input_, hidden_);
   }
-  bf16_gemm::multiply(gates, static_cast<int>(ld_gates), operand_, k, packed_, batch, 4 * hidden_, k, false);
+  bf16_gemm::multiply(gates, static_cast<int>(ld_gates), operand_, k, packed_, batch, 4 * hidden_, k, false, kernel_);
 }
 
 StepBackward::StepBackward(const Workspace& workspace, const float* w_ih, const float* w_hh, const float* x,
@@ -102,15 +104,15 @@ void StepBackward::operator()(int step, float* dgates, size_t ld_dgates, float* 
   }
   if (step > 0)
     bf16_gemm::multiply(dh_recurrent, hidden_, buffers_.step_dgates, gates4, buffers_.weights, batch_, hidden_, gates4,
-                        false);
+                        false, buffers_.kernel);
   bf16_gemm::multiply(dx_part_ + static_cast<size_t>(t) * input_, seq_len_ * input_, buffers_.step_dgates, gates4,
-                      buffers_.weights_ih, batch_, input_, gates4, false);
+                      buffers_.weights_ih, batch_, input_, gates4, false, buffers_.kernel);
   const int done = seq_len_ - 1 - step;  // steps before this one
   add_to_chunk(step, t, done % chunk_steps_);
   const bool chunk_full = done % chunk_steps_ == chunk_steps_ - 1 || step == 0;
   if (chunk_full)
     bf16_gemm::multiply(product_, gates4, buffers_.chunk_operand, chunk_rows_, buffers_.chunk_dgates, input_ + hidden_,
-                        gates4, chunk_rows_, done >= chunk_steps_);
+                        gates4, chunk_rows_, done >= chunk_steps_, buffers_.kernel);
 }
 
 // The step's K rows of the chunk: its dgates packed, its [x_t | h_{t-1}] transposed, each

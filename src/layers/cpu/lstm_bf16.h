@@ -20,6 +20,7 @@ struct Workspace {
   uint16_t* step_dgates;   // a step's gate gradients, (B, 4H)
   uint16_t* chunk_operand;  // (D + H, chunk K): [x | h_{t-1}]^T of a chunk's steps
   uint16_t* chunk_dgates;   // a chunk's gate gradients, packed (chunk K) x 4H
+  uint16_t* kernel;         // bf16_gemm::multiply's own, for the largest K of the products
 };
 size_t workspace_size(int batch, int input, int hidden);
 Workspace carve_workspace(uint16_t* base, int batch, int input, int hidden);
@@ -36,6 +37,7 @@ class StepProjection {
   int input_, hidden_;
   uint16_t* packed_;   // [W_ih | W_hh]^T, (D + H) x 4H
   uint16_t* operand_;  // the step's [x_t | h_{t-1}], (B, D + H)
+  uint16_t* kernel_;   // the multiply's workspace
 };
 
 // One direction's backward products, a step at a time after its pointwise pass: from the step's

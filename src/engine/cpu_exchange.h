@@ -1,6 +1,7 @@
 // The gradient exchange of a data-parallel CPU step: after each rank's backward over its part
 // of the batch, every rank holds the gradient of the whole batch (the same bits on each), by the
-// rule of steps/gradient_exchange_steps.h (the CUDA engine's exchange over NCCL follows it too).
+// rule of steps/gradient_exchange_steps.h (the CUDA engine's exchange over NCCL, cuda_exchange.h,
+// follows it too).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 
 namespace enhanced {
 
-class GradientExchange {
+class CpuGradientExchange {
  public:
   // grads: in, this rank's gradient (zero outside the dense part and `rows`); out, the sum over
   // the ranks. The dense part (everything after the embedding table, one buffer) is all-reduced;

@@ -1,4 +1,4 @@
-#include "engine/data_parallel.h"
+#include "engine/cpu_exchange.h"
 
 #include <algorithm>
 
@@ -8,7 +8,7 @@
 namespace enhanced {
 
 // The exchange's rule: steps/gradient_exchange_steps.h (the CUDA engine's is the same).
-void GradientExchange::run(ParameterBuffer<float>& grads, std::vector<int32_t>& rows, Communicator& communicator) {
+void CpuGradientExchange::run(ParameterBuffer<float>& grads, std::vector<int32_t>& rows, Communicator& communicator) {
   const steps::DensePart dense = steps::dense_part(grads.embedding_size(), grads.size());
   communicator.sum(grads.data.data() + dense.offset, dense.count);
   // This rank's rows, packed and cleared: the merge below adds every rank's (its own included)

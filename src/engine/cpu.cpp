@@ -1,0 +1,45 @@
+// What the CPU engine offers outside an engine (enhanced/cpu.h): its threads, its BLAS and the
+// BLAS's yardstick for the bench, and the loss layer's softmax on the host.
+#include "enhanced/cpu.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "layers/cpu/blas.h"
+#include "layers/softmax_xent.h"
+
+namespace enhanced {
+
+int configure_cpu_threads(int requested) {
+  const int threads = requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  openblas_set_num_threads(1);
+  omp_set_num_threads(threads);
+  return threads;
+}
+
+void softmax_probabilities(float* probabilities, const float* logits, int batch, int num_labels) {
+  softmax_forward(probabilities, logits, batch, num_labels);
+}
+
+std::string cpu_blas_name() { return openblas_get_config(); }
+
+double cpu_gemm_gflops(int threads, int warmup, int runs) {
+  const int m = 4096, n = 1024, k = 160;
+  std::vector<float> a(static_cast<size_t>(m) * k, 0.5f), b(static_cast<size_t>(k) * n, 0.25f), c(static_cast<size_t>(m) * n);
+  openblas_set_num_threads(threads);
+  double best = std::numeric_limits<double>::infinity();
+  for (int run = 0; run < warmup + runs; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (run >= warmup) best = std::min(best, seconds);
+  }
+  return 2.0 * m * n * k / best / 1e9;  // the best run: what the machine can do, not what it did under load
+}
+
+}  // namespace enhanced
