@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "enhanced/carve.h"
 #include "enhanced/model.h"
 
@@ -33,12 +34,7 @@ TEST(CarvedPieces, OddSizedPiecesEachStartOnTheBoundaryAndDoNotOverlap) {
 }
 
 TEST(CarvedPieces, FloatAndDoubleActivationsStartOnTheBoundary) {
-  ModelConfig config;
-  config.vocab_size = 23;
-  config.embedding_dim = 7;
-  config.hidden = 5;
-  config.seq_len = 3;
-  config.num_labels = 3;
+  const ModelConfig config = testing::small_config(BlendMode::mean, PoolMode::feature);  // D 7, H 5, T 6: odd sizes
   const std::vector<ActivationSlot> layout = activation_layout(config, 3, 17, 5, false);
   const size_t count = activation_count(layout);
   auto check = [&](auto tag) {

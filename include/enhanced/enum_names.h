@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "enhanced/common.h"
+
 namespace enhanced {
 
 template <class Enum>
@@ -52,6 +54,13 @@ const EnumName<Enum>* find_name(const EnumNames<Enum>& table, const std::string&
   for (const EnumName<Enum>& row : table)
     if (text == row.name) return &row;
   return nullptr;
+}
+
+// The value a flag's `text` names, or Error "FLAG must be a, b or c, got 'text'".
+template <class Enum>
+Enum parse_flag_value(const EnumNames<Enum>& table, const std::string& text, const char* flag) {
+  if (const EnumName<Enum>* row = find_name(table, text)) return row->value;
+  fail(flag, " must be ", names_text(table), ", got '", text, "'");
 }
 
 }  // namespace enhanced

@@ -38,8 +38,7 @@ const EnumNames<RnnAlgorithm>& rnn_algorithms() {
 }
 
 RnnAlgorithm parse_rnn_algorithm(const std::string& name) {
-  if (const EnumName<RnnAlgorithm>* row = find_name(rnn_algorithms(), name)) return row->value;
-  fail("--rnn-algorithm must be ", names_text(rnn_algorithms()), ", got '", name, "'");
+  return parse_flag_value(rnn_algorithms(), name, "--rnn-algorithm");
 }
 
 const char* to_string(RnnAlgorithm algorithm) { return name_of(rnn_algorithms(), algorithm); }

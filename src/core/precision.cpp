@@ -16,8 +16,7 @@ const EnumNames<Precision>& precisions() {
 }
 
 Precision parse_precision(const std::string& name) {
-  if (const EnumName<Precision>* row = find_name(precisions(), name)) return row->value;
-  fail("--precision must be ", names_text(precisions()), ", got '", name, "'");
+  return parse_flag_value(precisions(), name, "--precision");
 }
 
 const char* to_string(Precision precision) { return name_of(precisions(), precision); }

@@ -18,8 +18,7 @@ const EnumNames<ScheduleKind>& schedule_kinds() {
 }
 
 ScheduleKind parse_schedule_kind(const std::string& text) {
-  if (const EnumName<ScheduleKind>* row = find_name(schedule_kinds(), text)) return row->value;
-  fail("--lr-schedule must be ", names_text(schedule_kinds()), ", got '", text, "'");
+  return parse_flag_value(schedule_kinds(), text, "--lr-schedule");
 }
 
 const char* to_string(ScheduleKind kind) { return name_of(schedule_kinds(), kind); }
@@ -67,8 +66,7 @@ const EnumNames<MonitorMetric>& monitor_metrics() {
 }
 
 MonitorMetric parse_monitor_metric(const std::string& text) {
-  if (const EnumName<MonitorMetric>* row = find_name(monitor_metrics(), text)) return row->value;
-  fail("--monitor must be ", names_text(monitor_metrics()), ", got '", text, "'");
+  return parse_flag_value(monitor_metrics(), text, "--monitor");
 }
 
 const char* to_string(MonitorMetric metric) { return name_of(monitor_metrics(), metric); }
