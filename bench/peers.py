@@ -103,7 +103,9 @@ def main():
     args.bench = os.path.abspath(args.bench)
     if args.tf_python:
         args.tf_python = os.path.abspath(args.tf_python)
-    if not args.torch_python:
+    if args.torch_python:  # the peers run from bench/: a relative path must not change meaning
+        args.torch_python = os.path.abspath(args.torch_python)
+    else:
         candidates = [args.tf_python] if args.tf_python else []
         args.torch_python = next((c for c in candidates + [DEBIAN_PYTHON]
                                   if subprocess.run([c, "-c", "import torch"], capture_output=True).returncode == 0),
