@@ -297,5 +297,37 @@ TEST_F(TrainObserver, ADamagedImageGivesOpensError) {
             "in memory: truncated: 100 bytes, smaller than the 128-byte header");
 }
 
+// An in-process caller gets a non-finite loss's reason (Model.fit raises it) instead of stderr,
+// and with narrate off the run's informational lines (engine:, model:, done:) are silent too.
+TEST_F(TrainObserver, ANonFiniteLossReachesTheObserverAndNarrateOffPrintsNothing) {
+  struct FailureRecorder : TrainingObserver {
+    std::string reason;
+    void on_failure(const std::string& text) override { reason = text; }
+  } observer;
+  TrainOptions o = options("halt-in-memory");
+  o.optimizer.kind = OptimizerKind::sgd;
+  o.optimizer.learning_rate = 1e38f;
+  o.narrate = false;
+  ::testing::internal::CaptureStderr();
+  const int code = train_in_memory(o, &observer);
+  const std::string printed = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, 3);
+  EXPECT_EQ(observer.reason.rfind("non-finite loss (", 0), 0u) << observer.reason;
+  EXPECT_NE(observer.reason.find("(epoch 1, batch "), std::string::npos) << observer.reason;
+  EXPECT_EQ(printed, "");
+
+  TrainOptions narrating = options("narrating");
+  ::testing::internal::CaptureStderr();
+  ASSERT_EQ(train_in_memory(narrating, nullptr), 0);
+  const std::string lines = ::testing::internal::GetCapturedStderr();
+  for (const char* start : {"engine: ", "model: ", "done: "})
+    EXPECT_NE(lines.find(start), std::string::npos) << start << " in:\n" << lines;
+  narrating.narrate = false;
+  narrating.out_dir = (root_ / "silent").string();
+  ::testing::internal::CaptureStderr();
+  ASSERT_EQ(train_in_memory(narrating, nullptr), 0);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+}
+
 }  // namespace
 }  // namespace enhanced

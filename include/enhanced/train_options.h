@@ -52,6 +52,10 @@ struct TrainOptions {
   int64_t checkpoint_every = 0; // steps between last.safetensors writes (0: each epoch only)
   int64_t valid_every = 0;      // steps between validations, as well as at each epoch end (0: epoch ends only)
   bool progress = true;
+  // The run's informational stderr lines (engine:, model:, resuming, resume: ... changed, note:,
+  // done:, the stop notes); warnings and errors print whatever it says. false: Model.fit with
+  // verbose=0, as Keras prints nothing then. Not recorded in the run state.
+  bool narrate = true;
   // Whether the run installs its SIGINT/SIGTERM handlers (run_signals.h). false: the host process
   // owns its signals (the Python extension: Ctrl-C is a KeyboardInterrupt that its observer turns
   // into TrainingDecision::interrupt, training_observer.h). Not recorded in the run state.

@@ -59,6 +59,11 @@ class TrainingObserver {
   // logs: the last epoch's, or the running ones when no epoch ended in this process.
   virtual void on_train_end(const TrainingLogs& logs) { static_cast<void>(logs); }
 
+  // The run stopped on an error it reports itself (a non-finite loss): the line enhanced-train
+  // prints on stderr comes here instead, for the caller's exception; run_training then returns
+  // that error's exit code (3). Called on the training thread, before run_training returns.
+  virtual void on_failure(const std::string& reason) { static_cast<void>(reason); }
+
   // Whether on_train_batch_end wants loss and accuracy. They need the step's totals read back
   // (a collect, which on a GPU waits for the step): false keeps the engine's pipeline, and
   // on_train_batch_end gets only "lr". Asked once, when the run starts.

@@ -33,6 +33,7 @@ class PythonObserver final : public TrainingObserver {
   explicit PythonObserver(nb::object bridge) : bridge_(std::move(bridge)) {
     PythonCall gil;
     wants_batch_logs_ = nb::cast<bool>(bridge_.attr("wants_batch_logs"));
+    narrate_ = nb::cast<bool>(bridge_.attr("narrate"));
   }
 
   void on_train_begin() override { call("on_train_begin"); }
@@ -42,9 +43,12 @@ class PythonObserver final : public TrainingObserver {
   }
   void on_epoch_end(int64_t epoch, const TrainingLogs& logs) override { call("on_epoch_end", epoch, logs); }
   void on_train_end(const TrainingLogs& logs) override { call("on_train_end", logs); }
+  void on_failure(const std::string& reason) override { call("on_failure", reason); }
   bool wants_batch_logs() const override { return wants_batch_logs_; }
   // A Ctrl-C seen in a callback the run did not poll after (on_train_end): the caller raises it.
   bool interrupted() const { return interrupted_; }
+  // The engine's informational lines (TrainOptions::narrate) follow fit's verbose.
+  bool narrate() const { return narrate_; }
 
   TrainingDecision poll() override {
     PythonCall gil;
@@ -78,6 +82,7 @@ class PythonObserver final : public TrainingObserver {
 
   nb::object bridge_;
   bool wants_batch_logs_ = false;
+  bool narrate_ = true;
   bool interrupted_ = false;
 };
 
@@ -138,6 +143,7 @@ int train(const std::vector<std::string>& words, nb::object train_data, const st
   std::optional<Dataset> valid;
   if (!valid_data.is_none()) valid.emplace(open_dataset(valid_data, valid_name));
   PythonObserver observer(bridge);
+  flags.options.narrate = observer.narrate();
   EngineWork release;
   const EngineChoice engine = resolve_engine_flags(flags.engine, false);
   flags.options.device = engine.device;

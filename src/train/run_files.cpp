@@ -123,7 +123,7 @@ void prepare_run_files(const TrainOptions& o) {
     fail(o.out_dir, " holds another run (optimizer.safetensors): pass --resume to continue it, or --overwrite to "
          "replace it (its checkpoints and metrics are removed)");
   for (const char* file : kRunFiles) check_not_an_input(o, dir / file);
-  if (!holds_run(dir) && !unsaved.empty())
+  if (!holds_run(dir) && !unsaved.empty() && o.narrate)
     std::fprintf(stderr, "note: %s holds %s but no optimizer.safetensors: a run stopped before its first checkpoint, "
                  "which --resume cannot continue; replacing its files\n", o.out_dir.c_str(), unsaved.c_str());
   for (const char* file : kRunFiles) {

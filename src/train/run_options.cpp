@@ -244,7 +244,7 @@ TrainOptions resumed_options(const TrainOptions& caller, const std::string& reco
   if ((caller.given_flags.count("--epochs") || caller.given_flags.count("--steps")) &&
       (caller.epochs != o.epochs || caller.steps != o.steps)) {
     // --steps sets the length whatever --epochs (recorded as 1 by default) says: said only when it changed.
-    if (length_text(o) != length_text(caller))
+    if (length_text(o) != length_text(caller) && caller.narrate)
       std::fprintf(stderr, "resume: the run's length changed from %s to %s\n", length_text(o).c_str(),
                    length_text(caller).c_str());
     o.epochs = caller.epochs;
@@ -260,7 +260,8 @@ TrainOptions resumed_options(const TrainOptions& caller, const std::string& reco
            "which has ", field.key, " = ", readable(field, saved), " (", source,
            "); a resumed run keeps its model, data order and optimizer");
     field.load(o, given);
-    std::fprintf(stderr, "resume: %s changed from %s to %s\n", field.key, readable(field, saved).c_str(),
+    if (caller.narrate)
+      std::fprintf(stderr, "resume: %s changed from %s to %s\n", field.key, readable(field, saved).c_str(),
                  readable(field, given).c_str());
   }
   o.given_flags = caller.given_flags;

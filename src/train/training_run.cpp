@@ -53,6 +53,7 @@ TrainingRun::TrainingRun(TrainOptions options, ParameterBuffer<float> params, co
                          const Dataset* valid, Communicator& communicator)
     : o_(std::move(options)), params_(std::move(params)), train_(train), valid_(valid),
       optimizer_(o_.optimizer, params_.config), comm_(communicator), speaks_(communicator.rank() == 0),
+      narrates_(speaks_ && o_.narrate),
       batches_(batches_per_epoch(o_, train_)), total_steps_(run_length(o_, batches_)), controls_(o_, total_steps_),
       saves_(o_.out_dir, communicator, o_.label_names), progress_(o_.progress && speaks_) {}
 
@@ -79,7 +80,7 @@ void TrainingRun::use_device(Device device, int threads) {
   options.communicator = &comm_;
   engine_ = make_engine(device, params_, &optimizer_, options);
   o_.cuda.rnn_algorithm = engine_->rnn_algorithm();  // recorded, so a resume keeps the arithmetic
-  if (speaks_) std::fprintf(stderr, "engine: %s\n", engine_->summary().c_str());
+  if (narrates_) std::fprintf(stderr, "engine: %s\n", engine_->summary().c_str());
 }
 
 void TrainingRun::resume(const SafetensorsReader& state) {
@@ -96,7 +97,7 @@ void TrainingRun::resume(const SafetensorsReader& state) {
          " (step ", position_.step, "), which does not fit ", train_.path(), " (", batches_,
          " batches an epoch at batch size ", o_.batch_size, "): the training data changed since the run started");
   controls_.replay(position_.validations);
-  if (speaks_) std::fprintf(stderr, "resuming %s at step %lld (epoch %lld, batch %lld)\n", saves_.dir().c_str(),
+  if (narrates_) std::fprintf(stderr, "resuming %s at step %lld (epoch %lld, batch %lld)\n", saves_.dir().c_str(),
                static_cast<long long>(position_.step), static_cast<long long>(position_.epoch + 1),
                static_cast<long long>(position_.batch_in_epoch));
 }
@@ -104,7 +105,7 @@ void TrainingRun::resume(const SafetensorsReader& state) {
 bool TrainingRun::has_work() const {
   const bool epoch_end_pending = position_.batch_in_epoch == batches_ && position_.step > 0;
   const bool stopped = controls_.monitor().stop;
-  if (!speaks_)
+  if (!narrates_)
     return !stopped && (position_.step < total_steps_ || epoch_end_pending);
   if (stopped)
     std::fprintf(stderr, "nothing to do: early stopping ended the run in %s at step %lld (raise --early-stopping "
@@ -140,9 +141,9 @@ int TrainingRun::run() {
   }
   if (saves_.saved_at_step() != position_.step) save();  // an epoch's end may have saved this step already
   progress_.finish();
-  if (controls_.monitor().stop && speaks_)
+  if (controls_.monitor().stop && narrates_)
     std::fprintf(stderr, "%s\n", controls_.early_stop_text(o_.monitor, o_.min_delta).c_str());
-  if (stopped_by_caller_ && speaks_)
+  if (stopped_by_caller_ && narrates_)
     std::fprintf(stderr, "stopped at step %lld by the caller: saved, a resume continues\n",
                  static_cast<long long>(position_.step));
   print_done();
@@ -171,7 +172,7 @@ std::string TrainingRun::time_text() const {
 }
 
 void TrainingRun::print_model() const {
-  if (!speaks_) return;
+  if (!narrates_) return;
   const ModelConfig& c = params_.config;
   std::fprintf(stderr, "model: V=%lld D=%d H=%d T=%d L=%d blend=%s pool=%s, %zu parameters; %lld steps of %d\n",
                static_cast<long long>(c.vocab_size), c.embedding_dim, c.hidden, c.seq_len, c.num_labels,
@@ -181,7 +182,7 @@ void TrainingRun::print_model() const {
 
 // A run that ends between validations says so: its last steps are in last.safetensors only.
 void TrainingRun::note_steps_after_the_last_validation() const {
-  if (!valid_ || !speaks_) return;
+  if (!valid_ || !narrates_) return;
   int64_t last = total_steps_ / batches_ * batches_;
   if (o_.valid_every > 0) last = std::max(last, total_steps_ / o_.valid_every * o_.valid_every);
   if (last == total_steps_) return;
@@ -192,7 +193,7 @@ void TrainingRun::note_steps_after_the_last_validation() const {
 }
 
 void TrainingRun::print_done() const {
-  if (!speaks_) return;
+  if (!narrates_) return;
   std::fprintf(stderr, "done: %lld steps in %s; checkpoints in %s\n", static_cast<long long>(position_.step),
                time_text().c_str(), saves_.dir().c_str());
   if (const std::string note = engine_->closing_note(); !note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
@@ -281,7 +282,8 @@ int TrainingRun::save_on_interrupt(int code) {
   if (const int halted = collect()) return halted;
   if (saves_.saved_at_step() != position_.step) save();
   progress_.finish();
-  std::fprintf(stderr, "interrupted at step %lld: saved, --resume continues\n", static_cast<long long>(position_.step));
+  if (narrates_)
+    std::fprintf(stderr, "interrupted at step %lld: saved, --resume continues\n", static_cast<long long>(position_.step));
   return code;
 }
 
@@ -334,11 +336,15 @@ int TrainingRun::stop_non_finite(double loss, int64_t step, int64_t batch_index)
   const std::filesystem::path last = saves_.dir() / "last.safetensors";
   progress_.finish();
   if (!speaks_) return 3;
-  std::fprintf(stderr, "error: non-finite loss (%g) at step %lld (epoch %lld, batch %lld); training stopped. %s\n",
-               loss, static_cast<long long>(step), static_cast<long long>(position_.epoch + 1),
-               static_cast<long long>(batch_index),
-               std::filesystem::exists(last) ? ("The last good checkpoint is " + last.string()).c_str()
-                                             : "No checkpoint had been written yet.");
+  char loss_text[32];
+  std::snprintf(loss_text, sizeof loss_text, "%g", loss);
+  const std::string reason =
+      cat("non-finite loss (", loss_text, ") at step ", step, " (epoch ", position_.epoch + 1, ", batch ", batch_index,
+          "); training stopped. ", std::filesystem::exists(last) ? "The last good checkpoint is " + last.string()
+                                                                 : std::string("No checkpoint had been written yet."));
+  // An in-process caller raises it (Model.fit's RuntimeError); enhanced-train prints it.
+  if (observer_) observer_->on_failure(reason);
+  else std::fprintf(stderr, "error: %s\n", reason.c_str());
   return 3;
 }
 

@@ -86,7 +86,8 @@ class TrainingRun {
   const Dataset* valid_;
   OptimizerState optimizer_;
   Communicator& comm_;
-  bool speaks_;  // rank 0: writes the files, the progress line and the notes
+  bool speaks_;  // rank 0: writes the files, the progress line and the errors
+  bool narrates_;  // rank 0 and options.narrate: the informational lines (train_options.h)
   int64_t batches_ = 0, total_steps_ = 0, first_step_ = 0;
   RunPosition position_;
   RunControls controls_;
