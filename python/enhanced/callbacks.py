@@ -2,6 +2,8 @@
 on_epoch_end, on_train_end), for enhanced.Model.fit and for keras.Model.fit alike: they read
 only the epoch, the batch and Keras' `logs` keys (loss, accuracy, val_loss, val_accuracy,
 val_f1, lr). Nothing here imports TensorFlow."""
+import importlib.util
+
 from .tensorboard import RunWriter, batch_scalars, epoch_scalars, evaluation_scalars
 
 
@@ -20,6 +22,9 @@ class TensorBoard:
         if update_freq != "epoch" and (isinstance(update_freq, bool) or not isinstance(update_freq, int)
                                        or update_freq < 1):
             raise ValueError(f"update_freq must be 'epoch' or a positive integer, got {update_freq!r}")
+        if importlib.util.find_spec("tensorboard") is None:  # said now, not at the first batch
+            raise ImportError("enhanced.callbacks.TensorBoard writes through the tensorboard package, which is not "
+                              "installed: pip install \"./python[tensorboard]\" (or pip install tensorboard)")
         self.log_dir, self.update_freq = log_dir, update_freq
         self.model = None  # Keras' fit sets it (set_model); nothing here reads it
         self._writer, self._batches = None, 0

@@ -186,6 +186,8 @@ class _Bridge:
         self.model, self.callbacks, self.history, self.progress = model, callbacks, history, progress
         self.wants_batch_logs = progress.verbose == 1 or any(hasattr(c, "on_train_batch_end") for c in callbacks)
         self.terminated = False  # SIGTERM ended the run (_sigterm_interrupts)
+        self.narrate = progress.verbose != 0  # the engine's own lines (engine:, model:, done:) follow verbose
+        self.failure = None  # why the run stopped on an error it reports itself (a non-finite loss)
         model.stop_training = False
         for callback in callbacks:
             if hasattr(callback, "set_model"):
@@ -215,6 +217,9 @@ class _Bridge:
 
     def on_train_end(self, logs):
         self._call("on_train_end", logs)
+
+    def on_failure(self, reason):
+        self.failure = reason
 
     def poll(self):
         return _STOP if self.model.stop_training else _CONTINUE
@@ -312,6 +317,7 @@ class Model:
         self._weights_dir = None
         self.stop_training = False
         self.run_dir = None
+        self._temporary_run = None  # fit(out=None)'s folder's clean-up (_temporary_out)
 
     @classmethod
     def load(cls, path):
@@ -392,7 +398,7 @@ class Model:
             check_same_labels(recorded, self.label_names, weights)
         train, train_name, valid, valid_name = self._data(x, y, validation_data, resume)
         if out is None:
-            out = tempfile.mkdtemp(prefix="enhanced-run-")
+            out = self._temporary_out()
         words = _run_words(out, given, controls) + (["--resume"] if resume else self._model_words())
         if isinstance(weights, str):
             words += ["--class-weights", weights]
@@ -404,10 +410,19 @@ class Model:
         with _sigterm_interrupts(bridge), bridge.flushing():
             status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge,
                                    self.label_names or [], weights if isinstance(weights, list) else [])
-        self._after_run(out, status, bridge.terminated)
+        self._after_run(out, status, bridge)
         return history
 
-    def _after_run(self, out, status, terminated):
+    def _temporary_out(self):
+        """fit(out=None)'s folder: a new temporary one, removed with the model (or at exit) or when
+        the next fit(out=None) replaces it; the model's weights are its own copy (_take_weights)."""
+        if self._temporary_run is not None:
+            self._temporary_run()
+        out = tempfile.mkdtemp(prefix="enhanced-run-")
+        self._temporary_run = weakref.finalize(self, shutil.rmtree, out, True)
+        return out
+
+    def _after_run(self, out, status, bridge):
         """As Keras' fit leaves the model at its last weights: out/last.safetensors becomes the
         model's (the best by the monitor, with validation_data, is out/best.safetensors)."""
         self.run_dir = out
@@ -416,13 +431,15 @@ class Model:
             self._take_weights(last)
         if status == _core().INTERRUPTED:
             text = f"the step reached is saved in {out}; fit(..., resume=True) continues"
-            if terminated:  # as enhanced-train ends on SIGTERM, after the save: exit status 143
+            if bridge.terminated:  # as enhanced-train ends on SIGTERM, after the save: exit status 143
                 print(f"training terminated (SIGTERM): {text}", file=sys.stderr, flush=True)
                 raise SystemExit(128 + signal.SIGTERM)
             raise KeyboardInterrupt(f"training interrupted: {text}")
         if status != 0:
-            raise RuntimeError(f"training stopped (exit status {status}, as enhanced-train's): see the message above "
-                               f"and {os.path.join(out, 'metrics.jsonl')}")
+            metrics = os.path.join(out, "metrics.jsonl")
+            where = f"; its metrics are in {metrics}" if os.path.exists(metrics) else ""
+            reason = bridge.failure or f"training stopped (exit status {status}, as enhanced-train's)"
+            raise RuntimeError(reason + where)
 
     # ---- inference ----------------------------------------------------------------------------
 

@@ -1,0 +1,63 @@
+"""What Model.fit says and leaves behind: the engine's lines follow verbose, a failed run's
+exception carries its reason, fit(out=None) cleans up, a callback's missing package is named."""
+import gc
+import importlib.util
+import os
+
+import pytest
+
+from enhanced import callbacks
+
+from test_model import FLAGS, demo, new_model  # noqa: F401 (demo is a fixture)
+
+
+def quick_fit(demo, out, **options):
+    model = new_model(demo)
+    options = {"epochs": 1, "batch_size": FLAGS["batch_size"], "seed": 3, "verbose": 0, **options}
+    return model, model.fit(*demo["train"], out=out, **options)
+
+
+@pytest.mark.parametrize("verbose", [0, 2])
+def test_the_engines_own_lines_follow_verbose(demo, tmp_path, capfd, verbose):
+    quick_fit(demo, tmp_path / "run", verbose=verbose)
+    printed = capfd.readouterr().err
+    for start in ("engine: ", "model: ", "done: "):
+        assert (start in printed) == (verbose != 0), printed
+
+
+def test_a_non_finite_loss_raises_with_its_reason(demo, tmp_path, capfd):
+    out = tmp_path / "diverge"
+    with pytest.raises(RuntimeError, match=r"non-finite loss \(.*\) at step \d+ \(epoch 1, batch \d+\)") as caught:
+        quick_fit(demo, out, optimizer="sgd", lr=1e38)
+    # metrics.jsonl is named only where it exists (no line is written before step log_every)
+    assert (str(out / "metrics.jsonl") in str(caught.value)) == os.path.exists(out / "metrics.jsonl")
+    assert "No checkpoint had been written yet" in str(caught.value)
+    assert "non-finite" not in capfd.readouterr().err  # the exception says it, once
+
+
+def test_fit_without_out_removes_its_temporary_folder(demo):
+    model, history = quick_fit(demo, None)
+    first = model.run_dir
+    assert history.params["out"] == first and os.path.exists(os.path.join(first, "last.safetensors"))
+    quick_fit_again = model.fit(*demo["train"], epochs=1, batch_size=FLAGS["batch_size"], verbose=0)
+    second = model.run_dir
+    assert quick_fit_again.params["out"] == second and second != first
+    assert not os.path.exists(first) and os.path.isdir(second)  # the next fit(out=None) replaced it
+    model.predict(demo["train"][0][:4])  # the weights are the model's own copy
+    del model
+    gc.collect()
+    assert not os.path.exists(second)
+
+
+def test_a_named_out_stays(demo, tmp_path):
+    model, _ = quick_fit(demo, tmp_path / "kept")
+    del model
+    gc.collect()
+    assert os.path.exists(tmp_path / "kept" / "last.safetensors")
+
+
+def test_tensorboard_callback_without_its_package_says_so_when_created(monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    with pytest.raises(ImportError, match=r"pip install \"\./python\[tensorboard\]\""):
+        callbacks.TensorBoard(log_dir=tmp_path / "logs")
