@@ -19,7 +19,6 @@ import weakref
 import numpy as np
 
 from . import ebin
-from .callbacks import TensorBoard
 from .checkpoint import ModelConfig, check_label_names, load_checkpoint, read_config_and_label_names
 from .run_plan import (check_controls, check_same_labels, class_weight_values, plan, recorded_options,
                        resolve_out)
@@ -228,6 +227,9 @@ class _Bridge:
     def flushing(self):
         """However the run ends (an interrupt, an error: no on_train_end), the TensorBoard
         callbacks' events so far are written out."""
+        # Imported here: `import enhanced` does not import enhanced.tensorboard, so
+        # `python -m enhanced.tensorboard` runs it without runpy's "found in sys.modules" warning.
+        from .callbacks import TensorBoard
         try:
             yield
         finally:

@@ -96,6 +96,9 @@ _KINDS = {"train": ("step", "loss", "accuracy", "lr"), "epoch": ("step", "epoch"
           "valid": ("step", "valid_loss", "valid_accuracy", "valid_f1")}
 
 
+_STEP_LIMIT = 2.0**63  # TensorBoard's steps are int64
+
+
 class MetricsError(ValueError):
     """A line of metrics.jsonl that is not what enhanced-train writes."""
 
@@ -106,6 +109,8 @@ def _record(text, where):
         record = json.loads(text)
     except ValueError as e:
         raise MetricsError(f"{where}: not a JSON line ({e})") from None
+    except RecursionError:
+        raise MetricsError(f"{where}: not a line enhanced-train writes (JSON nested too deeply)") from None
     if not isinstance(record, dict):
         raise MetricsError(f"{where}: not a JSON object")
     kind = record.get("kind")
@@ -121,8 +126,9 @@ def _record(text, where):
             raise MetricsError(f"{where}: '{key}' is {json.dumps(record[key])[:40]}, not a number")
     for key, lowest in (("step", 0), ("epoch", 1)):  # epochs count from 1 in the file
         number = _number(record.get(key, lowest))
-        if number is None or not (number.is_integer() and number >= lowest):
-            raise MetricsError(f"{where}: '{key}' is {json.dumps(record[key])[:40]}, not a whole number >= {lowest}")
+        if number is None or not (number.is_integer() and lowest <= number < _STEP_LIMIT):
+            raise MetricsError(f"{where}: '{key}' is {json.dumps(record[key])[:40]}, not a whole number from {lowest} "
+                               f"to 2^63 - 1")
     return record
 
 
@@ -230,6 +236,19 @@ def convert(run, log_dir, follow=False, stop=lambda: False):
         writer.close()
 
 
+def _log_dir_problem(log_dir):
+    """Why LOG_DIR cannot hold the event files (None: it can), said before anything is read: the
+    folder writers (tensorboard's or TensorFlow's file layer) fail with their own errors."""
+    existing = os.path.abspath(log_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} cannot be written (permission denied)"
+    return None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m enhanced.tensorboard",
                                      description="A CLI run's metrics.jsonl as TensorBoard curves, in Keras' layout.")
@@ -244,10 +263,16 @@ def main(argv=None):
     if args.follow:  # a flag, looked at between reads: Ctrl-C never cuts a write short
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stopping.append(True))
+    if problem := _log_dir_problem(args.log_dir):
+        print(f"enhanced.tensorboard: LOG_DIR {args.log_dir}: {problem}", file=sys.stderr)
+        return 1
     try:
         lines = convert(args.run, args.log_dir, args.follow, stop=lambda: bool(stopping))
     except MetricsError as e:
         print(f"enhanced.tensorboard: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # LOG_DIR cannot be made or written (permission, a file in its path, a full disk)
+        print(f"enhanced.tensorboard: {e.filename or args.log_dir}: {e.strerror or e}", file=sys.stderr)
         return 1
     print(f"enhanced.tensorboard: {lines} lines of {_metrics_path(args.run)} in {args.log_dir} "
           f"(tensorboard --logdir {args.log_dir})", file=sys.stderr)

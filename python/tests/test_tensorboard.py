@@ -86,6 +86,7 @@ def test_cli_run_as_tensorboard_curves(cli_run, tmp_path):
     assert found == expected
     assert len(found["train", "epoch_learning_rate"]) == 2 and len(set(found["train", "epoch_learning_rate"])) == 2
     assert f"{len(lines)} lines" in stderr
+    assert "Warning" not in stderr  # runpy's, when `import enhanced` had imported enhanced.tensorboard
 
 
 def test_callback_writes_keras_logs(tmp_path):
@@ -199,9 +200,12 @@ BAD_LINES = [  # (change of metrics.jsonl's lines, the error it must give)
     (lambda raw: raw[:1] + [raw[1].replace('"step":', '"step":null,"s":')] + raw[2:],
      r"metrics.jsonl:2: 'step' is null, not a number"),
     (lambda raw: raw[:1] + [raw[1].replace('"epoch":1,', '"epoch":"1",')] + raw[2:],
-     r"metrics.jsonl:2: 'epoch' is \"1\", not a whole number >= 1"),
+     r"metrics.jsonl:2: 'epoch' is \"1\", not a whole number from 1"),
     (lambda raw: [line.replace('"epoch":1,', '"epoch":0,') for line in raw],
-     r"metrics.jsonl:1: 'epoch' is 0, not a whole number >= 1"),
+     r"metrics.jsonl:1: 'epoch' is 0, not a whole number from 1"),
+    (lambda raw: raw[:1] + [raw[1].replace('"step":', '"step":99999999999999999999999999,"s":')] + raw[2:],
+     r"metrics.jsonl:2: 'step' is 99999999999999999999999999, not a whole number from 0 to 2\^63 - 1"),
+    (lambda raw: raw[:2] + ["[" * 100000 + "]" * 100000 + "\n"], r"metrics.jsonl:3: .*JSON nested too deeply"),
     (lambda raw: raw[:-1] + [raw[-1][:len(raw[-1]) // 2]],
      r"metrics.jsonl:\d+ \(the last line, cut short: no newline\): not a JSON line"),
 ]
@@ -220,6 +224,15 @@ def test_bad_metrics_is_one_line_naming_the_file_and_line(cli_run, tmp_path, cap
     assert stderr.startswith(f"enhanced.tensorboard: {run / 'metrics.jsonl'}:") and re.search(message, stderr), stderr
     if "cut short" in message:
         assert f"metrics.jsonl:{len(lines)} (" in stderr
+
+
+def test_a_log_dir_that_is_a_file_is_one_line(cli_run, tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    for log_dir in (tmp_path / "afile", tmp_path / "afile" / "logs"):
+        message = f"LOG_DIR {log_dir}: {tmp_path / 'afile'} is not a folder"
+        assert tensorboard_main([str(cli_run[0]), str(log_dir)]) == 1
+        stderr = capsys.readouterr().err
+        assert len(stderr.splitlines()) == 1 and stderr.startswith(f"enhanced.tensorboard: {message}"), stderr
 
 
 def test_missing_metrics_file(tmp_path, capsys):
