@@ -1,6 +1,7 @@
 // enhanced-bench: times the training step, the inference step and each part alone on synthetic
-// data of the given shapes; reports min/median/max, samples/s, FLOPs and the machine's own
-// measured GEMM rate with the same BLAS and threads.
+// data of the given shapes; reports min/median/max, samples/s, FLOPs, the machine's own
+// measured GEMM rate with the same BLAS and threads, and on the CPU each part's roofline against
+// the CPU's measured ceilings (bench_roofline.h).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "bench_roofline.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/cpu.h"
 #include "enhanced/engine.h"
@@ -303,10 +305,36 @@ struct Measured {
   double predict_sample_s = 0;    // enhanced-predict's path, seconds a sample (0: not measured)
   double inference_sample_s() const { return timings[1].median() / static_cast<double>(batch); }
   int batch = 1;
+  bench::StepShape step;  // what the roofline's cost model reads
 };
 
+// The cost model's view of the step (bench_roofline.h): the shapes, the batch's ids, what the
+// optimizer updates.
+bench::StepShape step_shape(const BenchOptions& o, const ModelConfig& c, const Batch& batch, size_t parameters,
+                            const std::string& engine_summary) {
+  bench::StepShape s{c, batch.size, 0, static_cast<int64_t>(parameters), static_cast<int64_t>(parameters),
+                     o.optimizer == "adam", parse_precision(o.engine.precision), false};
+  s.ids = static_cast<int64_t>(batch.identifier_ids.size() + batch.cur_word_ids.size());
+  if (o.lazy) {  // the rows the batch touches, and every other parameter
+    std::vector<int32_t> rows(batch.identifier_ids);
+    rows.insert(rows.end(), batch.cur_word_ids.begin(), batch.cur_word_ids.end());
+    std::sort(rows.begin(), rows.end());
+    const auto unique = static_cast<int64_t>(std::unique(rows.begin(), rows.end()) - rows.begin());
+    s.updated_parameters -= (c.vocab_size - unique) * c.embedding_dim;
+  }
+  s.amx = engine_summary.find("amx") != std::string::npos;
+  return s;
+}
+
+std::vector<bench::RooflineRow> roofline_rows(const Measured& m, const CpuCeilings& ceilings) {
+  std::vector<std::pair<std::string, double>> parts;
+  for (const Timing& t : m.timings)
+    if (t.name != "train step" && t.name != "inference step") parts.emplace_back(t.name, t.median());
+  return bench::roofline(parts, m.step, ceilings);
+}
+
 void print_json(const Measured& m, const BenchOptions& o, const ModelConfig& c, double gemm_rate, double loader_rate,
-                double peak_rss_mib) {
+                double peak_rss_mib, const CpuCeilings& ceilings) {
   const Shapes& s = o.shapes;
   const double train_flop = train_gflop(s, c), forward_flop = forward_gflop(s, c);
   nlohmann::json out{{"device", o.engine.device}, {"threads", m.threads}, {"blas", cpu_blas_name()},
@@ -323,6 +351,7 @@ void print_json(const Measured& m, const BenchOptions& o, const ModelConfig& c, 
                      {"predict_ms_per_sample", 1e3 * m.predict_sample_s},
                      {"inference_step_ms_per_sample", 1e3 * m.inference_sample_s()}};
   out["engine"] = m.summary;  // the device's line; on the CPU in bf16, the kernels it chose
+  if (m.cpu) out["roofline"] = bench::roofline_json(roofline_rows(m, ceilings), m.step, ceilings);
   for (const Timing& t : m.timings)
     out["times"][t.name] = {{"min_s", t.min()}, {"median_s", t.median()}, {"max_s", t.max()},
                             {"samples_per_s", s.batch / t.median()}};
@@ -330,7 +359,7 @@ void print_json(const Measured& m, const BenchOptions& o, const ModelConfig& c, 
 }
 
 void print_table(const Measured& m, const BenchOptions& o, const ModelConfig& c, double gemm_rate, double loader_rate,
-                 double peak_rss_mib) {
+                 double peak_rss_mib, const CpuCeilings& ceilings) {
   const Shapes& s = o.shapes;
   const double train_flop = train_gflop(s, c), forward_flop = forward_gflop(s, c);
   const double train_rate = train_flop / m.timings[0].median(), forward_rate = forward_flop / m.timings[1].median();
@@ -358,6 +387,7 @@ void print_table(const Measured& m, const BenchOptions& o, const ModelConfig& c,
                 m.predict_sample_s / m.inference_sample_s());
   }
   std::printf("peak RSS: %.0f MiB\n", peak_rss_mib);
+  if (m.cpu) bench::print_roofline(roofline_rows(m, ceilings), m.step, ceilings, m.threads);
 }
 
 // Prints the table (or JSON) for the timings taken on either device.
@@ -365,11 +395,12 @@ int report(const Measured& m, const BenchOptions& o, const ModelConfig& c) {
   const double gemm_rate = m.cpu ? cpu_gemm_gflops(m.threads, o.warmup, o.repeats * 3) : 0.0;
   const double loader_rate = m.loader_rate;
   configure_cpu_threads(m.threads);  // the GEMM-rate measurement gave BLAS the threads
+  const CpuCeilings ceilings = m.cpu ? measure_cpu_ceilings(m.threads) : CpuCeilings{};
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const double peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
-  if (o.json) print_json(m, o, c, gemm_rate, loader_rate, peak_rss_mib);
-  else print_table(m, o, c, gemm_rate, loader_rate, peak_rss_mib);
+  if (o.json) print_json(m, o, c, gemm_rate, loader_rate, peak_rss_mib, ceilings);
+  else print_table(m, o, c, gemm_rate, loader_rate, peak_rss_mib, ceilings);
   return 0;
 }
 
@@ -410,6 +441,7 @@ int run_bench(BenchOptions& o) {
     m.loader_rate = loader_samples_per_second(o.shapes, set, o.repeats);
   }
   m.summary = engine->summary();
+  m.step = step_shape(o, c, batch, params.size(), m.summary);
   if (const std::string note = engine->closing_note(); !note.empty()) m.summary += "; " + note;
   return report(m, o, c);
 }

@@ -1,5 +1,6 @@
 // What the CPU engine offers outside an engine (defined in src/engine/cpu.cpp): its
-// threads, its BLAS and the BLAS's yardstick for the bench, and the loss layer's softmax on the host.
+// threads, its BLAS and the BLAS's yardstick for the bench, the CPU's ceilings for the bench's
+// roofline (src/engine/cpu_ceilings.cpp), and the loss layer's softmax on the host.
 #pragma once
 
 #include <string>
@@ -18,5 +19,19 @@ void softmax_probabilities(float* probabilities, const float* logits, int batch,
 // big ones with `threads` BLAS threads. Leaves BLAS those threads: configure_cpu_threads after.
 std::string cpu_blas_name();
 double cpu_gemm_gflops(int threads, int warmup, int runs);
+
+// The bench's roofline (src/engine/cpu_ceilings.cpp): this CPU's ceilings on `threads` threads,
+// each the best of a few runs of a probe loop that does only that work. GFLOP/s of FP32 FMA
+// (AVX-512 where the CPU has it, else AVX2; 0 with neither), of AVX512-BF16 dot products and of
+// AMX-BF16 tiles (0 where the CPU, or Linux for AMX, does not run them); and the copy bandwidth
+// of a buffer larger than the caches, bytes read plus bytes written per second.
+struct CpuCeilings {
+  const char* fp32_isa = "none";
+  double fp32_gflops = 0;
+  double avx512_bf16_gflops = 0;
+  double amx_bf16_gflops = 0;
+  double copy_gbytes_per_s = 0;
+};
+CpuCeilings measure_cpu_ceilings(int threads);
 
 }  // namespace enhanced
