@@ -1,9 +1,10 @@
 // Every layer's backward against central finite differences in double precision.
 #include <gtest/gtest.h>
 
-#include <type_traits>
-
+#include <cmath>
+#include <cstring>
 #include <numeric>
+#include <type_traits>
 
 #include "gradcheck.h"
 #include "layers/dense.h"
@@ -157,6 +158,40 @@ TEST_P(PoolGradient, TiesSendTheGradientToTheFirstMaximum) {
   const std::vector<double> expected =
       mode == PoolMode::feature ? std::vector<double>{1, 0, 1, 0, 1, 0} : std::vector<double>{1, 1, 0, 0, 0, 0};
   EXPECT_EQ(dy, expected);
+}
+
+// The vectorised scan gives the strict scalar scan's answer ("if (row[k] > row[best]) best = k")
+// on rows built to trip it: few distinct values (ties), -0.0 beside +0.0, NaNs anywhere (first
+// included), at the model's width and at one that leaves a tail.
+TEST_P(PoolGradient, EqualsTheStrictScanWithTiesSignedZerosAndNaNs) {
+  const PoolMode mode = GetParam();
+  Random random(11);
+  const float values[] = {-1.0f, -0.0f, 0.0f, 0.5f, 0.5f, 2.0f, std::nanf("")};
+  for (const int C : {256, 37}) {
+    const int B = 3, T = 40;
+    std::vector<float> y(static_cast<size_t>(B) * T * C);
+    for (float& v : y) v = values[random.below(random.uniform() < 0.02 ? 7 : 6)];
+    for (size_t p = 3; p < static_cast<size_t>(B) * T; p += 7) y[p * C] = std::nanf("");  // a NaN first in feature rows
+    for (size_t k = 2; k < static_cast<size_t>(C); k += 7) y[k] = std::nanf("");            // and in time columns
+    const size_t F = static_cast<size_t>(B) * (mode == PoolMode::feature ? T : C);
+    std::vector<float> pooled(F);
+    std::vector<int32_t> argmax(F);
+    maxpool_forward(pooled.data(), argmax.data(), y.data(), B, T, C, mode);
+    const int items = mode == PoolMode::feature ? T : C, length = mode == PoolMode::feature ? C : T;
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < items; ++i) {
+        auto at = [&](int j) -> const float& {  // element j of item i's scan
+          return mode == PoolMode::feature ? y[(static_cast<size_t>(b) * T + i) * C + j]
+                                           : y[(static_cast<size_t>(b) * T + j) * C + i];
+        };
+        int best = 0;
+        for (int j = 1; j < length; ++j)
+          if (at(j) > at(best)) best = j;
+        const size_t f = static_cast<size_t>(b) * items + i;
+        ASSERT_EQ(argmax[f], best) << "C=" << C << " b=" << b << " item " << i;
+        ASSERT_EQ(std::memcmp(&pooled[f], &at(best), sizeof(float)), 0) << "the same bits, -0.0 and NaN included";
+      }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, PoolGradient, ::testing::Values(PoolMode::feature, PoolMode::time));

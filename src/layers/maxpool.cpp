@@ -1,53 +1,112 @@
 #include "layers/maxpool.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <utility>
+
+#include "layers/cpu/multiversion.h"
 
 namespace enhanced {
+namespace {
+
+// The first maximal element of row[0, n): what "if (row[k] > row[best]) best = k" over k finds,
+// in two vectorisable passes over a row that stays in L1. The lanes' running maxima take a new
+// element only where it is greater (a NaN never is, -0.0 and +0.0 keep the first), so the maximum
+// found is one the strict scan would keep; the first element equal to it is its index. A NaN
+// first element wins the strict scan outright (nothing compares greater): index 0.
+template <class Real>
+ENHANCED_INLINE int first_maximum(const Real* row, int n) {
+  constexpr int kLanes = 16;
+  Real lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, row[0]);
+  int k = 0;
+  for (; k + kLanes <= n; k += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] = row[k + l] > lanes[l] ? row[k + l] : lanes[l];
+  for (; k < n; ++k) lanes[0] = row[k] > lanes[0] ? row[k] : lanes[0];
+  Real best = lanes[0];
+  for (int l = 1; l < kLanes; ++l) best = lanes[l] > best ? lanes[l] : best;
+  if (best != best) return 0;
+  int index = 0;
+  while (!(row[index] == best)) ++index;
+  return index;
+}
+
+// Positions [first, last) of feature mode. Multiversioned here, not where the threads split the
+// work: GCC outlines an OpenMP region into a function the target clones do not reach.
+template <class Real>
+ENHANCED_MULTIVERSION void feature_rows(Real* pooled, int32_t* argmax, const Real* y, int64_t first, int64_t last,
+                                        int channels) {
+  for (int64_t p = first; p < last; ++p) {
+    const Real* row = y + p * channels;
+    const int best = first_maximum(row, channels);
+    pooled[p] = row[best];
+    argmax[p] = best;
+  }
+}
+
+// One sample of time mode: the channels' running maxima over T, taken where an element is greater.
+template <class Real>
+ENHANCED_MULTIVERSION void time_sample(Real* out, int32_t* best, const Real* sample, int seq_len, int channels) {
+  std::copy(sample, sample + channels, out);
+  std::fill(best, best + channels, 0);
+  for (int t = 1; t < seq_len; ++t) {
+    const Real* row = sample + static_cast<size_t>(t) * channels;
+    for (int k = 0; k < channels; ++k) {  // strict: ties keep the first maximum
+      const bool greater = row[k] > out[k];
+      out[k] = greater ? row[k] : out[k];
+      best[k] = greater ? t : best[k];
+    }
+  }
+}
+
+// [first, last) of `count` items for the calling OpenMP thread: contiguous shares in thread order.
+std::pair<int64_t, int64_t> share_of_thread(int64_t count) {
+  const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+  return {count * thread / threads, count * (thread + 1) / threads};
+}
+
+}  // namespace
 
 template <class Real>
 void maxpool_forward(Real* pooled, int32_t* argmax, const Real* y, int batch, int seq_len, int channels,
                      PoolMode mode) {
   if (mode == PoolMode::feature) {
-    for (size_t p = 0; p < static_cast<size_t>(batch) * seq_len; ++p) {
-      const Real* row = y + p * channels;
-      int best = 0;
-      for (int k = 1; k < channels; ++k)
-        if (row[k] > row[best]) best = k;  // strict: ties keep the first maximum
-      pooled[p] = row[best];
-      argmax[p] = best;
+#pragma omp parallel
+    {
+      const auto [first, last] = share_of_thread(static_cast<int64_t>(batch) * seq_len);
+      feature_rows(pooled, argmax, y, first, last, channels);
     }
     return;
   }
-  for (int b = 0; b < batch; ++b) {
-    const Real* sample = y + static_cast<size_t>(b) * seq_len * channels;
-    Real* out = pooled + static_cast<size_t>(b) * channels;
-    int32_t* best = argmax + static_cast<size_t>(b) * channels;
-    std::copy(sample, sample + channels, out);
-    std::fill(best, best + channels, 0);
-    for (int t = 1; t < seq_len; ++t) {
-      const Real* row = sample + static_cast<size_t>(t) * channels;
-      for (int k = 0; k < channels; ++k) {
-        if (row[k] > out[k]) {
-          out[k] = row[k];
-          best[k] = t;
-        }
-      }
-    }
-  }
+#pragma omp parallel for schedule(static)
+  for (int b = 0; b < batch; ++b)
+    time_sample(pooled + static_cast<size_t>(b) * channels, argmax + static_cast<size_t>(b) * channels,
+                y + static_cast<size_t>(b) * seq_len * channels, seq_len, channels);
 }
 
+// Each position's row is zeroed and given its one gradient by the thread that owns it, in one
+// pass over dy (a fill of the whole, then a scatter, would pass twice).
 template <class Real>
 void maxpool_backward(Real* dy, const int32_t* argmax, const Real* dpooled, int batch, int seq_len, int channels,
                       PoolMode mode) {
-  std::fill(dy, dy + static_cast<size_t>(batch) * seq_len * channels, Real(0));
+  const int64_t positions = static_cast<int64_t>(batch) * seq_len;
   if (mode == PoolMode::feature) {
-    for (size_t p = 0; p < static_cast<size_t>(batch) * seq_len; ++p) dy[p * channels + argmax[p]] = dpooled[p];
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < positions; ++p) {
+      Real* row = dy + p * channels;
+      std::fill(row, row + channels, Real(0));
+      row[argmax[p]] = dpooled[p];
+    }
     return;
   }
+#pragma omp parallel for schedule(static)
   for (int b = 0; b < batch; ++b) {
+    Real* sample = dy + static_cast<size_t>(b) * seq_len * channels;
+    std::fill(sample, sample + static_cast<size_t>(seq_len) * channels, Real(0));
     for (int k = 0; k < channels; ++k) {
       const size_t i = static_cast<size_t>(b) * channels + k;
-      dy[(static_cast<size_t>(b) * seq_len + argmax[i]) * channels + k] = dpooled[i];
+      sample[static_cast<size_t>(argmax[i]) * channels + k] = dpooled[i];
     }
   }
 }
