@@ -109,6 +109,37 @@ struct EngineRun {
   void sync() { engine->sync_to_host(); }
 };
 
+// Both engines check a batch once, the same way (check_batch): too big, an id >= V, a label >= L,
+// offsets that run backwards are each an Error, from a training step and from forward, and the
+// engine trains on after them, having taken no step.
+inline void expect_bad_batches_refused(Device device, EngineOptions options) {
+  const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature);
+  ParameterBuffer<float> initial(config);
+  initialize_parameters(initial, 6);
+  options.max_batch = 2;
+  EngineRun model(device, initial, OptimizerConfig{}, options);
+  const float lr = OptimizerConfig{}.learning_rate;
+  Random random(61);
+  std::vector<Batch> bad(4, random_batch(1, config.seq_len, 5, config.num_labels, random));
+  bad[0] = random_batch(3, config.seq_len, 5, config.num_labels, random);
+  bad[1].cur_word_ids[0] = static_cast<int32_t>(config.vocab_size);
+  bad[2].labels[0] = config.num_labels;
+  bad[3].identifier_offsets.assign(bad[3].identifier_offsets.size(), 2);  // the first list ends before it starts
+  bad[3].identifier_offsets[0] = 0;
+  bad[3].identifier_offsets[1] = 3;
+  bad[3].identifier_ids.assign(2, 1);
+  for (size_t i = 0; i < bad.size(); ++i) {
+    EXPECT_THROW(model.engine->enqueue_train_step(bad[i], lr), Error) << "bad batch " << i;
+    EXPECT_THROW(model.engine->forward(bad[i], nullptr), Error) << "bad batch " << i;
+  }
+  Batch good = random_batch(2, config.seq_len, 5, config.num_labels, random);
+  const TrainTotals step = model.step(good, lr);
+  EXPECT_EQ(step.steps, 1);
+  EXPECT_TRUE(std::isfinite(step.loss_sum));
+  model.sync();
+  EXPECT_EQ(model.state.steps, 1);
+}
+
 // Bit-equality of two buffers, naming the first difference.
 inline void expect_same_bits(const ParameterBuffer<float>& got, const ParameterBuffer<float>& want,
                              const std::string& what) {

@@ -528,30 +528,7 @@ TEST(CudaParity, EvaluationForwardMatchesCpu) {
 
 TEST(CudaParity, BadBatchesAreErrors) {
   SKIP_WITHOUT_GPU();
-  const ModelConfig config = small_config(BlendMode::mean, PoolMode::feature);
-  ParameterBuffer<float> initial(config);
-  initialize_parameters(initial, 6);
-  EngineOptions options = gpu_options({});
-  options.max_batch = 2;
-  EngineRun model(Device::cuda, initial, OptimizerConfig{}, options);
-  const float lr = OptimizerConfig{}.learning_rate;
-  Random random(61);
-  Batch big = testing::random_batch(3, config.seq_len, 5, config.num_labels, random);
-  EXPECT_THROW(model.engine->enqueue_train_step(big, lr), Error);
-  Batch bad = testing::random_batch(1, config.seq_len, 5, config.num_labels, random);
-  bad.cur_word_ids[0] = static_cast<int32_t>(config.vocab_size);
-  EXPECT_THROW(model.engine->enqueue_train_step(bad, lr), Error);
-  Batch backwards = testing::random_batch(1, config.seq_len, 5, config.num_labels, random);
-  backwards.identifier_offsets = {0, 2, 1, 2, 2, 2, 2};  // T = 6; the second list ends before it starts
-  backwards.identifier_ids = {1, 2};
-  EXPECT_THROW(model.engine->enqueue_train_step(backwards, lr), Error);
-  // The engine still works after the rejected batches, which took no step.
-  Batch good = testing::random_batch(2, config.seq_len, 5, config.num_labels, random);
-  const TrainTotals step = model.step(good, lr);
-  EXPECT_EQ(step.steps, 1);
-  EXPECT_TRUE(std::isfinite(step.loss_sum));
-  model.sync();
-  EXPECT_EQ(model.state.steps, 1);
+  testing::expect_bad_batches_refused(Device::cuda, gpu_options({}));  // its CPU twin: CpuEngine.BadBatchesAreErrors
 }
 
 }  // namespace

@@ -38,9 +38,12 @@ struct ModelConfig {
 
 struct Batch;
 
-// A batch's T against the model's T: the one check both engines (CPU model_forward, the CUDA
-// model's validate) make before a step; throws Error "batch has T = .., the model expects T = ..".
-void check_batch_seq_len(const Batch& batch, const ModelConfig& config);
+// The one check of a batch both engines make where a call hands them one (forward,
+// compute_gradients, a training step), the whole batch before a data-parallel step takes its
+// shard: its T is the model's, its size in 1..max_batch, its arrays consistent, every token id in
+// [0, V) and every label in [0, L). A bad id would fault on a GPU and read out of bounds on the
+// CPU. Throws Error naming what is wrong.
+void check_batch(const Batch& batch, const ModelConfig& config, int max_batch);
 
 // "This flag conflicts with the checkpoint": a model flag the user gave (given) must name what the
 // saved model (`source`: a checkpoint, or the run being resumed) holds. Used by training

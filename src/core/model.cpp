@@ -42,9 +42,23 @@ void ModelConfig::validate() const {
   if (num_labels <= 0) fail("model: number of labels must be positive, got ", num_labels);
 }
 
-void check_batch_seq_len(const Batch& batch, const ModelConfig& config) {
+void check_batch(const Batch& batch, const ModelConfig& config, int max_batch) {
   if (batch.seq_len != config.seq_len)
     fail("batch has T = ", batch.seq_len, ", the model expects T = ", config.seq_len);
+  if (batch.size < 1 || batch.size > max_batch) fail("batch of ", batch.size, " samples; the engine holds 1..", max_batch);
+  const size_t P = static_cast<size_t>(batch.positions());
+  if (batch.identifier_offsets.size() != P + 1 || batch.cur_word_ids.size() != P ||
+      batch.labels.size() != static_cast<size_t>(batch.size) ||
+      static_cast<size_t>(batch.identifier_offsets.back()) != batch.identifier_ids.size() ||
+      batch.identifier_offsets.front() != 0 ||
+      !std::is_sorted(batch.identifier_offsets.begin(), batch.identifier_offsets.end()))
+    fail("internal: inconsistent batch arrays (B = ", batch.size, ", T = ", batch.seq_len, ")");
+  const auto bad_id = [&](int32_t id) { return id < 0 || id >= config.vocab_size; };
+  if (std::any_of(batch.identifier_ids.begin(), batch.identifier_ids.end(), bad_id) ||
+      std::any_of(batch.cur_word_ids.begin(), batch.cur_word_ids.end(), bad_id))
+    fail("batch has a token id outside [0, ", config.vocab_size, ")");
+  if (std::any_of(batch.labels.begin(), batch.labels.end(), [&](int32_t l) { return l < 0 || l >= config.num_labels; }))
+    fail("batch has a label outside [0, ", config.num_labels, ")");
 }
 
 void check_flag_matches_model(const char* flag, bool given, const std::string& value, const std::string& saved,

@@ -78,7 +78,7 @@ class CpuEngine final : public Engine {
   }
 
   double forward(const Batch& batch, float* logits) override {
-    check_size(batch);
+    validate(batch);
     const double loss = model_forward(activations_, params_, batch, threads_, false, nullptr, nullptr, precision_);
     copy_logits(batch, logits);
     return loss;
@@ -99,7 +99,7 @@ class CpuEngine final : public Engine {
  private:
   // grads_ = d loss / d params on `batch` (rows_ its touched rows); returns the mean loss.
   double gradients(const Batch& batch) {
-    check_size(batch);
+    validate(batch);
     ensure_gradients();
     clear_gradients();
     embedding_touched_rows(rows_, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
@@ -114,7 +114,7 @@ class CpuEngine final : public Engine {
   // The whole batch's gradient on every rank of a data-parallel run, from this rank's part of
   // it (take_shard); returns the whole batch's mean loss, `correct` its samples predicted right.
   double shard_gradients(const Batch& batch, int64_t& correct) {
-    check_size(batch);
+    validate(batch);
     ensure_gradients();
     clear_gradients();
     // The loss's denominators are the whole batch's (take_shard).
@@ -162,10 +162,7 @@ class CpuEngine final : public Engine {
   // The training loss's class weights (EngineOptions); evaluation's forward stays unweighted.
   const float* weights_or_null() const { return class_weights_.empty() ? nullptr : class_weights_.data(); }
 
-  void check_size(const Batch& batch) const {
-    if (batch.size < 1 || batch.size > max_batch_)
-      fail("batch of ", batch.size, " samples; the engine holds 1..", max_batch_);
-  }
+  void validate(const Batch& batch) const { check_batch(batch, params_.config, max_batch_); }
 
   void copy_logits(const Batch& batch, float* logits) const {
     if (logits) std::copy_n(activations_.logits, static_cast<size_t>(batch.size) * params_.config.num_labels, logits);
@@ -190,7 +187,7 @@ class CpuEngine final : public Engine {
 
 // The model's stages alone (model_parts), then the optimizer's step, on the engine's buffers.
 std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
-  check_size(batch);
+  validate(batch);
   ensure_gradients();
   ParameterBuffer<float>& p = params_;
   ParameterBuffer<float>& g = grads_;

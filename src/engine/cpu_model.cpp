@@ -102,8 +102,10 @@ double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, 
                      bool with_gradient, const float* class_weights, const LossDenominator* whole,
                      Precision precision) {
   const ModelConfig& c = params.config;
-  check_batch_seq_len(batch, c);
-  if (batch.size > a.capacity) fail("internal: batch of ", batch.size, " exceeds activations sized for ", a.capacity);
+  // The engine checked the batch (check_batch); a pass is at most the activations' capacity.
+  if (batch.size > a.capacity || batch.seq_len != c.seq_len)
+    fail("internal: a pass of ", batch.size, " x ", batch.seq_len, " positions; the activations hold ", a.capacity,
+         " x ", c.seq_len);
   blend_forward(a, params, batch);
   lstm_forward(a, params, batch.size, threads, precision, with_gradient);
   return head_forward(a, params, batch, with_gradient, class_weights, whole, precision);

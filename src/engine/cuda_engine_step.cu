@@ -15,26 +15,8 @@
 
 namespace enhanced {
 
-void CudaEngineState::validate(const Batch& batch) const {
-  const ModelConfig& c = config;
-  check_batch_seq_len(batch, c);
-  if (batch.size < 1 || batch.size > max_batch)
-    fail("batch of ", batch.size, " samples; the engine holds 1..", max_batch);
-  const size_t P = static_cast<size_t>(batch.positions());
-  if (batch.identifier_offsets.size() != P + 1 || batch.cur_word_ids.size() != P ||
-      batch.labels.size() != static_cast<size_t>(batch.size) ||
-      static_cast<size_t>(batch.identifier_offsets.back()) != batch.identifier_ids.size() ||
-      batch.identifier_offsets.front() != 0 ||
-      !std::is_sorted(batch.identifier_offsets.begin(), batch.identifier_offsets.end()))
-    fail("internal: inconsistent batch arrays (B = ", batch.size, ", T = ", batch.seq_len, ")");
-  // Out-of-range ids would fault on the device (and poison the context): check them here.
-  const auto bad_id = [&](int32_t id) { return id < 0 || id >= c.vocab_size; };
-  if (std::any_of(batch.identifier_ids.begin(), batch.identifier_ids.end(), bad_id) ||
-      std::any_of(batch.cur_word_ids.begin(), batch.cur_word_ids.end(), bad_id))
-    fail("batch has a token id outside [0, ", c.vocab_size, ")");
-  if (std::any_of(batch.labels.begin(), batch.labels.end(), [&](int32_t l) { return l < 0 || l >= c.num_labels; }))
-    fail("batch has a label outside [0, ", c.num_labels, ")");
-}
+// Out-of-range ids would fault on the device (and poison the context): check_batch finds them.
+void CudaEngineState::validate(const Batch& batch) const { check_batch(batch, config, max_batch); }
 
 // Queues grads = 0 over the rows the last backward left (written_rows) and everything after the
 // table; eager, never inside a captured graph.

@@ -1,4 +1,5 @@
-// The caller owns buffers and a hot loop allocates nothing: once the CPU engine has taken its
+// The CPU engine's contract beside the GPU's. The caller owns buffers and a hot loop allocates
+// nothing: once the CPU engine has taken its
 // first steps, further steps (FP32, bf16 where the CPU runs it, Adam and SGD) fault in no new
 // pages. A step that released a large buffer to the kernel and took it back (memory past glibc's
 // mmap threshold) would fault every 4 KiB page of it again, each one zeroed by the kernel.
@@ -9,6 +10,7 @@
 
 #include "enhanced/engine.h"
 #include "enhanced/precision.h"
+#include "cuda_test_util.h"
 #include "gradcheck.h"
 
 namespace enhanced {
@@ -47,11 +49,15 @@ void expect_steps_fault_no_pages(Precision precision, OptimizerKind kind) {
   EXPECT_LE(minor_faults() - before, 16) << to_string(precision);
 }
 
-TEST(StepMemory, StepsAfterTheFirstFaultInNoPages) {
+TEST(CpuEngine, StepsAfterTheFirstFaultInNoPages) {
   expect_steps_fault_no_pages(Precision::fp32, OptimizerKind::adam);
   expect_steps_fault_no_pages(Precision::fp32, OptimizerKind::sgd);
   expect_steps_fault_no_pages(Precision::bf16_emulated, OptimizerKind::adam);
   if (cpu_bf16_support().avx512_bf16) expect_steps_fault_no_pages(Precision::bf16, OptimizerKind::adam);
+}
+
+TEST(CpuEngine, BadBatchesAreErrors) {
+  testing::expect_bad_batches_refused(Device::cpu, EngineOptions{});  // as CudaParity.BadBatchesAreErrors
 }
 
 }  // namespace
