@@ -51,8 +51,11 @@ struct NumberRule {
     double value = integer ? static_cast<double>(std::strtoll(text.c_str(), &end, 10)) : std::strtod(text.c_str(), &end);
     if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value))
       return cat("must be ", integer ? "a whole number " : "a finite number ", range_text(), ", got '", text, "'");
-    if (integer && (errno == ERANGE || value > static_cast<double>(whole_max)))
-      return cat("must be ", range_text(), " and at most ", whole_max, ", got ", text);
+    if (integer && (errno == ERANGE || value > static_cast<double>(whole_max))) {
+      // A range whose top is below the type's says all already: the type's bound only without one.
+      const std::string type_bound = high <= static_cast<double>(whole_max) ? "" : cat(" and at most ", whole_max);
+      return cat("must be ", range_text(), type_bound, ", got ", text);
+    }
     if (single && std::fabs(value) > static_cast<double>(std::numeric_limits<float>::max()))
       return cat("must be ", range_text(), " and fit a float (at most ", std::numeric_limits<float>::max(), "), got ", text);
     if (single) value = static_cast<double>(static_cast<float>(value));

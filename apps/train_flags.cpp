@@ -23,12 +23,13 @@ void add_data_and_model_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--epochs", o.epochs, "Epochs to train (default 1)")->check(at_least(int64_t{1}));
   app.add_option("--steps", o.steps, "Steps to train in all (overrides --epochs)")->check(at_least(int64_t{1}));
   app.add_option("--batch-size", o.batch_size, "Samples per batch")->capture_default_str()->check(at_least(1));
-  app.add_option("--hidden", o.hidden, "LSTM units per direction")->capture_default_str()->check(at_least(1));
+  app.add_option("--hidden", o.hidden, "LSTM units per direction")->capture_default_str()
+      ->check(in_range(1, kMaxModelWidth));
   app.add_option("--embedding-dim", o.embedding_dim, "Embedding dim D (default: from --pretrained, else 32)")
-      ->check(at_least(1));
+      ->check(in_range(1, kMaxModelWidth));
   app.add_option("--vocab-size", o.vocab_size, "V (default: from --pretrained, else the data's largest id + 1)")
       ->check(at_least(int64_t{1}));
-  app.add_option("--num-labels", o.num_labels, "L (default: from the data)")->check(at_least(1));
+  app.add_option("--num-labels", o.num_labels, "L (default: from the data)")->check(in_range(1, kMaxModelWidth));
   app.add_option("--blend", o.blend,
                  "Identifier blend: " + names_text(blend_modes()) + " (scalar-mean: the original map_fn code)")
       ->capture_default_str()->check(CLI::IsMember(names_of(blend_modes())));
