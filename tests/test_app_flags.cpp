@@ -62,6 +62,8 @@ TEST(AppFlags, TrainRefusesEachBadNumberWithASentence) {
       {"enhanced-train", kTrain + "--lr 1e-50", "error: --lr must be greater than 0, got 1e-50"},
       {"enhanced-train", kTrain + "--beta2 0.99999999", "error: --beta2 must be in [0, 1), got 0.99999999"},
       {"enhanced-train", kTrain + "--log-every 0", "error: --log-every must be at least 1, got 0"},
+      // A factor that lowers the rate: 1 would never reduce it.
+      {"enhanced-train", kTrain + "--lr-factor 1", "error: --lr-factor must be in (0, 1), got 1"},
       // An int64_t flag takes more than an int, and says so beyond its own type.
       {"enhanced-train", kTrain + "--steps 3000000000", "error: x.ebin: cannot open: No such file or directory"},
       {"enhanced-train", kTrain + "--steps 9223372036854775808",
