@@ -190,10 +190,10 @@ void add_options(CLI::App& app, BenchOptions& o) {
   Shapes& s = o.shapes;
   app.add_option("--batch-size,-B", s.batch, "B")->capture_default_str()->check(at_least(1));
   app.add_option("--seq-len,-T", s.seq_len, "T")->capture_default_str()->check(at_least(1));
-  app.add_option("--embedding-dim,-D", s.dim, "D")->capture_default_str()->check(at_least(1));
-  app.add_option("--hidden,-H", s.hidden, "H")->capture_default_str()->check(at_least(1));
+  app.add_option("--embedding-dim,-D", s.dim, "D")->capture_default_str()->check(in_range(1, kMaxModelWidth));
+  app.add_option("--hidden,-H", s.hidden, "H")->capture_default_str()->check(in_range(1, kMaxModelWidth));
   app.add_option("--vocab-size,-V", s.vocab, "V")->capture_default_str()->check(at_least(int64_t{1}));
-  app.add_option("--num-labels,-L", s.labels, "L")->capture_default_str()->check(at_least(1));
+  app.add_option("--num-labels,-L", s.labels, "L")->capture_default_str()->check(in_range(1, kMaxModelWidth));
   app.add_option("--empty-probability", s.empty_probability, "P(identifier empty)")->capture_default_str()->check(in_range(0.0, 1.0));
   app.add_option("--max-identifier", s.max_identifier, "Identifier length uniform in 1..this")
       ->capture_default_str()

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "enhanced/label_names.h"
+#include "enhanced/train_controls.h"
 
 namespace enhanced {
 namespace {
@@ -23,12 +24,13 @@ void add_data_and_model_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--epochs", o.epochs, "Epochs to train (default 1)")->check(at_least(int64_t{1}));
   app.add_option("--steps", o.steps, "Steps to train in all (overrides --epochs)")->check(at_least(int64_t{1}));
   app.add_option("--batch-size", o.batch_size, "Samples per batch")->capture_default_str()->check(at_least(1));
-  app.add_option("--hidden", o.hidden, "LSTM units per direction")->capture_default_str()->check(at_least(1));
+  app.add_option("--hidden", o.hidden, "LSTM units per direction")->capture_default_str()
+      ->check(in_range(1, kMaxModelWidth));
   app.add_option("--embedding-dim", o.embedding_dim, "Embedding dim D (default: from --pretrained, else 32)")
-      ->check(at_least(1));
+      ->check(in_range(1, kMaxModelWidth));
   app.add_option("--vocab-size", o.vocab_size, "V (default: from --pretrained, else the data's largest id + 1)")
       ->check(at_least(int64_t{1}));
-  app.add_option("--num-labels", o.num_labels, "L (default: from the data)")->check(at_least(1));
+  app.add_option("--num-labels", o.num_labels, "L (default: from the data)")->check(in_range(1, kMaxModelWidth));
   app.add_option("--blend", o.blend,
                  "Identifier blend: " + names_text(blend_modes()) + " (scalar-mean: the original map_fn code)")
       ->capture_default_str()->check(CLI::IsMember(names_of(blend_modes())));
@@ -59,26 +61,19 @@ void add_optimizer_flags(CLI::App& app, TrainFlags& f) {
                "Decay the embedding table too (with --lazy-embedding-updates: only the batch's rows)");
 }
 
-// The learning-rate schedule and what the validations decide (docs/cli.md "Training controls").
+// The learning-rate schedule and what the validations decide (docs/cli.md "Training controls"),
+// each a row of train_controls().
 void add_schedule_flags(CLI::App& app, TrainOptions& o) {
-  app.add_option("--lr-schedule", o.lr_schedule, names_text(lr_schedule_names()))
-      ->capture_default_str()->check(CLI::IsMember(lr_schedule_names()));
-  app.add_option("--warmup-steps", o.warmup_steps, "Linear warm-up to --lr over the first N steps")
-      ->capture_default_str()->check(at_least(int64_t{0}));
-  app.add_option("--min-lr", o.min_lr, "Floor (step, plateau) or end point (cosine, linear) of the rate")
-      ->capture_default_str()->check(at_least(0.0));
-  app.add_option("--lr-step-size", o.lr_step_size, "step: multiply the rate by --lr-factor every N steps")
-      ->check(at_least(int64_t{1}));
-  app.add_option("--lr-factor", o.lr_factor, "step and plateau: the factor of each reduction (0 < factor < 1)")
-      ->capture_default_str()->check(greater_than(0.0));
-  app.add_option("--lr-patience", o.lr_patience, "plateau: validations without improvement before a reduction")
-      ->capture_default_str()->check(at_least(int64_t{0}));
-  app.add_option("--monitor", o.monitor, "What best.safetensors, plateau and early stopping watch")
-      ->capture_default_str()->check(CLI::IsMember(monitor_names()));
-  app.add_option("--min-delta", o.min_delta, "An improvement must beat the best by more than this")
-      ->capture_default_str()->check(at_least(0.0));
-  app.add_option("--early-stopping", o.early_stopping, "Stop after N validations without improvement (0: off)")
-      ->capture_default_str()->check(at_least(int64_t{0}));
+  for (const TrainControl& row : train_controls()) {
+    const std::string help = row.help ? row.help : names_text(row.names());
+    CLI::Option* option = row.whole  ? app.add_option(row.flag, o.*row.whole, help)
+                          : row.real ? app.add_option(row.flag, o.*row.real, help)
+                                     : app.add_option(row.flag, o.*row.choice, help);
+    if (row.show_default) option->capture_default_str();
+    option->check(row.whole  ? detail::number_rule<int64_t>(row.rule)
+                  : row.real ? detail::number_rule<double>(row.rule)
+                             : CLI::Validator(CLI::IsMember(row.names())));
+  }
 }
 
 }  // namespace

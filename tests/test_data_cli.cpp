@@ -14,6 +14,7 @@
 #include "enhanced/common.h"
 #include "enhanced/dataset.h"
 #include "enhanced/jsonl.h"
+#include "enhanced/text.h"
 
 namespace enhanced {
 namespace {
@@ -221,6 +222,24 @@ TEST(DataCliJsonl, AnIdThatIsNoIntegerIsRefusedNamingPositionAndField) {
                        "in.jsonl: line 1: position 1: field 0 (identifier) holds a non-integer number, expected an integer id");
   expect_convert_error({R"({"label":1,"tokens":[[[1],[],[2]],[[1],[],[2]],[[1],[],["w"]],[[1],[],[2]]]})"},
                        "in.jsonl: line 1: position 2: field 2 (cur_word) holds string, expected an integer id");
+}
+
+// The error line quotes what the parser read: a byte that is no UTF-8, or a control character
+// (here ESC, of a terminal's colour sequence, in a key), is shown as \xNN, never as itself.
+TEST(DataCliJsonl, BytesOfTheLineThatAreNoTextAreQuotedEscaped) {
+  expect_convert_error({kGood, "\xff\xfe"}, "in.jsonl: line 2: column 1: malformed JSON: syntax error while parsing "
+                                             "value - invalid literal; last read: '\\xff'");
+  expect_convert_error({R"({"label":1,"x":")" "\xc3\x28" R"("})"}, "ill-formed UTF-8 byte; last read: '\"\\xc3('");
+  expect_convert_error({R"({"label":1,"\u001b[31m":1e999})"},
+                       "in.jsonl: line 1: column 29: \"\\x1b[31m\": number does not fit a double");
+}
+
+TEST(Excerpt, KeepsTextEscapesTheRestAndCutsAtACharacter) {
+  EXPECT_EQ(excerpt("caf\xc3\xa9 ok"), "caf\xc3\xa9 ok");
+  EXPECT_EQ(excerpt("a\xff\tb\x7f"), "a\\xff\\x09b\\x7f");
+  EXPECT_EQ(excerpt("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate is no UTF-8
+  EXPECT_EQ(excerpt("ab\xc3\xa9", 3), "ab...");                // never half a character
+  EXPECT_EQ(excerpt(std::string(70, 'x')), std::string(60, 'x') + "...");
 }
 
 TEST(DataCliJsonl, ANumberBeyondADoubleIsRefusedAtItsColumn) {

@@ -80,6 +80,12 @@ TEST(StaleTempFiles, ConvertAndTrainRemoveThemWhenTheyStart) {
   const auto train = testing::run_app("enhanced-train", testing::small_train_flags(files) + "--device cpu --steps 1 --out " + dir + "/run");
   ASSERT_EQ(train.exit_code, 0) << train.output;
   EXPECT_FALSE(has_temp_files(dir + "/run"));
+  // A resume of the finished run has nothing to do but rewrite last.safetensors: it cleans too.
+  write_text(dir + "/run/last.safetensors.tmp." + dead, "left by a killed rewrite");
+  const auto resume = testing::run_app("enhanced-train", "--resume --quiet --out " + dir + "/run");
+  ASSERT_EQ(resume.exit_code, 0) << resume.output;
+  EXPECT_NE(resume.output.find("nothing to do"), std::string::npos) << resume.output;
+  EXPECT_FALSE(has_temp_files(dir + "/run"));
 }
 
 // enhanced-data convert of a file long enough (a million lines: seconds of parsing) that the

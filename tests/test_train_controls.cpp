@@ -312,7 +312,7 @@ TEST_F(TrainControls, ControlsThatNeedEachOtherAreCheckedBeforeAnyWork) {
       {no_valid + "--valid-every 2", "--valid-every needs a validation set (--valid)"},
       {no_valid + "--lr-schedule step", "--lr-schedule step needs --lr-step-size of at least 1, got 0"},
       {no_valid + "--lr 0.1 --min-lr 0.5", "--min-lr must be between 0 and --lr"},
-      {no_valid + "--lr-factor 1.5", "--lr-factor must be between 0 and 1"},
+      {no_valid + "--lr-factor 1.5", "--lr-factor must be in (0, 1), got 1.5"},
       {no_valid + "--lr-schedule cosine --lr-factor 0.5", "--lr-factor has no effect here: it applies to --lr-schedule "
                                                           "step and plateau"},
       {no_valid + "--min-lr 0.0001", "--min-lr has no effect here"},

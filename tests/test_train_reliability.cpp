@@ -146,6 +146,25 @@ TEST_F(TrainReliability, ASecondSignalEndsTheProcessAtOnce) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
 }
 
+// A resume with nothing to do rewrites last.safetensors: a signal then lets the rewrite finish
+// and exits as a run's first signal does (143), a second one ends it at once; either way
+// last.safetensors is whole and no temporary is left.
+TEST_F(TrainReliability, ASignalDuringTheRewriteOfAFinishedRunLeavesLastWholeAndNoTemporary) {
+  ASSERT_EQ(run_app("enhanced-train", flags() + "--steps 3" + out("finished")).exit_code, 0);
+  const std::string last = read_bytes(dir("finished") / "last.safetensors");
+  for (const auto& [asked, once] : {std::pair{"3:15", true}, std::pair{"3:15:15", false}}) {
+    ::setenv("ENHANCED_TEST_SIGNAL_AT_STEP", asked, 1);
+    const auto again = run_command(app() + "--resume --quiet" + out("finished") + " 2>&1; echo exit=$?");
+    ::unsetenv("ENHANCED_TEST_SIGNAL_AT_STEP");
+    EXPECT_NE(again.output.find("nothing to do"), std::string::npos) << asked << ": " << again.output;
+    EXPECT_NE(again.output.find("exit=143"), std::string::npos) << asked << ": " << again.output;
+    EXPECT_EQ(again.output.find("interrupted: last.safetensors is whole") != std::string::npos, once) << again.output;
+    EXPECT_TRUE(read_bytes(dir("finished") / "last.safetensors") == last) << asked;
+    for (const auto& entry : fs::directory_iterator(dir("finished")))
+      EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << asked << ": " << entry.path();
+  }
+}
+
 // A real Ctrl-C from outside (kill -INT) at whatever step the run has reached.
 TEST_F(TrainReliability, KillIntFromOutsideSavesAndExits130) {
   const pid_t pid = start_long_run("external");

@@ -28,15 +28,6 @@ template <class... Parts>
   throw Error(cat(parts...));
 }
 
-// A value read from a file, as a message quotes it: at most `limit` bytes (cut at a UTF-8
-// character's start), then "...". A hostile file's 60 KB name or value stays off the error line.
-inline std::string excerpt(const std::string& text, size_t limit = 60) {
-  if (text.size() <= limit) return text;
-  size_t cut = limit;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return text.substr(0, cut) + "...";
-}
-
 // Runs body(), turning a std::bad_alloc, which says nothing of where it came from, into an Error
 // "out of memory <what>" (what: "allocating ...", naming the buffer and its size). For the few
 // large allocations (model-sized buffers, an engine's, a file read whole); a bad_alloc anywhere

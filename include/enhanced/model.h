@@ -22,6 +22,11 @@ const char* to_string(PoolMode mode);
 BlendMode parse_blend_mode(const std::string& text);  // Error "unknown blend mode ..." otherwise
 PoolMode parse_pool_mode(const std::string& text);    // Error "unknown pooling ..." otherwise
 
+// The largest D, H and L: the layers size a row (8H gates, D + H operands, L logits, panels
+// rounded up) in int, which stays far from overflow below this; a model this wide would not fit
+// any machine's memory anyway (a [4H, H] matrix alone is 2^50 floats), so nothing real is lost.
+constexpr int kMaxModelWidth = 1 << 24;
+
 struct ModelConfig {
   int64_t vocab_size = 0;  // V
   int embedding_dim = 32;  // D
@@ -33,7 +38,7 @@ struct ModelConfig {
 
   // Inputs of the dense layer: T with feature pooling, 2H with time pooling.
   int pooled_features() const { return pool == PoolMode::feature ? seq_len : 2 * hidden; }
-  void validate() const;  // throws Error on a non-positive size
+  void validate() const;  // throws Error on a non-positive size or a width above kMaxModelWidth
 };
 
 struct Batch;

@@ -139,6 +139,13 @@ def _checked_field(lengths, ids, seq_len, field):
     ids = np.asarray(ids)
     if ids.ndim != 1:
         raise ValueError(f"{FIELD_NAMES[field]}_ids: expected a flat array of ids, got shape {list(ids.shape)}")
+    # The int64 sum below could wrap round to ids.size by chance, and the file's offsets with it.
+    # The lengths are non-negative, so a float64 sum (its error far below 2^62) shows such a total
+    # first; no array holds 2^62 ids, so nothing that could match ids.size is refused.
+    approximate = float(lengths.sum(dtype=np.float64))
+    if approximate >= 2.0 ** 62:
+        raise ValueError(f"{FIELD_NAMES[field]}_lengths sum to about {approximate:.3g} (beyond 2^62, where an int64 "
+                         f"sum wraps), but {FIELD_NAMES[field]}_ids holds {ids.size} ids")
     total = int(lengths.sum())
     if total != ids.size:
         raise ValueError(f"{FIELD_NAMES[field]}_lengths sum to {total}, but {FIELD_NAMES[field]}_ids holds {ids.size} ids")

@@ -178,6 +178,10 @@ def bad_inputs():
     yield "csr nan", {**csr, "auxiliary_ids": np.array([np.nan])}, [0, 1], "sample 0: position 1: field 1 .auxiliary. holds nan"
     yield "csr float", {**csr, "cur_word": csr["cur_word"] + 0.5}, [0, 1], "sample 0: position 0: field 2 .cur_word. holds 3.5"
     yield "csr lengths", {**csr, "identifier_lengths": csr["identifier_lengths"] + 1}, [0, 1], "identifier_lengths sum to 9, but identifier_ids holds 5 ids"
+    # Lengths whose int64 sum wraps round to the 2 ids given: 4 * 2^62 + 2 = 2^64 + 2.
+    wrapping = np.array([[2**62, 2**62], [2**62, 2**62 + 2]])
+    yield "csr lengths wrap int64", {**csr, "identifier_lengths": wrapping, "identifier_ids": np.array([5, 6])}, [0, 1], \
+        "identifier_lengths sum to about 1.84e\\+19 \\(beyond 2\\^62, where an int64 sum wraps\\), but identifier_ids holds 2 ids"
     yield "csr negative length", {**csr, "auxiliary_lengths": np.array([[0, 2], [-1, 0]])}, [0, 1], "sample 1: position 0: field 1 .auxiliary. has negative length -1"
     yield "csr key", {k: v for k, v in csr.items() if k != "cur_word"}, [0, 1], "missing \\['cur_word'\\]"
     three = csr_of(good + [[[[1], [2], [3]], [[4], [], [5]]]])  # N = 3, T = 2

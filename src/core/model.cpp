@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "enhanced/batch.h"
 #include "enhanced/carve.h"
@@ -40,6 +41,9 @@ void ModelConfig::validate() const {
   if (hidden <= 0) fail("model: hidden size must be positive, got ", hidden);
   if (seq_len <= 0) fail("model: sequence length must be positive, got ", seq_len);
   if (num_labels <= 0) fail("model: number of labels must be positive, got ", num_labels);
+  for (const auto& [what, value] : {std::pair{"embedding dim", embedding_dim}, std::pair{"hidden size", hidden},
+                                    std::pair{"number of labels", num_labels}})
+    if (value > kMaxModelWidth) fail("model: ", what, " ", value, " is above the largest, ", kMaxModelWidth);
 }
 
 void check_batch(const Batch& batch, const ModelConfig& config, int max_batch) {

@@ -17,6 +17,7 @@
 #include "enhanced/progress.h"
 #include "enhanced/common.h"
 #include "enhanced/dataset.h"
+#include "enhanced/text.h"
 #include "io/line_reader.h"
 
 namespace enhanced {
@@ -24,6 +25,9 @@ namespace enhanced {
 namespace {
 
 using nlohmann::json;
+
+// The most of a line's text an error quotes: the parser's sentence and the token it last read.
+constexpr size_t kQuotedBytes = 200;
 
 const char* field_name(int field) {
   switch (field) {
@@ -38,16 +42,17 @@ const char* type_name(const json& v) {
   return v.type_name();
 }
 
-// Pulls the human part out of an nlohmann parse error ("syntax error while parsing ...").
+// Pulls the human part out of an nlohmann parse error ("syntax error while parsing ..."). It
+// quotes the line's bytes ("last read: '...'") as they are: escaped here (excerpt).
 std::string parse_error_text(const json::parse_error& e) {
   std::string what = e.what();
   auto col = what.find("column ");
   if (col != std::string::npos) {
     auto colon = what.find(": ", col);
-    if (colon != std::string::npos) return what.substr(colon + 2);
+    if (colon != std::string::npos) return excerpt(what.substr(colon + 2), kQuotedBytes);
   }
   auto bracket = what.find("] ");
-  return bracket == std::string::npos ? what : what.substr(bracket + 2);
+  return excerpt(bracket == std::string::npos ? what : what.substr(bracket + 2), kQuotedBytes);
 }
 
 // Finds where in a sample line the JSON parser gave up and what it was reading, as "position t:
@@ -104,7 +109,7 @@ class ErrorLocator {
   }
   std::string place() const {
     if (frames_.empty() || frames_[0].array) return "the line";
-    if (frames_[0].key != "tokens" || frames_.size() < 2) return cat("\"", frames_[0].key, "\"");
+    if (frames_[0].key != "tokens" || frames_.size() < 2) return cat("\"", excerpt(frames_[0].key), "\"");
     if (frames_.size() < 3) return cat("position ", frames_[1].index);
     const int field = static_cast<int>(frames_[2].index);
     return cat("position ", frames_[1].index, ": field ", field, " (", field_name(field), ")");

@@ -11,6 +11,7 @@
 #include "enhanced/common.h"
 #include "enhanced/jsonl.h"
 #include "enhanced/loader.h"
+#include "enhanced/text.h"
 #include "io/line_reader.h"
 
 namespace enhanced {
@@ -39,10 +40,10 @@ std::vector<std::string> split_part_names(size_t parts, const std::vector<std::s
     const std::string& name = given[k];
     if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
                             std::string::npos)
-      fail("--names: '", name, "' is not a file-name part (letters, digits, '_', '-', '.')");
+      fail("--names: '", excerpt(name), "' is not a file-name part (letters, digits, '_', '-', '.')");
     if (std::find(given.begin(), given.begin() + static_cast<std::ptrdiff_t>(k), name) !=
         given.begin() + static_cast<std::ptrdiff_t>(k))
-      fail("--names: '", name, "' is given twice");
+      fail("--names: '", excerpt(name), "' is given twice");
   }
   return given;
 }

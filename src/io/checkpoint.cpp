@@ -10,6 +10,7 @@
 
 #include "enhanced/batch.h"
 #include "enhanced/common.h"
+#include "enhanced/text.h"
 
 namespace enhanced {
 namespace {
@@ -130,7 +131,8 @@ ParameterBuffer<float> read_model_tensors(const SafetensorsReader& file, const M
 const std::vector<int64_t>& matrix_shape(const SafetensorsReader& file, const std::string& name, const char* meaning) {
   const auto it = file.tensors().find(name);
   if (it == file.tensors().end()) fail(file.path(), ": missing tensor '", name, "'");
-  if (it->second.dtype != "F32") fail(file.path(), ": tensor '", name, "' is ", it->second.dtype, ", expected F32");
+  if (it->second.dtype != "F32")
+    fail(file.path(), ": tensor '", name, "' is ", excerpt(it->second.dtype), ", expected F32");
   if (it->second.shape.size() != 2)
     fail(file.path(), ": tensor '", name, "' has ", it->second.shape.size(), " dimensions, expected 2 ", meaning);
   return it->second.shape;

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "enhanced/common.h"
+#include "enhanced/text.h"
 #include "io/input_file.h"
 
 namespace enhanced {
@@ -40,20 +41,20 @@ void check_finite(const std::string& path, const EmbeddingTable& table) {
 // or a bare word, and nothing after it.
 std::string npy_header_field(const std::string& path, const std::string& header, const std::string& key) {
   const size_t at = header.find("'" + key + "'");
-  if (at == std::string::npos) fail(path, ": .npy header has no '", key, "': ", header);
+  if (at == std::string::npos) fail(path, ": .npy header has no '", key, "': ", excerpt(header, 200));
   size_t begin = header.find(':', at);
-  if (begin == std::string::npos) fail(path, ": malformed .npy header: ", header);
+  if (begin == std::string::npos) fail(path, ": malformed .npy header: ", excerpt(header, 200));
   begin = header.find_first_not_of(' ', begin + 1);
-  if (begin == std::string::npos) fail(path, ": malformed .npy header: ", header);
+  if (begin == std::string::npos) fail(path, ": malformed .npy header: ", excerpt(header, 200));
   size_t end;
   if (header[begin] == '\'' || header[begin] == '"') end = header.find(header[begin], begin + 1);
   else if (header[begin] == '(') end = header.find(')', begin);
   else {
     end = header.find_first_of(",}", begin);
-    if (end == std::string::npos) fail(path, ": malformed .npy header: ", header);
+    if (end == std::string::npos) fail(path, ": malformed .npy header: ", excerpt(header, 200));
     end = header.find_last_not_of(' ', end - 1);
   }
-  if (end == std::string::npos || end < begin) fail(path, ": malformed .npy header: ", header);
+  if (end == std::string::npos || end < begin) fail(path, ": malformed .npy header: ", excerpt(header, 200));
   return header.substr(begin, end - begin + 1);
 }
 
@@ -81,7 +82,8 @@ EmbeddingTable parse_npy(const std::string& path, const std::vector<char>& bytes
   int width = 0;
   if (descr == "'<f4'") width = 4;
   else if (descr == "'<f8'") width = 8;
-  else fail(path, ": .npy dtype must be little-endian float32 or float64 ('<f4' or '<f8'), header says ", descr);
+  else fail(path, ": .npy dtype must be little-endian float32 or float64 ('<f4' or '<f8'), header says ",
+            excerpt(descr));
   if (field("fortran_order") != "False") fail(path, ": .npy must be C order (fortran_order False)");
   const std::string shape = field("shape");
   long long rows = 0, dim = 0;

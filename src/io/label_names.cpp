@@ -5,6 +5,7 @@
 #include <set>
 
 #include "enhanced/common.h"
+#include "enhanced/text.h"
 #include "io/line_reader.h"
 
 namespace enhanced {
@@ -12,32 +13,6 @@ namespace {
 
 // A name longer than this is no label name (and no line of a names file is read past it).
 constexpr size_t kMaxNameBytes = 1024;
-
-// The length of the well-formed UTF-8 sequence at text[at] (no overlong forms, no surrogates,
-// nothing past U+10FFFF), or 0.
-size_t utf8_sequence(const std::string& text, size_t at) {
-  const auto byte = [&](size_t i) { return i < text.size() ? static_cast<unsigned char>(text[i]) : 0u; };
-  const unsigned lead = byte(at);
-  if (lead < 0x80) return 1;
-  size_t length;
-  unsigned low = 0x80, high = 0xBF;  // the second byte's range
-  if (lead >= 0xC2 && lead <= 0xDF) length = 2;
-  else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    if (lead == 0xE0) low = 0xA0;
-    if (lead == 0xED) high = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    if (lead == 0xF0) low = 0x90;
-    if (lead == 0xF4) high = 0x8F;
-  } else {
-    return 0;
-  }
-  if (byte(at + 1) < low || byte(at + 1) > high) return 0;
-  for (size_t i = 2; i < length; ++i)
-    if ((byte(at + i) & 0xC0) != 0x80) return 0;
-  return length;
-}
 
 // What is wrong with a name ("" when nothing is); `seen`: the names before it.
 std::string name_problem(const std::string& name, const std::set<std::string>& seen) {

@@ -14,6 +14,7 @@
 
 #include "enhanced/atomic_file.h"
 #include "enhanced/common.h"
+#include "enhanced/text.h"
 #include "io/input_file.h"
 
 namespace enhanced {

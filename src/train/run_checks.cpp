@@ -1,13 +1,13 @@
 #include "train/run_checks.h"
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 
 #include "enhanced/common.h"
 #include "enhanced/evaluate.h"
 #include "enhanced/label_names.h"
 #include "enhanced/memory.h"
+#include "enhanced/train_controls.h"
 #include "train/schedule.h"
 
 namespace enhanced {
@@ -55,15 +55,11 @@ void check_run_label_names(const TrainOptions& o, const ModelConfig& c) {
 void check_training_controls(const TrainOptions& o) {
   const ScheduleKind kind = parse_schedule_kind(o.lr_schedule);
   parse_monitor_metric(o.monitor);
-  if (o.warmup_steps < 0) fail("--warmup-steps must be at least 0, got ", o.warmup_steps);
   if (!(o.min_lr >= 0) || !(static_cast<float>(o.min_lr) <= o.optimizer.learning_rate))
     fail("--min-lr must be between 0 and --lr (", o.optimizer.learning_rate, "), got ", o.min_lr);
   if (kind == ScheduleKind::step && o.lr_step_size < 1)
     fail("--lr-schedule step needs --lr-step-size of at least 1, got ", o.lr_step_size);
-  if (!(o.lr_factor > 0 && o.lr_factor < 1)) fail("--lr-factor must be between 0 and 1 (exclusive), got ", o.lr_factor);
-  if (o.lr_patience < 0) fail("--lr-patience must be at least 0, got ", o.lr_patience);
-  if (o.early_stopping < 0) fail("--early-stopping must be at least 0, got ", o.early_stopping);
-  if (!(o.min_delta >= 0) || !std::isfinite(o.min_delta)) fail("--min-delta must be at least 0, got ", o.min_delta);
+  check_control_values(o);  // each control's own range, as its flag's rule
   if (o.valid_every < 0) fail("--valid-every must be at least 0, got ", o.valid_every);
   if (o.checkpoint_every < 0) fail("--checkpoint-every must be at least 0, got ", o.checkpoint_every);
   // A control the schedule does not use would be silently ignored.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "enhanced/common.h"
+#include "enhanced/train_controls.h"
 
 namespace enhanced {
 namespace {
@@ -93,6 +94,20 @@ OptionField optimizer_scalar(const OptimizerScalar& scalar) {
           scalar.optional, true};
 }
 
+// A training control (train_controls()): changeable, and absent from runs recorded before them.
+OptionField control_field(const TrainControl& row) {
+  if (const auto real = row.real)
+    return {row.key, row.flag, changeable, [real](const TrainOptions& o) { return json(exact_text(o.*real)); },
+            [real](TrainOptions& o, const json& j) { o.*real = std::strtod(j.get<std::string>().c_str(), nullptr); },
+            true, true};
+  if (const auto whole = row.whole)
+    return {row.key, row.flag, changeable, [whole](const TrainOptions& o) { return json(o.*whole); },
+            [whole](TrainOptions& o, const json& j) { o.*whole = j.get<int64_t>(); }, true};
+  const auto choice = row.choice;
+  return {row.key, row.flag, changeable, [choice](const TrainOptions& o) { return json(o.*choice); },
+          [choice](TrainOptions& o, const json& j) { o.*choice = j.get<std::string>(); }, true};
+}
+
 // The labels' names (--label-names reads them from a file; the names are recorded, not the path).
 OptionField label_names_field() {
   OptionField field = plain<std::vector<std::string>>("label_names", "--label-names", fixed,
@@ -161,16 +176,8 @@ const std::vector<OptionField>& option_fields() {
       {"precision", "--precision", changeable, [](const TrainOptions& o) { return json(to_string(o.precision)); },
        [](TrainOptions& o, const json& j) { o.precision = parse_precision(j.get<std::string>()); }, true},
       plain<int64_t>("valid_every", "--valid-every", changeable, ENHANCED_FIELD(int64_t, valid_every), true),
-      plain<std::string>("lr_schedule", "--lr-schedule", changeable, ENHANCED_FIELD(std::string, lr_schedule), true),
-      plain<int64_t>("warmup_steps", "--warmup-steps", changeable, ENHANCED_FIELD(int64_t, warmup_steps), true),
-      exact<double>("min_lr", "--min-lr", changeable, ENHANCED_FIELD(double, min_lr), true),
-      plain<int64_t>("lr_step_size", "--lr-step-size", changeable, ENHANCED_FIELD(int64_t, lr_step_size), true),
-      exact<double>("lr_factor", "--lr-factor", changeable, ENHANCED_FIELD(double, lr_factor), true),
-      plain<int64_t>("lr_patience", "--lr-patience", changeable, ENHANCED_FIELD(int64_t, lr_patience), true),
-      plain<std::string>("monitor", "--monitor", changeable, ENHANCED_FIELD(std::string, monitor), true),
-      exact<double>("min_delta", "--min-delta", changeable, ENHANCED_FIELD(double, min_delta), true),
-      plain<int64_t>("early_stopping", "--early-stopping", changeable, ENHANCED_FIELD(int64_t, early_stopping), true),
     });
+    for (const TrainControl& row : train_controls()) out.push_back(control_field(row));
     return out;
   }();
   return fields;

@@ -133,8 +133,9 @@ int train_prepared(PreparedRun& prepared, const Dataset& train, const Dataset* v
     run.resume(*prepared.saved_state);
     prepared.saved_state.reset();  // its moments now live in the optimizer state: do not hold two copies
     if (!run.has_work()) {
-      run.refresh_last_checkpoint();
-      return 0;
+      // It rewrites last.safetensors: the temporaries a killed rewrite left go first, as in a run.
+      if (communicator.rank() == 0) remove_stale_temp_files(options.out_dir);
+      return run.refresh_last_checkpoint();
     }
   }
   run.check_controls_fit_the_run();

@@ -119,6 +119,15 @@ bool TrainingRun::has_work() const {
   return false;
 }
 
+int TrainingRun::refresh_last_checkpoint() {
+  if (comm_.size() == 1 && o_.handle_signals) stop_at_a_step_boundary_on_signals();
+  raise_signals_if_asked(position_.step);  // the test hook: a signal as the rewrite starts
+  saves_.refresh_last(params_, position_);
+  if (stop_signal() == 0) return 0;
+  if (speaks_) std::fprintf(stderr, "interrupted: last.safetensors is whole, the run is complete\n");
+  return 128 + stop_signal();
+}
+
 int TrainingRun::run() {
   metrics_.open(saves_.dir(), o_.resume, speaks_, position_);
   BatchLoader loader(train_, loader_options());

@@ -40,8 +40,10 @@ class TrainingRun {
   void resume(const SafetensorsReader& state);
   // Whether a resumed run has anything left to do; says so when not.
   bool has_work() const;
-  // A resumed run with nothing left to do rewrites last.safetensors from its state (run_saves.h).
-  void refresh_last_checkpoint() { saves_.refresh_last(params_, position_); }
+  // A resumed run with nothing left to do rewrites last.safetensors from its state (run_saves.h),
+  // a SIGINT or SIGTERM handled as in run(): the rewrite completes (a second signal removes its
+  // temporary and ends the process). Returns the exit code: 0, or 128 + the signal.
+  int refresh_last_checkpoint();
 
   // The engine the steps run on. On a GPU it holds the parameters and moments, and the host
   // copies are refreshed before each checkpoint; its steps are queued without waiting, and their
