@@ -2,12 +2,13 @@
 // own process (the Python extension's Model.fit and its Keras-style callbacks), and how that
 // caller stops or interrupts the run. Keras's shape: the same five calls, the same log keys.
 //
-// Order of the calls: set_access (the run's parameters and rate, training_observer.h's
-// TrainingAccess); on_train_begin; per epoch on_epoch_begin, on_train_batch_begin before each step
-// and on_train_batch_end after it, on_epoch_end; on_train_end when the run ends normally or by a stop (not after an error or
-// an interrupt, as Keras's on_train_end is not after a KeyboardInterrupt). A resumed run begins
-// its epoch where the run stopped (on_epoch_begin still comes first); a run stopped after an
-// epoch's last step but before its end does that end first, with no on_epoch_begin before it.
+// Order of the calls: set_access (the run's parameters and rate: TrainingAccess below);
+// on_train_begin; per epoch on_epoch_begin, on_train_batch_begin before each step and
+// on_train_batch_end after it, on_epoch_end; on_train_end when the run ends normally or by a stop
+// (not after an error or an interrupt, as Keras's on_train_end is not after a
+// KeyboardInterrupt). A resumed run begins its epoch where the run stopped (on_epoch_begin still
+// comes first); a run stopped after an epoch's last step but before its end does that end first,
+// with no on_epoch_begin before it.
 // A resume with nothing left to do returns 0 at once and calls nothing.
 #pragma once
 
