@@ -191,6 +191,7 @@ class _Bridge:
     def __init__(self, model, callbacks, history, progress):
         self.model, self.callbacks, self.history, self.progress = model, callbacks, history, progress
         self.wants_batch_logs = progress.verbose == 1 or any(hasattr(c, "on_train_batch_end") for c in callbacks)
+        self.wants_batch_begin = any(hasattr(c, "on_train_batch_begin") for c in callbacks)
         self.terminated = False  # SIGTERM ended the run (_sigterm_interrupts)
         self.final_weights = None  # the live weights after on_train_end, where a callback set them
         model.stop_training = False

@@ -34,6 +34,7 @@ class PythonObserver final : public TrainingObserver {
   explicit PythonObserver(nb::object bridge) : bridge_(std::move(bridge)) {
     PythonCall gil;
     wants_batch_logs_ = nb::cast<bool>(bridge_.attr("wants_batch_logs"));
+    wants_batch_begin_ = nb::cast<bool>(bridge_.attr("wants_batch_begin"));
   }
 
   // The bridge holds the run's TrainingAccess (Model.get_weights, set_weights, optimizer during
@@ -43,7 +44,10 @@ class PythonObserver final : public TrainingObserver {
     bridge_.attr("set_access")(access ? nb::cast(access, nb::rv_policy::reference) : nb::none());
   }
   void on_train_begin() override { call("on_train_begin"); }
-  void on_train_batch_begin(int64_t batch) override { call("on_train_batch_begin", batch); }
+  // Only where a callback has the hook: no GIL taken before each step otherwise.
+  void on_train_batch_begin(int64_t batch) override {
+    if (wants_batch_begin_) call("on_train_batch_begin", batch);
+  }
   void on_epoch_begin(int64_t epoch) override { call("on_epoch_begin", epoch); }
   void on_train_batch_end(int64_t batch, const TrainingLogs& logs) override {
     call("on_train_batch_end", batch, logs);
@@ -86,6 +90,7 @@ class PythonObserver final : public TrainingObserver {
 
   nb::object bridge_;
   bool wants_batch_logs_ = false;
+  bool wants_batch_begin_ = false;
   bool interrupted_ = false;
 };
 
