@@ -7,14 +7,17 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "app_runner.h"
 #include "data_test_util.h"
+#include "enhanced/checkpoint.h"
 #include "enhanced/communicator.h"
 #include "enhanced/dataset.h"
 #include "enhanced/demo.h"
@@ -327,6 +330,115 @@ TEST_F(TrainObserver, ANonFiniteLossReachesTheObserverAndNarrateOffPrintsNothing
   ::testing::internal::CaptureStderr();
   ASSERT_EQ(train_in_memory(narrating, nullptr), 0);
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+}
+
+// The run's TrainingAccess (Keras's get_weights, set_weights, optimizer.learning_rate in fit),
+// used at given points: parameters read at an epoch's end are the checkpoint saved there; written
+// back unchanged they change no bit of the run; written changed they are what the next step
+// starts from; a rate set to 0 freezes the weights from the next step on and is recorded.
+class AccessRecorder : public Recorder {
+ public:
+  std::function<void(TrainingAccess&, const std::string&)> act;
+  std::vector<float> read_at_epoch_end_0;
+  bool access_withdrawn = false;
+
+  void set_access(TrainingAccess* access) override {
+    if (access_ && !access) access_withdrawn = true;
+    access_ = access;
+  }
+  void on_epoch_begin(int64_t epoch) override {
+    Recorder::on_epoch_begin(epoch);
+    if (act) act(*access_, calls.back());
+  }
+  void on_train_batch_begin(int64_t batch) override {
+    calls.push_back("batch_begin " + std::to_string(batch));
+    if (act) act(*access_, calls.back());
+  }
+  void on_epoch_end(int64_t epoch, const TrainingLogs& logs) override {
+    Recorder::on_epoch_end(epoch, logs);
+    if (epoch == 0) access_->read_parameters(read_at_epoch_end_0);
+  }
+
+ private:
+  TrainingAccess* access_ = nullptr;
+};
+
+std::vector<float> checkpoint_values(const fs::path& path) {
+  const ParameterBuffer<float> params = load_checkpoint(path.string());
+  return std::vector<float>(params.data.begin(), params.data.end());
+}
+
+TEST_F(TrainObserver, AccessReadsTheSavedWeightsAndAnUnchangedWriteChangesNoBit) {
+  ASSERT_EQ(train_in_memory(options("plain"), nullptr), 0);
+  AccessRecorder recorder;
+  fs::path epoch_0_last;
+  recorder.act = [&](TrainingAccess& access, const std::string& call) {
+    if (call != "epoch_begin 1") return;
+    std::vector<float> values;
+    access.read_parameters(values);
+    access.write_parameters(values);
+    EXPECT_EQ(values, checkpoint_values(root_ / "rewritten" / "last.safetensors"));  // saved at epoch 0's end
+  };
+  ASSERT_EQ(train_in_memory(options("rewritten"), &recorder), 0);
+  EXPECT_TRUE(recorder.access_withdrawn);
+  EXPECT_FALSE(recorder.read_at_epoch_end_0.empty());
+  expect_same_files("plain", "rewritten");
+  // Keras's order: a step's batch_begin before its batch end.
+  EXPECT_EQ(recorder.calls[1], "epoch_begin 0");
+  EXPECT_EQ(recorder.calls[2], "batch_begin 0");
+  EXPECT_EQ(recorder.calls[3], "batch 0");
+}
+
+TEST_F(TrainObserver, WrittenWeightsAreWhatTheNextStepStartsFrom) {
+  AccessRecorder recorder;
+  std::vector<float> initial, after_write;
+  recorder.act = [&](TrainingAccess& access, const std::string& call) {
+    if (call == "batch_begin 0" && initial.empty()) access.read_parameters(initial);  // before any step
+    if (call == "epoch_begin 1") access.write_parameters(initial);
+    if (call == "batch_begin 0" && access.steps() == 5) access.read_parameters(after_write);
+  };
+  ASSERT_EQ(train_in_memory(options("reset"), &recorder), 0);
+  ASSERT_FALSE(initial.empty());
+  EXPECT_EQ(after_write, initial);
+  EXPECT_NE(recorder.read_at_epoch_end_0, initial);
+  std::vector<float> bad(initial.size() + 1);
+  AccessRecorder wrong;
+  wrong.act = [&](TrainingAccess& access, const std::string& call) {
+    if (call == "epoch_begin 0") access.write_parameters(bad);
+  };
+  EXPECT_NE(error_of([&] { train_in_memory(options("wrong-size"), &wrong); }).find("values given, the model has"),
+            std::string::npos);
+}
+
+TEST_F(TrainObserver, ARateSetAppliesFromTheNextStepIsLoggedAndRecorded) {
+  AccessRecorder recorder;
+  double before = 0;
+  recorder.act = [&](TrainingAccess& access, const std::string& call) {
+    if (call != "epoch_begin 1") return;
+    before = access.learning_rate();
+    access.set_learning_rate(0.0);
+    EXPECT_EQ(access.learning_rate(), 0.0);
+  };
+  ASSERT_EQ(train_in_memory(options("frozen"), &recorder), 0);
+  EXPECT_EQ(before, static_cast<double>(0.02f));
+  // Adam at rate 0 moves no weight: the last checkpoint is epoch 0's end.
+  EXPECT_EQ(checkpoint_values(root_ / "frozen" / "last.safetensors"), recorder.read_at_epoch_end_0);
+  ASSERT_EQ(recorder.batch_log.size(), 10u);
+  EXPECT_EQ(recorder.batch_log[4].at("lr"), static_cast<double>(0.02f));
+  EXPECT_EQ(recorder.batch_log[5].at("lr"), 0.0);
+  EXPECT_EQ(recorder.epoch_log[0].at("lr"), static_cast<double>(0.02f));
+  EXPECT_EQ(recorder.epoch_log[1].at("lr"), 0.0);
+  const std::string recorded =
+      SafetensorsReader((root_ / "frozen" / "optimizer.safetensors").string()).metadata_value("run_options");
+  EXPECT_EQ(std::strtod(nlohmann::json::parse(recorded)["lr"].get<std::string>().c_str(), nullptr), 0.0);
+  // A scheduled rate is not settable, as Keras's with a LearningRateSchedule.
+  TrainOptions o = options("cosine");
+  o.lr_schedule = "cosine";
+  AccessRecorder scheduled;
+  scheduled.act = [](TrainingAccess& access, const std::string& call) {
+    if (call == "epoch_begin 1") access.set_learning_rate(0.01);
+  };
+  EXPECT_NE(error_of([&] { train_in_memory(o, &scheduled); }).find("lr_schedule \"cosine\""), std::string::npos);
 }
 
 }  // namespace

@@ -107,6 +107,9 @@ class Engine {
   // Makes the host's parameters and optimizer state (the ones the engine was made with) those
   // of the device, after the queued steps.
   virtual void sync_to_host() = 0;
+  // Makes the device's parameters the host's (the ones the engine was made with), for the steps
+  // queued after this call; the optimizer state stays the device's.
+  virtual void sync_to_device() = 0;
   // One line for the end of a run ("" when there is nothing to say).
   virtual std::string closing_note() const { return ""; }
   // The parts of a training step on `batch`, each runnable alone (none where the device does

@@ -2,19 +2,46 @@
 // own process (the Python extension's Model.fit and its Keras-style callbacks), and how that
 // caller stops or interrupts the run. Keras's shape: the same five calls, the same log keys.
 //
-// Order of the calls: on_train_begin; per epoch on_epoch_begin, on_train_batch_end after each
-// step, on_epoch_end; on_train_end when the run ends normally or by a stop (not after an error or
-// an interrupt, as Keras's on_train_end is not after a KeyboardInterrupt). A resumed run begins
-// its epoch where the run stopped (on_epoch_begin still comes first); a run stopped after an
-// epoch's last step but before its end does that end first, with no on_epoch_begin before it.
+// Order of the calls: set_access (the run's parameters and rate: TrainingAccess below);
+// on_train_begin; per epoch on_epoch_begin, on_train_batch_begin before each step and
+// on_train_batch_end after it, on_epoch_end; on_train_end when the run ends normally or by a stop
+// (not after an error or an interrupt, as Keras's on_train_end is not after a
+// KeyboardInterrupt). A resumed run begins its epoch where the run stopped (on_epoch_begin still
+// comes first); a run stopped after an epoch's last step but before its end does that end first,
+// with no on_epoch_begin before it.
 // A resume with nothing left to do returns 0 at once and calls nothing.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace enhanced {
+
+// What an observer may read and change in the run between steps: Keras's model.get_weights,
+// set_weights and optimizer.learning_rate during fit. The run hands it to the observer
+// (set_access) before on_train_begin and takes it back (set_access(nullptr)) before run_training
+// returns; use it only from the observer's calls. Both engines: on a GPU the device holds the
+// parameters, and reading waits for the queued steps, writing replaces the device's copy.
+class TrainingAccess {
+ public:
+  virtual ~TrainingAccess() = default;
+  // out (P,): the parameters after the steps taken so far, in the checkpoint's order
+  // (parameter_layout, model.h): the flat buffer a checkpoint's tensors are cut from.
+  virtual void read_parameters(std::vector<float>& out) = 0;
+  // values (P,): the parameters the next step starts from (the optimizer's moments stay); a
+  // checkpoint saved later holds them. Error unless there are P values, all finite.
+  virtual void write_parameters(const std::vector<float>& values) = 0;
+  // The rate of the next step.
+  virtual double learning_rate() const = 0;
+  // The run's base rate from the next step on (a constant rate: --lr-schedule constant, after
+  // any warmup), recorded as its --lr, so a resume continues with it; the logs' "lr" is each
+  // step's rate. Error when the rate follows a schedule, or `rate` is negative or not finite.
+  virtual void set_learning_rate(double rate) = 0;
+  // The optimizer steps taken (Keras's optimizer.iterations).
+  virtual int64_t steps() const = 0;
+};
 
 // Keras's logs, by Keras's names: "loss" and "accuracy" (per batch: the running means over the
 // epoch so far, as Keras's batch logs; per epoch: the epoch's means, as metrics.jsonl's epoch
@@ -46,8 +73,11 @@ inline constexpr int kInterruptedExit = 130;
 class TrainingObserver {
  public:
   virtual ~TrainingObserver() = default;
+  // The run's parameters and rate (TrainingAccess), or null when the run is done with them.
+  virtual void set_access(TrainingAccess* access) { static_cast<void>(access); }
   virtual void on_train_begin() {}
   virtual void on_epoch_begin(int64_t epoch) { static_cast<void>(epoch); }
+  virtual void on_train_batch_begin(int64_t batch) { static_cast<void>(batch); }
   virtual void on_train_batch_end(int64_t batch, const TrainingLogs& logs) {
     static_cast<void>(batch);
     static_cast<void>(logs);

@@ -19,7 +19,10 @@ import weakref
 import numpy as np
 
 from . import ebin
-from .checkpoint import ModelConfig, check_label_names, load_checkpoint, read_config_and_label_names
+from .checkpoint import (ModelConfig, check_label_names, load_checkpoint, parameter_shapes,
+                         read_config_and_label_names, save_checkpoint)
+from .keras_interface import (KerasInterface, check_callbacks, check_keras_keywords, split_parameters,
+                              split_validation)
 from .run_plan import (check_controls, check_same_labels, class_weight_values, plan, recorded_options,
                        resolve_out)
 
@@ -73,6 +76,8 @@ def _gathered_batches(x, name):
 
 
 def _samples_and_labels(x, y, name):
+    if isinstance(x, ebin._Csr):  # checked samples already (validation_split's parts)
+        return x, None if y is None else np.asarray(y)
     if _is_batches(x):
         if y is not None:
             raise ValueError(f"{name} is an iterable of (x, y) batches: give no y")
@@ -125,10 +130,11 @@ def _integer(value, name, low, high=None):
 
 class History:
     """What Keras' fit returns: history[key] has one value per epoch (loss, accuracy, val_loss,
-    val_accuracy, val_f1, lr), epoch the epochs' indices, params fit's settings."""
+    val_accuracy, val_f1, lr), epoch the epochs' indices, params fit's settings; keras_params
+    what Keras gives callbacks (set_params): verbose, epochs, steps."""
 
-    def __init__(self, params):
-        self.history, self.epoch, self.params = {}, [], params
+    def __init__(self, params, keras_params=None):
+        self.history, self.epoch, self.params, self.keras_params = {}, [], params, keras_params
 
     def _add(self, epoch, logs):
         self.epoch.append(epoch)
@@ -184,13 +190,21 @@ class _Bridge:
     def __init__(self, model, callbacks, history, progress):
         self.model, self.callbacks, self.history, self.progress = model, callbacks, history, progress
         self.wants_batch_logs = progress.verbose == 1 or any(hasattr(c, "on_train_batch_end") for c in callbacks)
+        self.wants_batch_begin = any(hasattr(c, "on_train_batch_begin") for c in callbacks)
         self.terminated = False  # SIGTERM ended the run (_sigterm_interrupts)
         self.narrate = progress.verbose != 0  # the engine's own lines (engine:, model:, done:) follow verbose
         self.failure = None  # why the run stopped on an error it reports itself (a non-finite loss)
+        self.final_weights = None  # the live weights after on_train_end, where a callback set them
         model.stop_training = False
-        for callback in callbacks:
-            if hasattr(callback, "set_model"):
-                callback.set_model(model)
+        model.history, model._initial_epoch, model._weights_set_in_fit = history, None, False
+        for method, value in (("set_model", model), ("set_params", history.keras_params)):  # Keras' order
+            for callback in callbacks:
+                if hasattr(callback, method):
+                    getattr(callback, method)(value)
+
+    def set_access(self, access):
+        """The run's TrainingAccess (get_weights, set_weights, optimizer in the callbacks), or None."""
+        self.model._access = access
 
     def _call(self, method, *args):
         for callback in self.callbacks:
@@ -200,6 +214,13 @@ class _Bridge:
 
     def on_train_begin(self):
         self._call("on_train_begin", {})
+        if self.model._initial_epoch:  # keras.callbacks.BackupAndRestore found a backup
+            raise ValueError(f"a callback asked to start at epoch {self.model._initial_epoch} (Keras' "
+                             "BackupAndRestore after an interrupted fit): enhanced.Model.fit continues an "
+                             "interrupted run with fit(x, y, out=run, resume=True)")
+
+    def on_train_batch_begin(self, batch):
+        self._call("on_train_batch_begin", batch, {})
 
     def on_epoch_begin(self, epoch):
         self.progress.epoch_begin(epoch)
@@ -210,12 +231,20 @@ class _Bridge:
         self._call("on_train_batch_end", batch, logs)
 
     def on_epoch_end(self, epoch, logs):
-        self.history._add(epoch, logs)
+        """Keras' validation hooks come first, when the epoch validated (the engine has, at this
+        point: no on_test_batch_* calls), with Keras' evaluate logs (no val_ prefix); History
+        last, as Keras' CallbackList has it, so it records what callbacks add to logs."""
+        if "val_loss" in logs:
+            self._call("on_test_begin", {})
+            self._call("on_test_end", {k[4:]: v for k, v in logs.items() if k.startswith("val_")})
         self.progress.epoch_end(epoch, logs)
         self._call("on_epoch_end", epoch, logs)
+        self.history._add(epoch, logs)
 
     def on_train_end(self, logs):
         self._call("on_train_end", logs)
+        if self.model._weights_set_in_fit:  # e.g. EarlyStopping's restore_best_weights, after the last save
+            self.final_weights = self.model._access.read_parameters()
 
     def on_failure(self, reason):
         self.failure = reason
@@ -297,7 +326,7 @@ def _check_engine_arguments(batch_size, threads):
     _integer(threads, "threads", 0, 4096)
 
 
-class Model:
+class Model(KerasInterface):
     """The ragged-blend BiLSTM classifier (docs/model.md), trained by the C++ engine in this
     process. fit/evaluate/predict follow Keras; every training control of enhanced-train is a
     keyword argument of fit with the same name (underscores for dashes) and default.
@@ -342,6 +371,18 @@ class Model:
         self.config, self.label_names = read_config_and_label_names(copy)
         self.checkpoint, self._weights_path = os.path.abspath(path), copy
 
+    def _own_tensors(self, tensors):
+        """The tensors (parameter_shapes' names) become this model's weights (set_weights outside
+        fit, or the weights a callback left at fit's end): model.checkpoint is then None."""
+        scratch = tempfile.mkdtemp(prefix="enhanced-set-weights-")
+        try:
+            path = os.path.join(scratch, "weights.safetensors")
+            save_checkpoint(path, self.config, tensors, self.label_names)
+            self._take_weights(path)
+        finally:
+            shutil.rmtree(scratch, True)
+        self.checkpoint = None
+
     def state_dict(self):
         """The checkpoint's tensors by their PyTorch names (what export_onnx and the torch module read)."""
         return load_checkpoint(self._weights())[1]
@@ -383,14 +424,20 @@ class Model:
         return train, train_name, valid, valid_name
 
     def fit(self, x=None, y=None, validation_data=None, epochs=None, batch_size=None, callbacks=None, out=None,
-            seed=None, shuffle=None, verbose=1, resume=False, class_weight=None, **controls):
+            seed=None, shuffle=None, verbose=1, resume=False, class_weight=None, validation_split=0.0,
+            initial_epoch=0, sample_weight=None, **controls):
         """Trains in this process, from the model's weights where it has them (Model.load, or an
         earlier fit) with fresh optimizer moments, else from a new initialisation; returns a History
         (one value per epoch of loss, accuracy, lr and, with validation_data, val_loss,
         val_accuracy, val_f1). `out` receives what enhanced-train writes; by default a new
         temporary folder. resume=True continues the run in `out` exactly, with its optimizer
         state: a keyword not given takes the run's recorded value. Ctrl-C saves the step reached
-        and raises KeyboardInterrupt. `controls`: enhanced-train's training controls by name."""
+        and raises KeyboardInterrupt. `controls`: enhanced-train's training controls by name.
+        validation_split: Keras' (the last fraction of x and y); initial_epoch (other than 0) and
+        sample_weight are refused by name, as are Keras callbacks the engine cannot serve."""
+        check_keras_keywords(initial_epoch, sample_weight)
+        callbacks = check_callbacks(callbacks)
+        x, y, validation_data = split_validation(x, y, validation_data, validation_split)
         check_controls(controls, _core().train_flag_names())
         given = _given(epochs, batch_size, seed, shuffle)
         weights = class_weight_values(class_weight, self.config.num_labels)
@@ -405,13 +452,15 @@ class Model:
         if isinstance(weights, str):
             words += ["--class-weights", weights]
         run = plan(given, recorded, controls)
-        history = History({**run, "out": out})
-        progress = _Progress(verbose, run["epochs"], None if isinstance(train, str) else
-                             _steps_per_epoch(train, run["batch_size"], run["drop_last"]))
-        bridge = _Bridge(self, list(callbacks or []), history, progress)
-        with _sigterm_interrupts(bridge), bridge.flushing():
-            status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge,
-                                   self.label_names or [], weights if isinstance(weights, list) else [])
+        steps = None if isinstance(train, str) else _steps_per_epoch(train, run["batch_size"], run["drop_last"])
+        history = History({**run, "out": out}, {"verbose": verbose, "epochs": run["epochs"], "steps": steps})
+        bridge = _Bridge(self, callbacks, history, _Progress(verbose, run["epochs"], steps))
+        try:
+            with _sigterm_interrupts(bridge), bridge.flushing():
+                status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge,
+                                       self.label_names or [], weights if isinstance(weights, list) else [])
+        finally:
+            self._access = None
         self._after_run(out, status, bridge)
         return history
 
@@ -426,11 +475,19 @@ class Model:
 
     def _after_run(self, out, status, bridge):
         """As Keras' fit leaves the model at its last weights: out/last.safetensors becomes the
-        model's (the best by the monitor, with validation_data, is out/best.safetensors)."""
+        model's (the best by the monitor, with validation_data, is out/best.safetensors), unless a
+        callback set other weights after the run's last save (EarlyStopping's
+        restore_best_weights): those become the model's, and last.safetensors stays the run's."""
         self.run_dir = out
         last = os.path.join(out, "last.safetensors")
         if os.path.exists(last):
             self._take_weights(last)
+        if bridge.final_weights is not None:
+            taken = np.concatenate([t.reshape(-1) for t in self.get_weights()])
+            if not np.array_equal(taken, bridge.final_weights):
+                arrays = split_parameters(bridge.final_weights, self.config)
+                self._own_tensors(dict(zip(parameter_shapes(self.config), arrays)))
+        terminated = bridge.terminated
         if status == _core().INTERRUPTED:
             text = f"the step reached is saved in {out}; fit(..., resume=True) continues"
             if bridge.terminated:  # as enhanced-train ends on SIGTERM, after the save: exit status 143

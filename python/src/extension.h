@@ -75,6 +75,10 @@ int train(const std::vector<std::string>& words, nb::object train_data, const st
           nb::object valid_data, const std::string& valid_name, nb::object bridge,
           const std::vector<std::string>& label_names, const std::vector<float>& class_weights);
 
+// enhanced._core.TrainingAccess: what fit's bridge is given (set_access) to read and write the
+// running fit's parameters (a flat float32 array in the checkpoint's order) and learning rate.
+void bind_training_access(nb::module_& m);
+
 // enhanced-train's flags' long names ("lr", "lr-schedule", "help", ...): what fit may be given.
 std::vector<std::string> train_flag_names();
 

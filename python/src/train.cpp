@@ -3,6 +3,7 @@
 // are parsed by the app's own parser (apps/train_flags.h), so the options, defaults and checks are
 // the CLI's; the data sets come in memory or as paths; the run calls back into Python through a
 // TrainingObserver with the GIL taken for each call and released while the engine works.
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -34,9 +35,20 @@ class PythonObserver final : public TrainingObserver {
     PythonCall gil;
     wants_batch_logs_ = nb::cast<bool>(bridge_.attr("wants_batch_logs"));
     narrate_ = nb::cast<bool>(bridge_.attr("narrate"));
+    wants_batch_begin_ = nb::cast<bool>(bridge_.attr("wants_batch_begin"));
   }
 
+  // The bridge holds the run's TrainingAccess (Model.get_weights, set_weights, optimizer during
+  // fit) until the run takes it back (None).
+  void set_access(TrainingAccess* access) override {
+    PythonCall gil;
+    bridge_.attr("set_access")(access ? nb::cast(access, nb::rv_policy::reference) : nb::none());
+  }
   void on_train_begin() override { call("on_train_begin"); }
+  // Only where a callback has the hook: no GIL taken before each step otherwise.
+  void on_train_batch_begin(int64_t batch) override {
+    if (wants_batch_begin_) call("on_train_batch_begin", batch);
+  }
   void on_epoch_begin(int64_t epoch) override { call("on_epoch_begin", epoch); }
   void on_train_batch_end(int64_t batch, const TrainingLogs& logs) override {
     call("on_train_batch_end", batch, logs);
@@ -83,6 +95,7 @@ class PythonObserver final : public TrainingObserver {
   nb::object bridge_;
   bool wants_batch_logs_ = false;
   bool narrate_ = true;
+  bool wants_batch_begin_ = false;
   bool interrupted_ = false;
 };
 
@@ -121,6 +134,26 @@ void set_label_names_and_class_weights(TrainOptions& o, const std::vector<std::s
 }
 
 }  // namespace
+
+void bind_training_access(nb::module_& m) {
+  nb::class_<TrainingAccess>(m, "TrainingAccess",
+                             "The running fit's parameters and rate (training_observer.h), valid in its callbacks")
+      .def("read_parameters",
+           [](TrainingAccess& access) {
+             auto* values = new std::vector<float>();
+             nb::capsule owner(values, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+             access.read_parameters(*values);
+             const size_t shape[1] = {values->size()};
+             return nb::ndarray<nb::numpy, float, nb::ndim<1>>(values->data(), 1, shape, owner);
+           })
+      .def("write_parameters",
+           [](TrainingAccess& access, nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> values) {
+             access.write_parameters(std::vector<float>(values.data(), values.data() + values.shape(0)));
+           })
+      .def("learning_rate", &TrainingAccess::learning_rate)
+      .def("set_learning_rate", &TrainingAccess::set_learning_rate)
+      .def("steps", &TrainingAccess::steps);
+}
 
 std::vector<std::string> train_flag_names() {
   CLI::App app{"enhanced.Model.fit"};

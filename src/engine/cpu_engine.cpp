@@ -92,6 +92,7 @@ class CpuEngine final : public Engine {
 
   void download_gradients(ParameterBuffer<float>& grads) override { grads = grads_; }
   void sync_to_host() override {}  // the host's buffers are the model
+  void sync_to_device() override {}
   std::string closing_note() const override { return ""; }
 
   std::vector<EnginePart> parts(const Batch& batch) override;

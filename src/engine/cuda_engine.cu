@@ -293,6 +293,12 @@ void CudaEngine::sync_to_host() {
   optimizer_->steps = m.steps;
 }
 
+// On the compute stream, after the queued steps and before the next.
+void CudaEngine::sync_to_device() {
+  check_same_model(s_.config, params_, "parameter");
+  cuda::copy_to_device(s_.params.data.data(), params_.data.data(), params_.size(), s_.s());
+}
+
 std::string CudaEngine::closing_note() const {
   if (!s_.graphs_off.empty()) return "cuda: CUDA graphs " + s_.graphs_off;
   return cat("cuda: ", s_.replays, " steps replayed from CUDA graphs");

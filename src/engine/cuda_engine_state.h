@@ -212,6 +212,7 @@ class CudaEngine final : public Engine {
   void download_gradients(ParameterBuffer<float>& grads) override;
 
   void sync_to_host() override;
+  void sync_to_device() override;
   std::string closing_note() const override;
   // One fused pipeline: no part runs alone.
   std::vector<EnginePart> parts(const Batch& batch) override {

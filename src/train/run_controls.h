@@ -23,6 +23,13 @@ class RunControls {
   // validations replayed so far are those before it.
   float learning_rate(int64_t step) const;
 
+  // Whether the rate is the base rate alone at `step` (a constant schedule past its warmup), and
+  // so can be set (TrainingAccess::set_learning_rate); base: the new base rate.
+  bool rate_is_constant_at(int64_t step) const {
+    return schedule_.kind == ScheduleKind::constant && step >= schedule_.warmup_steps;
+  }
+  void set_base_rate(double base) { base_lr_ = base; }
+
   // The decisions of this history of validations (all of the run's so far, in order).
   void replay(const std::vector<Validation>& validations);
   const MonitorState& monitor() const { return monitor_; }

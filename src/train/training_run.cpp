@@ -1,6 +1,7 @@
 #include "train/training_run.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <utility>
@@ -128,7 +129,22 @@ int TrainingRun::refresh_last_checkpoint() {
   return 128 + stop_signal();
 }
 
+// The observer holds the run's TrainingAccess for the run's length, however it ends.
 int TrainingRun::run() {
+  if (!observer_) return run_steps();
+  observer_->set_access(this);
+  int code = 0;
+  try {
+    code = run_steps();
+  } catch (...) {
+    observer_->set_access(nullptr);
+    throw;
+  }
+  observer_->set_access(nullptr);
+  return code;
+}
+
+int TrainingRun::run_steps() {
   metrics_.open(saves_.dir(), o_.resume, speaks_, position_);
   BatchLoader loader(train_, loader_options());
   first_step_ = position_.step;
@@ -165,6 +181,34 @@ void TrainingRun::observe(TrainingObserver* observer) {
     fail("training hooks run in one process: a data-parallel run (", comm_.size(), " ranks) takes no observer");
   observer_ = observer;
   batch_logs_ = observer && observer->wants_batch_logs();
+}
+
+void TrainingRun::read_parameters(std::vector<float>& out) {
+  engine_->sync_to_host();  // a GPU engine's weights are on the device
+  out.assign(params_.data.begin(), params_.data.end());
+}
+
+void TrainingRun::write_parameters(const std::vector<float>& values) {
+  if (values.size() != params_.size())
+    fail("parameters: ", values.size(), " values given, the model has ", params_.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!std::isfinite(values[i])) fail("parameters: value ", i, " is not finite (", values[i], ")");
+  std::copy(values.begin(), values.end(), params_.data.begin());
+  engine_->sync_to_device();
+}
+
+void TrainingRun::set_learning_rate(double rate) {
+  if (!std::isfinite(rate) || rate < 0) fail("learning rate: must be a finite number >= 0, got ", rate);
+  if (o_.lr_schedule != "constant")
+    fail("the learning rate follows lr_schedule \"", o_.lr_schedule, "\" and is not settable (as Keras's with a "
+         "LearningRateSchedule): give lr_schedule=\"constant\" to set it");
+  if (!controls_.rate_is_constant_at(position_.step))
+    fail("the learning rate is warming up (warmup_steps ", o_.warmup_steps, ", step ", position_.step,
+         ") and is not settable before the warmup ends");
+  rate_before_ = learning_rate(position_.step - 1);
+  rate_set_at_ = position_.step;
+  o_.optimizer.learning_rate = static_cast<float>(rate);  // recorded with the run's options: a resume keeps it
+  controls_.set_base_rate(o_.optimizer.learning_rate);
 }
 
 LoaderOptions TrainingRun::loader_options() const { return loader_options_of(o_); }
@@ -218,6 +262,7 @@ int TrainingRun::train_epoch(BatchLoader& loader, bool& epoch_done) {
   if (observer_) observer_->on_epoch_begin(position_.epoch);
   epoch_done = true;
   while (const Batch* batch = loader.next()) {
+    if (observer_) observer_->on_train_batch_begin(position_.batch_in_epoch);
     engine_->enqueue_train_step(*batch, learning_rate(position_.step));
     ++position_.step;
     raise_signals_if_asked(position_.step);

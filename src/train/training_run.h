@@ -24,7 +24,8 @@
 
 namespace enhanced {
 
-class TrainingRun {
+// Its TrainingAccess is what the observer (set_access) reads and changes between steps.
+class TrainingRun final : private TrainingAccess {
  public:
   TrainingRun(TrainOptions options, ParameterBuffer<float> params, const Dataset& train, const Dataset* valid,
               Communicator& communicator);
@@ -64,7 +65,16 @@ class TrainingRun {
   void print_model() const;
   void note_steps_after_the_last_validation() const;
   void print_done() const;
-  float learning_rate(int64_t step) const { return controls_.learning_rate(step); }
+  // A step before a set_learning_rate keeps the rate it was taken at (logs name the last step's).
+  float learning_rate(int64_t step) const { return step < rate_set_at_ ? rate_before_ : controls_.learning_rate(step); }
+  int run_steps();
+
+  // TrainingAccess (training_observer.h).
+  void read_parameters(std::vector<float>& out) override;
+  void write_parameters(const std::vector<float>& values) override;
+  double learning_rate() const override { return learning_rate(position_.step); }
+  void set_learning_rate(double rate) override;
+  int64_t steps() const override { return position_.step; }
 
   int train_epoch(BatchLoader& loader, bool& epoch_done);
   int after_step();
@@ -104,6 +114,9 @@ class TrainingRun {
   // (collect), so the interval's and epoch's sums group as without batch logs: the same bits.
   TrainTotals pending_;
   TrainingLogs last_epoch_logs_;
+  // The observer's set_learning_rate: steps before rate_set_at_ were taken at rate_before_.
+  int64_t rate_set_at_ = 0;
+  float rate_before_ = 0;
 };
 
 }  // namespace enhanced
