@@ -487,7 +487,6 @@ class Model(KerasInterface):
             if not np.array_equal(taken, bridge.final_weights):
                 arrays = split_parameters(bridge.final_weights, self.config)
                 self._own_tensors(dict(zip(parameter_shapes(self.config), arrays)))
-        terminated = bridge.terminated
         if status == _core().INTERRUPTED:
             text = f"the step reached is saved in {out}; fit(..., resume=True) continues"
             if bridge.terminated:  # as enhanced-train ends on SIGTERM, after the save: exit status 143
