@@ -68,7 +68,7 @@ def data_image(x, y=None, name="x", steps=None):
             raise ValueError(f"{name} is a file: its labels are in it, give no y")
         return os.fspath(x), os.fspath(x), _file_seq_len(x)
     samples, labels = _samples_and_labels(x, y, name, steps)
-    image = b"".join(ebin.image_pieces(samples, labels))
+    image = ebin.image_bytes(samples, labels)
     return image, f"<{name}: {samples.num_samples} samples in memory>", samples.seq_len
 
 

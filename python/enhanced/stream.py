@@ -33,7 +33,7 @@ def batch_samples(batch, index, name):
 
 def _image(samples, labels, index, name):
     try:
-        return b"".join(ebin.image_pieces(samples, labels))
+        return ebin.image_bytes(samples, labels)
     except ValueError as e:
         raise ValueError(f"{name}: batch {index}: {e}") from None
 

@@ -31,6 +31,10 @@ Dataset open_dataset(nb::object data, const std::string& name) {
     const nb::bytes image = nb::cast<nb::bytes>(data);
     return Dataset::view({static_cast<const uint8_t*>(image.data()), image.size()}, name);
   }
+  // model.py's image (ebin.image_bytes): built in place, then held unchanged by the caller, viewed alike.
+  if (PyByteArray_Check(data.ptr()))
+    return Dataset::view({reinterpret_cast<const uint8_t*>(PyByteArray_AS_STRING(data.ptr())),
+                          static_cast<size_t>(PyByteArray_GET_SIZE(data.ptr()))}, name);
   return Dataset::open(nb::cast<std::string>(data), name);
 }
 

@@ -82,8 +82,8 @@ class PythonObserver final : public TrainingObserver {
   bool interrupted_ = false;
 };
 
-// The batches of model.py's _Stream (a generator or a tf.data.Dataset read batch by batch): its
-// next_image(new_pass) returns the next batch's .ebin image as bytes, or None at the end of the
+// The batches of enhanced.stream.Stream (a generator or a tf.data.Dataset read batch by batch): its
+// next_image(new_pass) returns the next batch's .ebin image (a bytearray), or None at the end of the
 // data, called with the GIL taken from the training thread. The bytes are held (and viewed by
 // the run, not copied) until the next call; its exceptions (a bad batch) end the run as errors.
 class PythonBatchImages final : public BatchImages {
@@ -98,9 +98,9 @@ class PythonBatchImages final : public BatchImages {
     PythonCall gil;
     current_ = stream_.attr("next_image")(new_pass);  // the batch before is released here, under the GIL
     if (current_.is_none()) return {};
-    if (!nb::isinstance<nb::bytes>(current_)) fail("the stream's next_image returned no bytes");
-    const auto image = nb::borrow<nb::bytes>(current_);
-    return {static_cast<const uint8_t*>(image.data()), image.size()};
+    if (!PyByteArray_Check(current_.ptr())) fail("the stream's next_image returned no bytearray");
+    return {reinterpret_cast<const uint8_t*>(PyByteArray_AS_STRING(current_.ptr())),
+            static_cast<size_t>(PyByteArray_GET_SIZE(current_.ptr()))};
   }
 
  private:
