@@ -57,6 +57,10 @@ class Dataset {
   // naming `name` where open()'s name the path. `name` is also path(): what a training run
   // records as its data (docs/python.md says what a resume does with it).
   static Dataset from_bytes(std::vector<uint8_t> image, const std::string& name);
+  // The same checks over bytes the caller owns: no copy is taken, so the caller keeps them alive
+  // and unchanged while the Dataset is used (Model.fit's image stays the one copy of the data; a
+  // streamed batch is viewed where the host holds it). Their start must be 8-byte aligned.
+  static Dataset view(std::span<const uint8_t> image, const std::string& name);
   Dataset() = default;
   Dataset(Dataset&& other) noexcept;
   Dataset& operator=(Dataset&& other) noexcept;
@@ -101,7 +105,7 @@ class Dataset {
   std::string path_;
   void* mapping_ = nullptr;
   size_t mapping_size_ = 0;  // the mapping's or the image's bytes
-  std::vector<uint8_t> image_;  // from_bytes: the bytes (no mapping)
+  std::vector<uint8_t> image_;  // from_bytes: the bytes (no mapping); view: empty, the caller's
   const DatasetHeader* header_ = nullptr;
   const int32_t* labels_ = nullptr;
   const int32_t* cur_word_ = nullptr;

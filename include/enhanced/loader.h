@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "enhanced/batch.h"
+#include "enhanced/batch_source.h"
 #include "enhanced/dataset.h"
 
 namespace enhanced {
@@ -34,18 +35,18 @@ std::vector<int64_t> epoch_order(int64_t num_samples, bool shuffle, uint64_t see
 // Fills `batch` with the samples order[first .. first+count) of `dataset` (reusing capacity).
 void fill_batch(Batch& batch, const Dataset& dataset, const int64_t* sample_indices, int count);
 
-class BatchLoader {
+class BatchLoader final : public BatchSource {
  public:
   BatchLoader(const Dataset& dataset, LoaderOptions options);
-  ~BatchLoader();
+  ~BatchLoader() override;
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  int64_t batches_per_epoch() const;
+  int64_t batches_per_epoch() const override;
   // Begins epoch `epoch` at batch `first_batch` (for resuming mid-epoch).
-  void start_epoch(int64_t epoch, int64_t first_batch = 0);
+  void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
   // The next batch of the epoch, or nullptr at its end. Valid until the next call.
-  const Batch* next();
+  const Batch* next() override;
 
  private:
   void worker_loop();

@@ -10,6 +10,7 @@ namespace enhanced {
 
 class Communicator;
 class Dataset;
+class StreamedBatches;
 class TrainingObserver;
 
 // Runs the whole training; throws Error on bad input. Returns the process exit code.
@@ -29,5 +30,13 @@ int run_training(TrainOptions options, Communicator& communicator);
 int run_training(TrainOptions options, const Dataset& train, const Dataset* valid, TrainingObserver* observer);
 int run_training(TrainOptions options, const Dataset& train, const Dataset* valid, TrainingObserver* observer,
                  Communicator& communicator);
+
+// The same run on a stream of batches (batch_stream.h: Model.fit on a generator or a
+// tf.data.Dataset), read batch by batch as the steps take them. The model's shape comes from the
+// options (--vocab-size and --num-labels are required) and the stream's first batch (T); the run
+// records the stream's name as its data. What needs the whole set is refused: --class-weights
+// balanced, and a resume (a stream cannot be replayed to the step reached). Epochs of whole
+// passes have no known length: the run counts epochs, and a schedule over its length is refused.
+int run_training(TrainOptions options, StreamedBatches& train, const Dataset* valid, TrainingObserver* observer);
 
 }  // namespace enhanced

@@ -313,18 +313,29 @@ def _samples(data):
 
 # --- writing ---
 
-def _offsets(lengths):
-    """(N*T+1,) uint64: 0, then the running total of `lengths`."""
-    offsets = np.zeros(lengths.size + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return offsets.view(np.uint64)  # lengths are non-negative int64
+class _Offsets:
+    """An offsets section ((N*T+1,) uint64: 0, then the running total of `lengths`), computed
+    where it goes (image_bytes) or as an array."""
+
+    def __init__(self, lengths):
+        self.lengths, self.nbytes = lengths, (lengths.size + 1) * 8
+
+    def into(self, out):
+        """Writes the section into `out`, (N*T+1,) int64 (lengths are non-negative)."""
+        out[0] = 0
+        np.cumsum(self.lengths, out=out[1:])
+
+    def array(self):
+        offsets = np.empty(self.lengths.size + 1, np.int64)
+        self.into(offsets)
+        return offsets.view(np.uint64)
 
 
 def _ebin_pieces(samples, labels):
     """The header and the sections (each padded to 8 bytes) of an .ebin file, in file order."""
     arrays = [labels, samples.cur_word.astype("<i4", copy=False),
-              _offsets(samples.lengths[0]), samples.ids[0].astype("<i4", copy=False),
-              _offsets(samples.lengths[1]), samples.ids[1].astype("<i4", copy=False)]
+              _Offsets(samples.lengths[0]), samples.ids[0].astype("<i4", copy=False),
+              _Offsets(samples.lengths[1]), samples.ids[1].astype("<i4", copy=False)]
     header = np.zeros((), HEADER_DTYPE)
     header["magic"] = np.frombuffer(MAGIC, np.uint8)
     header["version"] = VERSION
@@ -353,10 +364,27 @@ def _ebin_pieces(samples, labels):
 
 def image_pieces(samples, labels=None):
     """The .ebin file's pieces (bytes-like, in file order) of checked samples (_samples) and their
-    labels ((N,) integers, checked here; None: unlabeled): what write_ebin writes and what
-    enhanced.Model hands the engine in memory."""
+    labels ((N,) integers, checked here; None: unlabeled): what write_ebin writes."""
     checked_labels = None if labels is None else _checked_labels(labels, samples.num_samples)
-    return _ebin_pieces(samples, checked_labels)
+    return [p.array() if isinstance(p, _Offsets) else p for p in _ebin_pieces(samples, checked_labels)]
+
+
+def image_bytes(samples, labels=None):
+    """image_pieces' bytes in one bytearray, each section written where it goes (the offsets
+    computed there), which the engine reads in place (enhanced.Model): the peak is the image
+    beside the samples, not the image and a second copy of its offsets sections."""
+    checked_labels = None if labels is None else _checked_labels(labels, samples.num_samples)
+    pieces = _ebin_pieces(samples, checked_labels)
+    image, at = bytearray(sum(p.nbytes if hasattr(p, "nbytes") else len(p) for p in pieces)), 0
+    for piece in pieces:
+        if isinstance(piece, _Offsets):
+            piece.into(np.frombuffer(image, np.int64, piece.nbytes // 8, at))
+        elif isinstance(piece, np.ndarray):
+            np.frombuffer(image, piece.dtype, piece.size, at)[:] = piece.reshape(-1)
+        else:
+            image[at:at + len(piece)] = piece
+        at += piece.nbytes if hasattr(piece, "nbytes") else len(piece)
+    return image
 
 
 def write_ebin(path, data, labels=None):

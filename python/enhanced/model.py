@@ -3,9 +3,10 @@ enhanced-train's defaults and arithmetic. The C++ engine is the compiled extensi
 enhanced._core (built by `pip install ./python`); `fit` parses the same flags enhanced-train
 parses, so given the same data, options and seed it writes the same files, bit for bit.
 
-Data in memory (a tf.RaggedTensor (N, T, 3, None), nested lists, a dict of CSR arrays, or an
-iterable of (x, y) batches such as a tf.data.Dataset) becomes an .ebin image in memory that the
-engine reads without a file; a path to an .ebin file is read as it is."""
+Data in memory (a tf.RaggedTensor (N, T, 3, None), nested lists, a dict of CSR arrays) becomes an
+.ebin image in memory that the engine reads without a file or a copy; a path to an .ebin file is
+read as it is; an iterable of (x, y) batches such as a tf.data.Dataset is streamed to fit batch by
+batch (stream.py), each batch one step, as Keras reads it."""
 import contextlib
 import os
 import shutil
@@ -25,6 +26,7 @@ from .keras_interface import (KerasInterface, check_callbacks, check_keras_keywo
                               split_validation)
 from .run_plan import (check_controls, check_same_labels, class_weight_values, plan, recorded_options,
                        resolve_out)
+from .stream import Stream, gathered, is_batches
 
 _CONTINUE, _STOP = 0, 1  # TrainingDecision's carry_on and stop (training_observer.h)
 
@@ -42,46 +44,13 @@ def _flag(name):
     return "--" + name.replace("_", "-")
 
 
-def _is_batches(x):
-    """An iterable of (x, y) batches (tf.data.Dataset, a generator), not samples."""
-    if isinstance(x, (str, bytes, os.PathLike, dict, list, tuple, np.ndarray)) or ebin._is_ragged_tensor(x):
-        return False
-    return hasattr(x, "__iter__")
-
-
-def _concatenate(parts):
-    """One _Csr of the _Csr parts, in order."""
-    first = parts[0]
-    return ebin._Csr(first.seq_len, np.concatenate([p.cur_word for p in parts]),
-                     np.concatenate([p.lengths[0] for p in parts]), np.concatenate([p.ids[0] for p in parts]),
-                     np.concatenate([p.lengths[1] for p in parts]), np.concatenate([p.ids[1] for p in parts]))
-
-
-def _gathered_batches(x, name):
-    """The (x, y) batches of an iterable as one _Csr and its labels; each batch's x and y must hold
-    as many samples."""
-    parts, labels = [], []
-    for i, batch in enumerate(x):
-        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-            raise ValueError(f"{name}: each batch of the iterable must be an (x, y) pair (batch {i} is not)")
-        parts.append(ebin._samples(batch[0]))
-        labels.append(np.asarray(batch[1]).reshape(-1))
-        if labels[-1].size != parts[-1].num_samples:
-            raise ValueError(f"{name}: batch {i} has {parts[-1].num_samples} samples but {labels[-1].size} labels")
-    if not parts:
-        raise ValueError(f"{name}: the iterable gave no batches")
-    if len({p.seq_len for p in parts}) != 1:
-        raise ValueError(f"{name}: the batches differ in T (positions per sample)")
-    return _concatenate(parts), np.concatenate(labels)
-
-
-def _samples_and_labels(x, y, name):
+def _samples_and_labels(x, y, name, steps=None):
     if isinstance(x, ebin._Csr):  # checked samples already (validation_split's parts)
         return x, None if y is None else np.asarray(y)
-    if _is_batches(x):
+    if is_batches(x):
         if y is not None:
             raise ValueError(f"{name} is an iterable of (x, y) batches: give no y")
-        return _gathered_batches(x, name)
+        return gathered(x, name, steps)
     return ebin._samples(x), None if y is None else np.asarray(y)
 
 
@@ -94,15 +63,16 @@ def _file_seq_len(path):
     return int(header["seq_len"][0]) if header.size else None
 
 
-def data_image(x, y=None, name="x"):
+def data_image(x, y=None, name="x", steps=None):
     """(data, name, T) for the engine: an .ebin path as it is, else the .ebin image of x and y as
-    bytes (ebin.write_ebin's bytes, without the file); T the samples' positions (None: unknown)."""
+    bytes (ebin.write_ebin's bytes, without the file); T the samples' positions (None: unknown).
+    An iterable of batches is gathered: its first `steps` batches, or one pass."""
     if isinstance(x, (str, os.PathLike)):
         if y is not None:
             raise ValueError(f"{name} is a file: its labels are in it, give no y")
         return os.fspath(x), os.fspath(x), _file_seq_len(x)
-    samples, labels = _samples_and_labels(x, y, name)
-    image = b"".join(ebin.image_pieces(samples, labels))
+    samples, labels = _samples_and_labels(x, y, name, steps)
+    image = ebin.image_bytes(samples, labels)
     return image, f"<{name}: {samples.num_samples} samples in memory>", samples.seq_len
 
 
@@ -113,7 +83,7 @@ def _validation_parts(validation_data):
             raise ValueError(f"validation_data: expected (x, y), got a tuple of {len(validation_data)} "
                              "(sample weights are not supported)")
         return validation_data
-    if isinstance(validation_data, (str, os.PathLike)) or _is_batches(validation_data):
+    if isinstance(validation_data, (str, os.PathLike)) or is_batches(validation_data):
         return validation_data, None
     raise ValueError(f"validation_data: expected (x, y), an .ebin path or an iterable of (x, y) batches, "
                      f"got {type(validation_data).__name__}")
@@ -168,7 +138,7 @@ class _Progress:
             self.bar.update(1)
             self.bar.set_postfix_str(text, refresh=False)
         else:
-            print(f"\r{batch + 1}/{self.steps} - {text}", end="", file=sys.stderr, flush=True)
+            print(f"\r{batch + 1}/{self.steps or 'Unknown'} - {text}", end="", file=sys.stderr, flush=True)
 
     def epoch_end(self, epoch, logs):
         if self.bar is not None:
@@ -292,9 +262,43 @@ def _sigterm_interrupts(bridge):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _steps_per_epoch(image, batch_size, drop_last):
-    samples = int(np.frombuffer(image, "<u8", 1, offset=16)[0])  # the header's num_samples
-    return samples // batch_size if drop_last else -(-samples // batch_size)
+def _epoch_steps(train, run):
+    """Steps an epoch, for the progress bar and History.params: None where unknown (a file is read
+    by the engine; a stream without steps_per_epoch has no length until a pass ends)."""
+    if isinstance(train, Stream):
+        return train.steps_per_epoch or None
+    if isinstance(train, str):
+        return None
+    samples = int(np.frombuffer(train, "<u8", 1, offset=16)[0])  # the header's num_samples
+    return samples // run["batch_size"] if run["drop_last"] else -(-samples // run["batch_size"])
+
+
+def _steps(x, steps_per_epoch, validation_steps, validation_data):
+    """fit's steps_per_epoch and validation_steps, checked: positive integers, each where Keras
+    gives it a meaning here (a stream of batches; an iterable validation_data)."""
+    steps = {"steps_per_epoch": None if steps_per_epoch is None else _integer(steps_per_epoch, "steps_per_epoch", 1),
+             "validation_steps": None if validation_steps is None else
+             _integer(validation_steps, "validation_steps", 1)}
+    if steps["steps_per_epoch"] is not None and not is_batches(x):
+        raise ValueError("steps_per_epoch: only for x given as an iterable of (x, y) batches (a generator, a "
+                         "tf.data.Dataset); data in memory trains one pass an epoch (steps=N: a run of N steps)")
+    valid_x = validation_data[0] if isinstance(validation_data, tuple) and validation_data else validation_data
+    if steps["validation_steps"] is not None and not is_batches(valid_x):
+        raise ValueError("validation_steps: only for validation_data given as an iterable of (x, y) batches")
+    return steps
+
+
+def _check_stream_arguments(given, resume, class_weight):
+    """What a stream of batches cannot do, refused by name before any work (Keras refuses batch_size too)."""
+    if given["batch_size"] is not None:
+        raise ValueError("batch_size: x is an iterable of (x, y) batches, batched already (each batch is one step); "
+                         "give no batch_size")
+    if resume:
+        raise ValueError("resume: a stream of batches cannot be replayed to the step reached; resume a run of an "
+                         "in-memory set or an .ebin file")
+    if class_weight == "balanced":
+        raise ValueError("class_weight: 'balanced' counts the labels of the whole set, which a stream of batches "
+                         "does not hold; give the weights as a dict or a list")
 
 
 def _given(epochs, batch_size, seed, shuffle):
@@ -411,28 +415,37 @@ class Model(KerasInterface):
             raise ValueError(f"x: its samples have T = {seq_len} positions, but the model's seq_len is "
                              f"{self.config.seq_len}")
 
-    def _data(self, x, y, validation_data, resume):
-        """The training and validation sets for the engine: (train, name, valid, valid name)."""
+    def _data(self, x, y, validation_data, resume, steps):
+        """The training and validation sets for the engine: (train, name, valid, valid name); train
+        is a Stream where x is an iterable of batches. steps: fit's steps_per_epoch and validation_steps."""
         if x is None:
             raise ValueError("fit needs x (with resume=True: the same data again)")
-        train, train_name, seq_len = data_image(x, y, "x")
+        if is_batches(x):
+            if y is not None:
+                raise ValueError("x is an iterable of (x, y) batches: give no y")
+            train = Stream(x, "x", steps["steps_per_epoch"])
+            train_name, seq_len = "<x: a stream of batches>", train.seq_len
+        else:
+            train, train_name, seq_len = data_image(x, y, "x")
         self._check_seq_len(seq_len, resume)
         if validation_data is None:
             return train, train_name, None, ""
         vx, vy = _validation_parts(validation_data)
-        valid, valid_name, _ = data_image(vx, vy, "validation_data")
+        valid, valid_name, _ = data_image(vx, vy, "validation_data", steps["validation_steps"])
         return train, train_name, valid, valid_name
 
     def fit(self, x=None, y=None, validation_data=None, epochs=None, batch_size=None, callbacks=None, out=None,
             seed=None, shuffle=None, verbose=1, resume=False, class_weight=None, validation_split=0.0,
-            initial_epoch=0, sample_weight=None, **controls):
+            initial_epoch=0, sample_weight=None, steps_per_epoch=None, validation_steps=None, **controls):
         """Trains in this process, from the model's weights where it has them (Model.load, or an
         earlier fit) with fresh optimizer moments, else from a new initialisation; returns a History
         (one value per epoch of loss, accuracy, lr and, with validation_data, val_loss,
         val_accuracy, val_f1). `out` receives what enhanced-train writes; by default a new
         temporary folder. resume=True continues the run in `out` exactly, with its optimizer
         state: a keyword not given takes the run's recorded value. Ctrl-C saves the step reached
-        and raises KeyboardInterrupt. `controls`: enhanced-train's training controls by name.
+        and raises KeyboardInterrupt. x may be an iterable of (x, y) batches, read batch by batch
+        (each batch one step; steps_per_epoch: an epoch is that many batches of one iterator that
+        goes on across epochs, else a pass). `controls`: enhanced-train's training controls by name.
         validation_split: Keras' (the last fraction of x and y); initial_epoch (other than 0) and
         sample_weight are refused by name, as are Keras callbacks the engine cannot serve."""
         check_keras_keywords(initial_epoch, sample_weight)
@@ -440,21 +453,27 @@ class Model(KerasInterface):
         x, y, validation_data = split_validation(x, y, validation_data, validation_split)
         check_controls(controls, _core().train_flag_names())
         given = _given(epochs, batch_size, seed, shuffle)
+        steps = _steps(x, steps_per_epoch, validation_steps, validation_data)
         weights = class_weight_values(class_weight, self.config.num_labels)
+        if is_batches(x):
+            _check_stream_arguments(given, resume, weights)
         out = resolve_out(out, resume)
         recorded = recorded_options(out) if resume else None
         if resume:
             check_same_labels(recorded, self.label_names, weights)
-        train, train_name, valid, valid_name = self._data(x, y, validation_data, resume)
+        train, train_name, valid, valid_name = self._data(x, y, validation_data, resume, steps)
+        if isinstance(train, Stream):
+            given["batch_size"] = train.batch_size  # the engine's batch capacity: the stream's first batch
         if out is None:
             out = self._temporary_out()
         words = _run_words(out, given, controls) + (["--resume"] if resume else self._model_words())
         if isinstance(weights, str):
             words += ["--class-weights", weights]
         run = plan(given, recorded, controls)
-        steps = None if isinstance(train, str) else _steps_per_epoch(train, run["batch_size"], run["drop_last"])
-        history = History({**run, "out": out}, {"verbose": verbose, "epochs": run["epochs"], "steps": steps})
-        bridge = _Bridge(self, callbacks, history, _Progress(verbose, run["epochs"], steps))
+        epoch_steps = _epoch_steps(train, run)
+        history = History({**run, "out": out, "steps": epoch_steps},
+                          {"verbose": verbose, "epochs": run["epochs"], "steps": epoch_steps})
+        bridge = _Bridge(self, callbacks, history, _Progress(verbose, run["epochs"], epoch_steps))
         try:
             with _sigterm_interrupts(bridge), bridge.flushing():
                 status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge,

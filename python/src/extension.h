@@ -53,8 +53,9 @@ class EngineWork {
   PyThreadState* state_;
 };
 
-// A data set given as bytes (an .ebin image, read without a file) or as a path, named `name` in
-// errors (the image's name, or the path).
+// A data set given as bytes or a bytearray (an .ebin image, read where Python holds it, no copy: keep
+// `data` alive while the Dataset is used) or as a path, named `name` in errors (the image's
+// name, or the path).
 Dataset open_dataset(nb::object data, const std::string& name);
 
 // {loss, accuracy, macro_f1, samples} of `checkpoint` on a labelled set (enhanced-eval's numbers).
@@ -67,7 +68,8 @@ nb::ndarray<nb::numpy, float, nb::ndim<2>> predict(const std::string& checkpoint
                                                    bool logits_wanted);
 
 // enhanced-train's run on `words` (its flags) over the data sets given (bytes or paths; valid may be
-// None), calling `bridge` (python/enhanced/model.py's _Bridge) as its TrainingObserver. Returns
+// None; the training data may also be an enhanced.stream.Stream: batches read one at a time),
+// calling `bridge` (python/enhanced/model.py's _Bridge) as its TrainingObserver. Returns
 // run_training's exit code: 0, kInterruptedExit after Ctrl-C (the step reached saved), or the
 // code of a run stopped by a non-finite loss. label_names and class_weights (each may be empty):
 // the names and weights as values, as --label-names and --class-weights would give them.

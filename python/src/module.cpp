@@ -26,10 +26,15 @@ void wait_if_finalizing() {
 
 Dataset open_dataset(nb::object data, const std::string& name) {
   if (nb::isinstance<nb::bytes>(data)) {
+    // Viewed, not copied: the caller's bytes object outlives the call (immutable, held by its
+    // argument), so the image in Python is the data's one copy in memory.
     const nb::bytes image = nb::cast<nb::bytes>(data);
-    const auto* begin = static_cast<const uint8_t*>(image.data());
-    return Dataset::from_bytes(std::vector<uint8_t>(begin, begin + image.size()), name);
+    return Dataset::view({static_cast<const uint8_t*>(image.data()), image.size()}, name);
   }
+  // model.py's image (ebin.image_bytes): built in place, then held unchanged by the caller, viewed alike.
+  if (PyByteArray_Check(data.ptr()))
+    return Dataset::view({reinterpret_cast<const uint8_t*>(PyByteArray_AS_STRING(data.ptr())),
+                          static_cast<size_t>(PyByteArray_GET_SIZE(data.ptr()))}, name);
   return Dataset::open(nb::cast<std::string>(data), name);
 }
 

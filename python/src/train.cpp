@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "extension.h"
+#include "enhanced/batch_stream.h"
 #include "enhanced/label_names.h"
 #include "enhanced/trainer.h"
 #include "enhanced/training_observer.h"
@@ -99,6 +100,32 @@ class PythonObserver final : public TrainingObserver {
   bool interrupted_ = false;
 };
 
+// The batches of enhanced.stream.Stream (a generator or a tf.data.Dataset read batch by batch): its
+// next_image(new_pass) returns the next batch's .ebin image (a bytearray), or None at the end of the
+// data, called with the GIL taken from the training thread. The bytes are held (and viewed by
+// the run, not copied) until the next call; its exceptions (a bad batch) end the run as errors.
+class PythonBatchImages final : public BatchImages {
+ public:
+  explicit PythonBatchImages(nb::object stream) : stream_(std::move(stream)) {}
+  ~PythonBatchImages() override {
+    PythonCall gil;
+    current_.reset();
+  }
+
+  std::span<const uint8_t> next_image(bool new_pass) override {
+    PythonCall gil;
+    current_ = stream_.attr("next_image")(new_pass);  // the batch before is released here, under the GIL
+    if (current_.is_none()) return {};
+    if (!PyByteArray_Check(current_.ptr())) fail("the stream's next_image returned no bytearray");
+    return {reinterpret_cast<const uint8_t*>(PyByteArray_AS_STRING(current_.ptr())),
+            static_cast<size_t>(PyByteArray_GET_SIZE(current_.ptr()))};
+  }
+
+ private:
+  nb::object stream_;
+  nb::object current_;
+};
+
 // Parses enhanced-train's flags from `words` with the app's parser; a bad word is a ValueError
 // with CLI11's message.
 // The data set's name stands for --data (run_training records it).
@@ -172,17 +199,29 @@ int train(const std::vector<std::string>& words, nb::object train_data, const st
   set_label_names_and_class_weights(flags.options, label_names, class_weights);
   flags.options.handle_signals = false;  // Python owns SIGINT: Ctrl-C reaches the run through poll
   flags.options.progress = false;        // the bridge shows progress (verbose)
-  const Dataset train = open_dataset(train_data, train_name);
-  std::optional<Dataset> valid;
-  if (!valid_data.is_none()) valid.emplace(open_dataset(valid_data, valid_name));
-  PythonObserver observer(bridge);
-  flags.options.narrate = observer.narrate();
-  EngineWork release;
   const EngineChoice engine = resolve_engine_flags(flags.engine, false);
   flags.options.device = engine.device;
   flags.options.threads = engine.threads;
   flags.options.cuda = engine.cuda;
   flags.options.precision = engine.precision;
+  // In-memory bytes are viewed where Python holds them (train_data lives through the call): one copy.
+  std::optional<Dataset> valid;
+  if (!valid_data.is_none()) valid.emplace(open_dataset(valid_data, valid_name));
+  PythonObserver observer(bridge);
+  flags.options.narrate = observer.narrate();
+  if (nb::hasattr(train_data, "next_image")) {
+    PythonBatchImages images(train_data);
+    const StreamShape shape{nb::cast<int>(train_data.attr("seq_len")), flags.options.vocab_size,
+                            flags.options.num_labels, flags.options.batch_size};
+    // Errors name the batches as the user holds them (x: batch 7); the run records train_name.
+    StreamedBatches stream(images, shape, nb::cast<int64_t>(train_data.attr("steps_per_epoch")),
+                           nb::cast<std::string>(train_data.attr("name")));
+    EngineWork release;
+    const int code = run_training(flags.options, stream, valid ? &*valid : nullptr, &observer);
+    return code == 0 && observer.interrupted() ? kInterruptedExit : code;
+  }
+  const Dataset train = open_dataset(train_data, train_name);
+  EngineWork release;
   const int code = run_training(flags.options, train, valid ? &*valid : nullptr, &observer);
   return code == 0 && observer.interrupted() ? kInterruptedExit : code;
 }

@@ -138,15 +138,22 @@ Dataset Dataset::open(const std::string& path, const std::string& name) {
 static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= 8);
 
 Dataset Dataset::from_bytes(std::vector<uint8_t> image, const std::string& name) {
+  Dataset ds = view(image, name);  // checked where the vector's buffer lies, which the move keeps
+  ds.image_ = std::move(image);
+  return ds;
+}
+
+Dataset Dataset::view(std::span<const uint8_t> image, const std::string& name) {
   Dataset ds;
   ds.path_ = name;
   const size_t size = image.size();
   if (looks_like_json_lines(image.data(), std::min<size_t>(size, 256))) fail_json_lines(name);
   if (size == 0) fail_empty(name);
   if (size < sizeof(DatasetHeader)) fail_no_header(name, size);
-  ds.image_ = std::move(image);
+  if (reinterpret_cast<uintptr_t>(image.data()) % 8 != 0)
+    fail(name, ": the image's bytes start at an address that is not 8-byte aligned");
   ds.mapping_size_ = size;
-  ds.header_ = reinterpret_cast<const DatasetHeader*>(ds.image_.data());
+  ds.header_ = reinterpret_cast<const DatasetHeader*>(image.data());
   ds.check_and_carve();
   return ds;
 }

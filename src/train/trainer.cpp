@@ -8,12 +8,14 @@
 #include <optional>
 
 #include "enhanced/atomic_file.h"
+#include "enhanced/batch_stream.h"
 #include "enhanced/checkpoint.h"
 #include "enhanced/common.h"
 #include "enhanced/communicator.h"
 #include "enhanced/cpu.h"
 #include "enhanced/embedding_table.h"
 #include "enhanced/evaluate.h"
+#include "enhanced/loader.h"
 #include "train/distributed.h"
 #include "train/run_checks.h"
 #include "train/run_files.h"
@@ -124,10 +126,21 @@ ParameterBuffer<float> model_for_data(const PreparedRun& run, const Dataset& tra
   return params;
 }
 
-int train_prepared(PreparedRun& prepared, const Dataset& train, const Dataset* valid, Communicator& communicator,
-                   TrainingObserver* observer) {
+// The steps' batches of a training set: its loader in the run's order; a set too small for one
+// batch is refused.
+BatchLoader training_loader(const TrainOptions& o, const Dataset& train) {
+  return BatchLoader(train, LoaderOptions{o.batch_size, o.shuffle, o.seed, o.drop_last, true});
+}
+
+// shape: the data the model is built and checked on (the training set, or a stream's first batch);
+// train: the whole set where there is one (class weights count its labels).
+int train_prepared(PreparedRun& prepared, BatchSource& source, const Dataset& shape, const Dataset* train,
+                   const Dataset* valid, Communicator& communicator, TrainingObserver* observer) {
   const TrainOptions& options = prepared.options;
-  TrainingRun run(options, model_for_data(prepared, train, valid), train, valid, communicator);
+  TrainingRun run(options, model_for_data(prepared, shape, valid), source, train, valid, communicator);
+  if (train && source.batches_per_epoch() == 0)
+    fail(train->path(), ": no batch to train on (", train->num_samples(), " samples, batch size ", options.batch_size,
+         options.drop_last ? ", drop-last on)" : ")");
   run.observe(observer);
   if (options.resume) {
     run.resume(*prepared.saved_state);
@@ -151,6 +164,12 @@ int train_prepared(PreparedRun& prepared, const Dataset& train, const Dataset* v
   return code;
 }
 
+int train_dataset(PreparedRun& prepared, const Dataset& train, const Dataset* valid, Communicator& communicator,
+                  TrainingObserver* observer) {
+  BatchLoader loader = training_loader(prepared.options, train);
+  return train_prepared(prepared, loader, train, &train, valid, communicator, observer);
+}
+
 }  // namespace
 
 int run_training(TrainOptions options) {
@@ -171,7 +190,7 @@ int run_training(TrainOptions options, Communicator& communicator) {
   }
   check_same_files(communicator, o.valid_path.empty() ? std::vector<std::string>{o.data_path}
                                                       : std::vector<std::string>{o.data_path, o.valid_path});
-  return train_prepared(prepared, train, o.valid_path.empty() ? nullptr : &valid, communicator, nullptr);
+  return train_dataset(prepared, train, o.valid_path.empty() ? nullptr : &valid, communicator, nullptr);
 }
 
 int run_training(TrainOptions options, const Dataset& train, const Dataset* valid, TrainingObserver* observer) {
@@ -193,7 +212,20 @@ int run_training(TrainOptions options, const Dataset& train, const Dataset* vali
   prepare_run(prepared, std::move(options), communicator);
   check_has_labels(train, "--data (training)");
   if (valid) check_validation_set(*valid, train);
-  return train_prepared(prepared, train, valid, communicator, observer);
+  return train_dataset(prepared, train, valid, communicator, observer);
+}
+
+int run_training(TrainOptions options, StreamedBatches& train, const Dataset* valid, TrainingObserver* observer) {
+  if (options.vocab_size <= 0 || options.num_labels <= 0)
+    fail("a stream of batches trains a model of a given shape: --vocab-size and --num-labels are required");
+  if (options.data_path.empty()) options.data_path = train.name();  // the host may name the stream for the record
+  options.valid_path = valid ? valid->path() : "";
+  options.given_flags.insert({"--data", "--valid"});
+  Communicator alone;
+  PreparedRun prepared;
+  prepare_run(prepared, std::move(options), alone);
+  if (valid) check_validation_set(*valid, train.first());
+  return train_prepared(prepared, train, train.first(), nullptr, valid, alone, observer);
 }
 
 }  // namespace enhanced

@@ -30,35 +30,31 @@ TrainTotals merged(const TrainTotals& a, const TrainTotals& b) {
   return sum;
 }
 
-LoaderOptions loader_options_of(const TrainOptions& o) {
-  return LoaderOptions{o.batch_size, o.shuffle, o.seed, o.drop_last, true};
-}
-
-int64_t batches_per_epoch(const TrainOptions& o, const Dataset& train) {
-  const int64_t batches = BatchLoader(train, loader_options_of(o)).batches_per_epoch();
-  if (batches == 0)
-    fail(train.path(), ": no batch to train on (", train.num_samples(), " samples, batch size ", o.batch_size,
-         o.drop_last ? ", drop-last on)" : ")");
-  return batches;
-}
-
+// The run's steps; 0 where an epoch's batches are unknown (a stream's passes) and no --steps is given.
 int64_t run_length(const TrainOptions& o, int64_t batches) {
-  if (o.steps == 0 && o.epochs > std::numeric_limits<int64_t>::max() / batches)
+  if (o.steps > 0) return o.steps;
+  if (batches == 0) return 0;
+  if (o.epochs > std::numeric_limits<int64_t>::max() / batches)
     fail("--epochs ", o.epochs, " is too many: ", batches, " batches an epoch overflow the step count");
-  return o.steps > 0 ? o.steps : o.epochs * batches;
+  return o.epochs * batches;
 }
 
 }  // namespace
 
-TrainingRun::TrainingRun(TrainOptions options, ParameterBuffer<float> params, const Dataset& train,
-                         const Dataset* valid, Communicator& communicator)
-    : o_(std::move(options)), params_(std::move(params)), train_(train), valid_(valid),
+TrainingRun::TrainingRun(TrainOptions options, ParameterBuffer<float> params, BatchSource& source,
+                         const Dataset* train, const Dataset* valid, Communicator& communicator)
+    : o_(std::move(options)), params_(std::move(params)), source_(source), train_(train), valid_(valid),
       optimizer_(o_.optimizer, params_.config), comm_(communicator), speaks_(communicator.rank() == 0),
       narrates_(speaks_ && o_.narrate),
-      batches_(batches_per_epoch(o_, train_)), total_steps_(run_length(o_, batches_)), controls_(o_, total_steps_),
+      batches_(source.batches_per_epoch()), total_steps_(run_length(o_, batches_)), controls_(o_, total_steps_),
       saves_(o_.out_dir, communicator, o_.label_names), progress_(o_.progress && speaks_) {}
 
 void TrainingRun::check_controls_fit_the_run() const {
+  const ScheduleKind schedule = parse_schedule_kind(o_.lr_schedule);
+  if (!length_known() && (schedule == ScheduleKind::cosine || schedule == ScheduleKind::linear))
+    fail("--lr-schedule ", o_.lr_schedule, " needs the run's length, and a stream's passes have none: give the "
+         "steps an epoch (steps_per_epoch) or --steps");
+  if (!length_known()) return;  // the checks below need the run's length; an epoch end validates
   if (o_.warmup_steps >= total_steps_ && o_.warmup_steps > 0)
     fail("--warmup-steps ", o_.warmup_steps, " is not shorter than the run (", total_steps_, " steps)");
   const bool validates = valid_ && (o_.valid_every > 0 ? o_.valid_every <= total_steps_ : total_steps_ >= batches_);
@@ -71,8 +67,11 @@ void TrainingRun::check_controls_fit_the_run() const {
 void TrainingRun::use_device(Device device, int threads) {
   // A new run resolves its class weights here (unless given as values: Model.fit's class_weight);
   // a resumed one has them from its state.
-  if (o_.class_weight_values.empty() && !o_.class_weights.empty())
-    o_.class_weight_values = class_weights_for(o_.class_weights, train_, params_.config.num_labels);
+  if (o_.class_weight_values.empty() && !o_.class_weights.empty()) {
+    if (!train_) fail("--class-weights ", o_.class_weights, " counts the labels of the whole set, which a stream of "
+                      "batches does not hold: give the weights as values");
+    o_.class_weight_values = class_weights_for(o_.class_weights, *train_, params_.config.num_labels);
+  }
   if (!o_.class_weight_values.empty() && o_.class_weight_values.size() != static_cast<size_t>(params_.config.num_labels))
     fail("class weights: ", o_.class_weight_values.size(), " values, but the model has ", params_.config.num_labels,
          " labels");
@@ -95,7 +94,7 @@ void TrainingRun::resume(const SafetensorsReader& state) {
   if (position_.batch_in_epoch > batches_ || position_.epoch > position_.step ||
       position_.step != position_.epoch * batches_ + position_.batch_in_epoch)
     fail(state.path(), ": the run stopped at epoch ", position_.epoch + 1, ", batch ", position_.batch_in_epoch,
-         " (step ", position_.step, "), which does not fit ", train_.path(), " (", batches_,
+         " (step ", position_.step, "), which does not fit ", o_.data_path, " (", batches_,
          " batches an epoch at batch size ", o_.batch_size, "): the training data changed since the run started");
   controls_.replay(position_.validations);
   if (narrates_) std::fprintf(stderr, "resuming %s at step %lld (epoch %lld, batch %lld)\n", saves_.dir().c_str(),
@@ -104,7 +103,7 @@ void TrainingRun::resume(const SafetensorsReader& state) {
 }
 
 bool TrainingRun::has_work() const {
-  const bool epoch_end_pending = position_.batch_in_epoch == batches_ && position_.step > 0;
+  const bool epoch_end_pending = epoch_is_full() && position_.step > 0;
   const bool stopped = controls_.monitor().stop;
   if (!narrates_)
     return !stopped && (position_.step < total_steps_ || epoch_end_pending);
@@ -146,7 +145,6 @@ int TrainingRun::run() {
 
 int TrainingRun::run_steps() {
   metrics_.open(saves_.dir(), o_.resume, speaks_, position_);
-  BatchLoader loader(train_, loader_options());
   first_step_ = position_.step;
   print_model();
   note_steps_after_the_last_validation();
@@ -155,14 +153,18 @@ int TrainingRun::run_steps() {
   progress_.restart();  // rates and times count the training loop only
   if (observer_) observer_->on_train_begin();
   // A run saved after its epoch's last step but before the epoch's end finishes that first.
-  if (position_.batch_in_epoch == batches_)
+  if (epoch_is_full())
     if (const int code = end_epoch_and_poll()) return code;
-  while (position_.step < total_steps_ && !controls_.monitor().stop && !stopped_by_caller_) {
+  while (!run_is_over() && !controls_.monitor().stop && !stopped_by_caller_) {
     bool epoch_done = false;
-    if (const int code = train_epoch(loader, epoch_done)) return code;
+    if (const int code = train_epoch(epoch_done)) return code;
     if (const int code = collect()) return code;
     if (epoch_done)
       if (const int code = end_epoch_and_poll()) return code;
+    if (source_.ran_out()) {
+      say_input_ran_out();
+      break;
+    }
   }
   if (saves_.saved_at_step() != position_.step) save();  // an epoch's end may have saved this step already
   progress_.finish();
@@ -211,7 +213,13 @@ void TrainingRun::set_learning_rate(double rate) {
   controls_.set_base_rate(o_.optimizer.learning_rate);
 }
 
-LoaderOptions TrainingRun::loader_options() const { return loader_options_of(o_); }
+// Keras's warning where its input runs out: the run ends there, saved as a normal end.
+void TrainingRun::say_input_ran_out() const {
+  if (!speaks_) return;
+  std::fprintf(stderr, "warning: your input ran out of data at step %lld, after %lld epochs; training stopped there, saved. "
+               "Make sure it can give at least steps_per_epoch * epochs batches (ds.repeat())\n",
+               static_cast<long long>(position_.step), static_cast<long long>(position_.epoch));
+}
 
 // The run's training time so far: the processes before a resume (metrics.jsonl's last time)
 // and this one.
@@ -227,15 +235,16 @@ std::string TrainingRun::time_text() const {
 void TrainingRun::print_model() const {
   if (!narrates_) return;
   const ModelConfig& c = params_.config;
-  std::fprintf(stderr, "model: V=%lld D=%d H=%d T=%d L=%d blend=%s pool=%s, %zu parameters; %lld steps of %d\n",
+  const std::string steps = length_known() ? cat(total_steps_, " steps of ", o_.batch_size)
+                                           : cat(o_.epochs, " epochs of a stream's batches of up to ", o_.batch_size);
+  std::fprintf(stderr, "model: V=%lld D=%d H=%d T=%d L=%d blend=%s pool=%s, %zu parameters; %s\n",
                static_cast<long long>(c.vocab_size), c.embedding_dim, c.hidden, c.seq_len, c.num_labels,
-               to_string(c.blend), to_string(c.pool), params_.size(), static_cast<long long>(total_steps_),
-               o_.batch_size);
+               to_string(c.blend), to_string(c.pool), params_.size(), steps.c_str());
 }
 
 // A run that ends between validations says so: its last steps are in last.safetensors only.
 void TrainingRun::note_steps_after_the_last_validation() const {
-  if (!valid_ || !narrates_) return;
+  if (!valid_ || !narrates_ || batches_ == 0) return;  // a stream's passes validate at each epoch's end
   int64_t last = total_steps_ / batches_ * batches_;
   if (o_.valid_every > 0) last = std::max(last, total_steps_ / o_.valid_every * o_.valid_every);
   if (last == total_steps_) return;
@@ -257,11 +266,10 @@ void TrainingRun::print_done() const {
 
 // Queues the rest of the current epoch's steps (up to the run's last step), logging,
 // validating and checkpointing on the way. epoch_done: the epoch's last batch was queued.
-int TrainingRun::train_epoch(BatchLoader& loader, bool& epoch_done) {
-  loader.start_epoch(position_.epoch, position_.batch_in_epoch);
+int TrainingRun::train_epoch(bool& epoch_done) {
+  source_.start_epoch(position_.epoch, position_.batch_in_epoch);
   if (observer_) observer_->on_epoch_begin(position_.epoch);
-  epoch_done = true;
-  while (const Batch* batch = loader.next()) {
+  while (const Batch* batch = source_.next()) {
     if (observer_) observer_->on_train_batch_begin(position_.batch_in_epoch);
     engine_->enqueue_train_step(*batch, learning_rate(position_.step));
     ++position_.step;
@@ -269,18 +277,20 @@ int TrainingRun::train_epoch(BatchLoader& loader, bool& epoch_done) {
     ++position_.batch_in_epoch;
     if (const int code = after_step()) return code;
     if (observer_) observer_->on_train_batch_end(position_.batch_in_epoch - 1, batch_logs());
-    if (position_.step == total_steps_ || controls_.monitor().stop) {
-      epoch_done = position_.batch_in_epoch == batches_;
-      break;
+    if (at_last_step() || controls_.monitor().stop) {
+      epoch_done = epoch_is_full();
+      return 0;
     }
     if (stop_signal() != 0) return save_on_interrupt(128 + stop_signal());
     int code = 0;
     if (caller_says_stop(code)) {
       if (code) return code;
-      epoch_done = position_.batch_in_epoch == batches_;
-      break;
+      epoch_done = epoch_is_full();
+      return 0;
     }
   }
+  // The source's end: the epoch's, or a stream that ran out within it (Keras ends that epoch too).
+  epoch_done = position_.batch_in_epoch > 0;
   return 0;
 }
 
@@ -302,7 +312,7 @@ bool TrainingRun::caller_says_stop(int& code) {
 int TrainingRun::end_epoch_and_poll() {
   end_epoch();
   int code = 0;
-  if (caller_says_stop(code) && code == 0 && position_.step == total_steps_)
+  if (caller_says_stop(code) && code == 0 && run_is_over())
     stopped_by_caller_ = false;  // the run ends here anyway: a normal end
   return code;
 }
@@ -310,8 +320,8 @@ int TrainingRun::end_epoch_and_poll() {
 // What happens at the step just queued: a metrics line, a validation between epochs, a
 // checkpoint, and (several ranks) the comparison of the replicas, each at its own interval.
 int TrainingRun::after_step() {
-  const bool epoch_end = position_.batch_in_epoch == batches_;
-  const bool log_now = position_.step % o_.log_every == 0 || position_.step == total_steps_;
+  const bool epoch_end = epoch_is_full();
+  const bool log_now = position_.step % o_.log_every == 0 || at_last_step();
   const bool valid_now = valid_ && o_.valid_every > 0 && position_.step % o_.valid_every == 0 && !epoch_end;
   const bool checkpoint_now = o_.checkpoint_every > 0 && position_.step % o_.checkpoint_every == 0;
   if (log_now || valid_now || checkpoint_now) {
@@ -406,20 +416,26 @@ void TrainingRun::log_interval() {
   const double elapsed = progress_.elapsed_seconds();
   const double steps_done = static_cast<double>(position_.step - first_step_);
   const double rate = steps_done * o_.batch_size / elapsed;
-  const double eta = elapsed / steps_done * static_cast<double>(total_steps_ - position_.step);
   const RunningTotals& interval = position_.interval;
   metrics_.write({{"kind", "train"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
                   {"loss", interval.mean_loss()}, {"accuracy", interval.accuracy()},
                   {"lr", learning_rate(position_.step - 1)}, {"samples_per_s", rate},
                   {"seconds", metrics_.earlier_seconds() < 0 ? elapsed : run_seconds()}});
   char text[160];
-  std::snprintf(text, sizeof text, "epoch %lld/%lld  step %lld/%lld  loss %.4f  acc %.3f  %.0f samples/s  ETA %s",
-                static_cast<long long>(position_.epoch + 1),
-                static_cast<long long>((total_steps_ + batches_ - 1) / batches_),
-                static_cast<long long>(position_.step), static_cast<long long>(total_steps_), interval.mean_loss(),
-                interval.accuracy(), rate, duration_text(eta).c_str());
+  std::snprintf(text, sizeof text, "%s  loss %.4f  acc %.3f  %.0f samples/s%s", where_text().c_str(),
+                interval.mean_loss(), interval.accuracy(), rate,
+                length_known() ? (
+                    "  ETA " + duration_text(elapsed / steps_done * static_cast<double>(total_steps_ - position_.step)))
+                    .c_str() : "");
   progress_.show(text, true);
   position_.interval = RunningTotals{};
+}
+
+// "epoch e/E  step s/S" for the progress line; a stream's passes have no step count to reach.
+std::string TrainingRun::where_text() const {
+  if (!length_known()) return cat("epoch ", position_.epoch + 1, "/", o_.epochs, "  step ", position_.step);
+  const int64_t epochs = batches_ > 0 ? (total_steps_ + batches_ - 1) / batches_ : o_.epochs;
+  return cat("epoch ", position_.epoch + 1, "/", epochs, "  step ", position_.step, "/", total_steps_);
 }
 
 void TrainingRun::end_epoch() {

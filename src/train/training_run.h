@@ -8,11 +8,11 @@
 #include <memory>
 #include <string>
 
+#include "enhanced/batch_source.h"
 #include "enhanced/communicator.h"
 #include "enhanced/dataset.h"
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
-#include "enhanced/loader.h"
 #include "enhanced/progress.h"
 #include "enhanced/safetensors.h"
 #include "enhanced/train_options.h"
@@ -27,8 +27,10 @@ namespace enhanced {
 // Its TrainingAccess is what the observer (set_access) reads and changes between steps.
 class TrainingRun final : private TrainingAccess {
  public:
-  TrainingRun(TrainOptions options, ParameterBuffer<float> params, const Dataset& train, const Dataset* valid,
-              Communicator& communicator);
+  // source: the steps' batches; train: the whole training set where there is one (null for a
+  // stream, whose epochs may have no known length: the run then counts epochs, not steps).
+  TrainingRun(TrainOptions options, ParameterBuffer<float> params, BatchSource& source, const Dataset* train,
+              const Dataset* valid, Communicator& communicator);
   // The engine holds references to params_ and optimizer_: a run stays where it was made.
   TrainingRun(const TrainingRun&) = delete;
   TrainingRun& operator=(const TrainingRun&) = delete;
@@ -59,7 +61,6 @@ class TrainingRun final : private TrainingAccess {
   int run();
 
  private:
-  LoaderOptions loader_options() const;
   double run_seconds() const;
   std::string time_text() const;
   void print_model() const;
@@ -76,7 +77,13 @@ class TrainingRun final : private TrainingAccess {
   void set_learning_rate(double rate) override;
   int64_t steps() const override { return position_.step; }
 
-  int train_epoch(BatchLoader& loader, bool& epoch_done);
+  bool length_known() const { return total_steps_ > 0; }
+  bool run_is_over() const { return length_known() ? position_.step >= total_steps_ : position_.epoch >= o_.epochs; }
+  bool at_last_step() const { return length_known() && position_.step == total_steps_; }
+  bool epoch_is_full() const { return batches_ > 0 && position_.batch_in_epoch == batches_; }
+  void say_input_ran_out() const;
+  std::string where_text() const;
+  int train_epoch(bool& epoch_done);
   int after_step();
   bool caller_says_stop(int& code);
   int save_on_interrupt(int code);
@@ -94,12 +101,14 @@ class TrainingRun final : private TrainingAccess {
 
   TrainOptions o_;
   ParameterBuffer<float> params_;
-  const Dataset& train_;
+  BatchSource& source_;
+  const Dataset* train_;
   const Dataset* valid_;
   OptimizerState optimizer_;
   Communicator& comm_;
   bool speaks_;  // rank 0: writes the files, the progress line and the errors
   bool narrates_;  // rank 0 and options.narrate: the informational lines (train_options.h)
+  // batches_: an epoch's (0: unknown, a stream's pass); total_steps_: the run's (0: unknown).
   int64_t batches_ = 0, total_steps_ = 0, first_step_ = 0;
   RunPosition position_;
   RunControls controls_;

@@ -1,0 +1,99 @@
+"""An iterable of (x, y) batches (a generator, a tf.data.Dataset) as Model.fit reads it, with
+Keras's meaning: each batch the iterable gives is one step, in its order and sizes, read batch by
+batch as the engine trains (Stream), never gathered whole. A validation iterable is gathered
+(gathered): the first validation_steps batches, or one pass."""
+import itertools
+import os
+
+import numpy as np
+
+from . import ebin
+
+
+def is_batches(x):
+    """An iterable of (x, y) batches (tf.data.Dataset, a generator), not samples."""
+    if isinstance(x, (str, bytes, os.PathLike, dict, list, tuple, np.ndarray)) or ebin._is_ragged_tensor(x):
+        return False
+    return hasattr(x, "__iter__")
+
+
+def batch_samples(batch, index, name):
+    """One (x, y) batch as checked samples (_Csr) and labels ((B,)); errors name the batch."""
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        raise ValueError(f"{name}: batch {index}: not an (x, y) pair (each batch of the iterable must be one)")
+    try:
+        samples = ebin._samples(batch[0])
+    except ValueError as e:
+        raise ValueError(f"{name}: batch {index}: {e}") from None
+    labels = np.asarray(batch[1]).reshape(-1)
+    if labels.size != samples.num_samples:
+        raise ValueError(f"{name}: batch {index}: x has {samples.num_samples} samples but y has {labels.size} labels")
+    return samples, labels
+
+
+def _image(samples, labels, index, name):
+    try:
+        return ebin.image_bytes(samples, labels)
+    except ValueError as e:
+        raise ValueError(f"{name}: batch {index}: {e}") from None
+
+
+def _concatenate(parts):
+    """One _Csr of the _Csr parts, in order."""
+    first = parts[0]
+    return ebin._Csr(first.seq_len, np.concatenate([p.cur_word for p in parts]),
+                     np.concatenate([p.lengths[0] for p in parts]), np.concatenate([p.ids[0] for p in parts]),
+                     np.concatenate([p.lengths[1] for p in parts]), np.concatenate([p.ids[1] for p in parts]))
+
+
+def gathered(x, name, steps=None):
+    """The first `steps` (x, y) batches of an iterable (None: all of one pass) as one _Csr and its labels."""
+    parts, labels = [], []
+    for i, batch in enumerate(itertools.islice(x, steps)):
+        samples, batch_labels = batch_samples(batch, i, name)
+        parts.append(samples)
+        labels.append(batch_labels)
+    if not parts:
+        raise ValueError(f"{name}: the iterable gave no batches")
+    if len({p.seq_len for p in parts}) != 1:
+        raise ValueError(f"{name}: the batches differ in T (positions per sample)")
+    return _concatenate(parts), np.concatenate(labels)
+
+
+class Stream:
+    """The training batches of an iterable, handed to the engine one at a time: the extension
+    (python/src/train.cpp) calls next_image from the training thread, with the GIL, and holds the
+    bytes it returns until its next call, so memory holds about one batch of the data.
+
+    steps_per_epoch (0: none): an epoch is that many batches of ONE iterator that goes on across
+    epochs (an endless ds.repeat() works); 0: an epoch is one pass, iter(x) again each epoch. The
+    first batch is read here: its T and size are the run's (seq_len, batch_size)."""
+
+    def __init__(self, data, name, steps_per_epoch=None):
+        self.data, self.name = data, name
+        self.steps_per_epoch = steps_per_epoch or 0
+        self.index = 0  # the next batch's index, counted from the run's start
+        self.iterator = iter(data)
+        first = next(self.iterator, None)
+        if first is None:
+            raise ValueError(f"{name}: the iterable gave no batches")
+        samples, labels = batch_samples(first, 0, name)
+        self.seq_len, self.batch_size = samples.seq_len, samples.num_samples
+        self.first = _image(samples, labels, 0, name)
+
+    def next_image(self, new_pass):
+        """The next batch's .ebin image, or None at the end of the data. new_pass: iter(x) again
+        first (ignored for the first batch, read already)."""
+        if self.first is not None:
+            image, self.first = self.first, None  # the engine holds it now: no second reference
+            self.index = 1
+            return image
+        if new_pass:
+            self.iterator = iter(self.data)
+        batch = next(self.iterator, None)
+        if batch is None:
+            return None
+        samples, labels = batch_samples(batch, self.index, self.name)
+        image = _image(samples, labels, self.index, self.name)
+        self.index += 1
+        return image

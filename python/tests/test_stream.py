@@ -1,0 +1,162 @@
+"""Model.fit on an iterable of (x, y) batches: read batch by batch as the engine trains, each
+batch one step, with Keras's steps_per_epoch and validation_steps, never gathered whole."""
+import json
+
+import numpy as np
+import pytest
+
+from enhanced import Model, read_ebin
+from enhanced.checkpoint import load_checkpoint
+
+SIZE = 16  # the batches' size
+COMMON = dict(seed=3, verbose=0, lr=0.01)
+
+
+@pytest.fixture(scope="module")
+def demo(demo_data):
+    train = read_ebin(demo_data / "train.ebin")
+    valid = read_ebin(demo_data / "valid.ebin")
+    return dict(train=(train.to_lists(), np.array(train.labels)), valid=(valid.to_lists(), np.array(valid.labels)),
+                vocab=max(train.max_token_id, valid.max_token_id) + 1, labels=max(train.num_labels, valid.num_labels),
+                seq_len=train.seq_len, dir=demo_data)
+
+
+def new_model(demo):
+    return Model(vocab_size=demo["vocab"], num_labels=demo["labels"], seq_len=demo["seq_len"], embedding_dim=8,
+                 hidden=4)
+
+
+class Batches:
+    """The set's (x, y) batches of SIZE in order, anew at each iter() (as a tf.data.Dataset); counts the batches given."""
+
+    def __init__(self, x, y, size=SIZE):
+        self.x, self.y, self.size, self.given = x, y, size, 0
+
+    def __iter__(self):
+        for start in range(0, len(self.y), self.size):
+            self.given += 1
+            yield self.x[start:start + self.size], self.y[start:start + self.size]
+
+
+def endless(x, y, counter):
+    """The set's batches round and round, for ever; counter[0] counts those taken."""
+    while True:
+        for batch in Batches(x, y):
+            counter[0] += 1
+            yield batch
+
+
+def metric_lines(out, kind):
+    with open(out / "metrics.jsonl") as f:
+        return [line for line in map(json.loads, f) if line["kind"] == kind]
+
+
+def weights(out):
+    return load_checkpoint(out / "last.safetensors")[1]
+
+
+def test_a_stream_of_the_sets_batches_in_order_equals_the_in_memory_run_bit_for_bit(demo, tmp_path):
+    x, y = demo["train"]
+    streamed = Batches(x, y)
+    new_model(demo).fit(streamed, validation_data=demo["valid"], epochs=2, out=tmp_path / "stream", **COMMON)
+    new_model(demo).fit(x, y, validation_data=demo["valid"], epochs=2, batch_size=SIZE, shuffle=False,
+                        out=tmp_path / "memory", **COMMON)
+    a, b = weights(tmp_path / "stream"), weights(tmp_path / "memory")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].tobytes() == b[name].tobytes(), name
+    steps = -(-len(y) // SIZE)
+    assert streamed.given == 2 * steps  # a pass an epoch, each batch read once
+    assert [line["step"] for line in metric_lines(tmp_path / "stream", "epoch")] == [steps, 2 * steps]
+    assert [line["valid_loss"] for line in metric_lines(tmp_path / "stream", "epoch")] == \
+        [line["valid_loss"] for line in metric_lines(tmp_path / "memory", "epoch")]
+
+
+def test_an_endless_generator_with_steps_per_epoch_takes_one_iterator_across_epochs(demo, tmp_path):
+    counter = [0]
+    history = new_model(demo).fit(endless(*demo["train"], counter), epochs=3, steps_per_epoch=5,
+                                  out=tmp_path / "run", **COMMON)
+    assert counter[0] == 15  # exactly epochs * steps_per_epoch batches taken, none gathered ahead
+    assert [line["step"] for line in metric_lines(tmp_path / "run", "epoch")] == [5, 10, 15]
+    assert len(history.history["loss"]) == 3 and history.params["steps"] == 5
+
+
+def test_running_out_early_stops_with_one_warning_saved_as_a_normal_end(demo, tmp_path, capfd):
+    x, y = demo["train"]
+    seven = (batch for i, batch in zip(range(7), Batches(x, y)))
+    history = new_model(demo).fit(seven, epochs=3, steps_per_epoch=5, out=tmp_path / "run", **COMMON)
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "ran out of data" in line]
+    assert len(warnings) == 1, warnings
+    assert [line["step"] for line in metric_lines(tmp_path / "run", "epoch")] == [5, 7]
+    assert len(history.history["loss"]) == 2 and (tmp_path / "run" / "last.safetensors").exists()
+
+
+def test_a_one_shot_generator_without_steps_per_epoch_trains_one_pass(demo, tmp_path, capfd):
+    x, y = demo["train"]
+    new_model(demo).fit(iter(Batches(x, y)), epochs=2, out=tmp_path / "run", **COMMON)
+    steps = -(-len(y) // SIZE)
+    assert [line["step"] for line in metric_lines(tmp_path / "run", "epoch")] == [steps]  # pass 2 is empty
+    assert "ran out of data" in capfd.readouterr().err
+
+
+def ragged_dataset(demo):
+    tf = pytest.importorskip("tensorflow")
+    x, y = demo["train"]
+    ragged = read_ebin(demo["dir"] / "train.ebin").to_ragged()
+    return tf.data.Dataset.from_tensor_slices((ragged, y)), len(y)
+
+
+def test_a_tf_data_dataset_batched_at_16_gives_its_batches_as_steps(demo, tmp_path):
+    ds, n = ragged_dataset(demo)
+    history = new_model(demo).fit(ds.batch(16), epochs=2, out=tmp_path / "run", **COMMON)
+    steps = -(-n // 16)
+    assert [line["step"] for line in metric_lines(tmp_path / "run", "epoch")] == [steps, 2 * steps]
+    assert history.params["steps"] is None  # unknown until a pass ends, as Keras's
+
+
+def test_repeat_3_without_steps_per_epoch_is_one_epoch_of_three_passes(demo, tmp_path):
+    ds, n = ragged_dataset(demo)
+    new_model(demo).fit(ds.batch(16).repeat(3), epochs=1, out=tmp_path / "run", **COMMON)
+    assert [line["step"] for line in metric_lines(tmp_path / "run", "epoch")] == [3 * -(-n // 16)]
+
+
+def with_bad_batch(demo, index, how):
+    """The set's batches, batch `index` made bad: an id past the vocabulary, a wrong T, or one label short."""
+    x, y = demo["train"]
+    for i, (bx, by) in enumerate(Batches(x, y)):
+        if i == index:
+            if how == "id":
+                bx = [[[[demo["vocab"]], [], [1]]] + list(bx[0][1:])] + list(bx[1:])
+            elif how == "T":
+                bx = [sample[:-1] for sample in bx]
+            else:
+                by = by[:-1]
+        yield bx, by
+
+
+@pytest.mark.parametrize("how, text", [("id", "x: batch 2: sample 0: position 0: field 0"),
+                                       ("T", "x: batch 2: T = "), ("labels", "x: batch 2: x has 16 samples but y has 15")])
+def test_a_bad_batch_is_one_value_error_naming_it(demo, tmp_path, how, text):
+    with pytest.raises(ValueError, match=text):
+        new_model(demo).fit(with_bad_batch(demo, 2, how), out=tmp_path / "run", **COMMON)
+
+
+def test_what_a_stream_cannot_do_is_refused_by_name_before_any_work(demo, tmp_path):
+    x, y = demo["train"]
+    model, out = new_model(demo), tmp_path / "run"
+    for keywords, name in [(dict(batch_size=16), "batch_size"), (dict(resume=True), "resume"),
+                           (dict(class_weight="balanced"), "class_weight"), (dict(steps_per_epoch=0), "steps_per_epoch"),
+                           (dict(steps_per_epoch=2.5), "steps_per_epoch"),
+                           (dict(validation_data=demo["valid"], validation_steps=2), "validation_steps")]:
+        with pytest.raises(ValueError, match=name):
+            model.fit(Batches(x, y), out=out, **keywords, **COMMON)
+        assert not out.exists(), keywords
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        model.fit(x, y, steps_per_epoch=3, out=out, **COMMON)
+
+
+def test_validation_steps_takes_that_many_batches_of_an_endless_validation_stream(demo, tmp_path):
+    counter = [0]
+    history = new_model(demo).fit(Batches(*demo["train"]), validation_data=endless(*demo["valid"], counter),
+                                  validation_steps=2, epochs=2, out=tmp_path / "run", **COMMON)
+    assert counter[0] == 2 and len(history.history["val_loss"]) == 2
