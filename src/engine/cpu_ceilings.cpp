@@ -24,6 +24,13 @@ namespace {
 constexpr int64_t kProbeIterations = 1 << 22;  // per thread: some 10 ms at a few GHz
 constexpr int kChains = 12;  // independent accumulators: more than latency x issue width on these CPUs
 
+// The chains' final values, kept in memory: the compiler may not drop a loop whose result is
+// never read.
+template <class Vector>
+inline void keep(const Vector (&chains)[kChains]) {
+  __asm__ volatile("" ::"r"(chains) : "memory");
+}
+
 // Each probe returns the FLOP one thread did (the loop's), with its result kept alive.
 __attribute__((target("avx512f"))) double fma_probe_avx512(int64_t iterations) {
   __m512 chains[kChains];
@@ -31,13 +38,7 @@ __attribute__((target("avx512f"))) double fma_probe_avx512(int64_t iterations) {
   const __m512 scale = _mm512_set1_ps(0.999999f), shift = _mm512_set1_ps(1e-7f);
   for (int64_t n = 0; n < iterations; ++n)
     for (int i = 0; i < kChains; ++i) chains[i] = _mm512_fmadd_ps(chains[i], scale, shift);
-  alignas(64) float lanes[16];
-  float sink = 0;
-  for (int i = 0; i < kChains; ++i) {  // not _mm512_reduce_add_ps: GCC 12 warns inside it
-    _mm512_store_ps(lanes, chains[i]);
-    for (const float lane : lanes) sink += lane;
-  }
-  __asm__ volatile("" ::"x"(sink));
+  keep(chains);
   return 2.0 * 16 * kChains * static_cast<double>(iterations);
 }
 
@@ -47,13 +48,7 @@ __attribute__((target("avx2,fma"))) double fma_probe_avx2(int64_t iterations) {
   const __m256 scale = _mm256_set1_ps(0.999999f), shift = _mm256_set1_ps(1e-7f);
   for (int64_t n = 0; n < iterations; ++n)
     for (int i = 0; i < kChains; ++i) chains[i] = _mm256_fmadd_ps(chains[i], scale, shift);
-  alignas(32) float lanes[8];
-  float sink = 0;
-  for (int i = 0; i < kChains; ++i) {
-    _mm256_store_ps(lanes, chains[i]);
-    for (const float lane : lanes) sink += lane;
-  }
-  __asm__ volatile("" ::"x"(sink));
+  keep(chains);
   return 2.0 * 8 * kChains * static_cast<double>(iterations);
 }
 
@@ -64,13 +59,7 @@ __attribute__((target("avx512f,avx512bf16"))) double bf16_dot_probe(int64_t iter
   const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);  // 1, ~6e-8
   for (int64_t n = 0; n < iterations; ++n)
     for (int i = 0; i < kChains; ++i) chains[i] = _mm512_dpbf16_ps(chains[i], a, b);
-  alignas(64) float lanes[16];
-  float sink = 0;
-  for (int i = 0; i < kChains; ++i) {  // not _mm512_reduce_add_ps: GCC 12 warns inside it
-    _mm512_store_ps(lanes, chains[i]);
-    for (const float lane : lanes) sink += lane;
-  }
-  __asm__ volatile("" ::"x"(sink));
+  keep(chains);
   return 4.0 * 16 * kChains * static_cast<double>(iterations);
 }
 
