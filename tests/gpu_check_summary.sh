@@ -218,7 +218,7 @@ echo "train step 1.0 ms"
     "$(paste -sd'|' "$work/bench-args")"
   expect "a run whose GPU tests all SKIP fails" 1 "$rc"
   expect "every step's line, each suite's as it ended, in the planned order" \
-    "environment build parity bench-short sanitizer suite:CudaPipeline suite:CudaTrainCli suite:CudaTrainingParity suite:CudaBf16 suite:CudaNccl suites bench" \
+    "environment build parity bench-short sanitizer suite:CudaPipeline suite:CudaTrainCli suite:CudaTrainingParity suite:CudaSyncToDevice suite:CudaBf16 suite:CudaNccl suites bench" \
     "$(awk '{print $1 ($1 == "suite" ? ":" $2 : "")}' "$out/summary.txt" | sed 's/:$//' | tr '\n' ' ' | sed 's/ $//')"
   expect_match "the parity step reports each skip" \
     "^parity +FAILED \([0-9]+ passed, 0 failed, [0-9]+ skipped: CudaParity\.[A-Za-z]+ .*\[test_cuda_parity\.cpp:[0-9]+: " "$(cat "$out/summary.txt")"
