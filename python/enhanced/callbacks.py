@@ -4,6 +4,8 @@ only the epoch, the batch and Keras' `logs` keys (loss, accuracy, val_loss, val_
 val_f1, lr). Nothing here imports TensorFlow."""
 import importlib.util
 
+import numpy as np
+
 from .tensorboard import RunWriter, batch_scalars, epoch_scalars, evaluation_scalars
 
 
@@ -13,7 +15,8 @@ class TensorBoard:
     `epoch_learning_rate` (train) and `epoch_loss`, `epoch_accuracy`, `epoch_f1` (validation, from
     the val_ keys) at the epoch's index, and `evaluation_X_vs_iterations` at the batch count; per
     batch (every `update_freq` batches; "epoch": none) `batch_loss` and the batch logs' other
-    numbers at the batch count since on_train_begin (1 after the first batch).
+    numbers at the batch count: the optimizer's steps before this fit (a resumed run's: its
+    curves go on where they stopped) plus this fit's batches (1 after a new run's first batch).
 
     Where Keras' callback defaults to update_freq="epoch", this one writes every batch's logs:
     what the engine passes per batch costs one event per number."""
@@ -37,7 +40,15 @@ class TensorBoard:
 
     def on_train_begin(self, logs=None):
         self._writer = RunWriter(self.log_dir)
-        self._batches = 0
+        self._batches = self._steps_taken()
+
+    def _steps_taken(self):
+        """The steps the model's optimizer took before this fit (a resumed run's, or an earlier
+        fit's in Keras), where it says: the batch curves go on from there, not from 1 again."""
+        try:
+            return int(np.asarray(self.model.optimizer.iterations))
+        except (AttributeError, TypeError, ValueError):  # no model, no optimizer yet, outside a fit
+            return 0
 
     def on_epoch_begin(self, epoch, logs=None):
         pass

@@ -26,7 +26,7 @@ from .keras_interface import (KerasInterface, check_callbacks, check_keras_keywo
                               split_validation)
 from .run_plan import (check_controls, check_same_labels, class_weight_values, plan, recorded_options,
                        resolve_out)
-from .stream import Stream, gathered, is_batches
+from .stream import Stream, gathered, is_batches, is_dense_array
 
 _CONTINUE, _STOP = 0, 1  # TrainingDecision's carry_on and stop (training_observer.h)
 
@@ -51,6 +51,10 @@ def _samples_and_labels(x, y, name, steps=None):
         if y is not None:
             raise ValueError(f"{name} is an iterable of (x, y) batches: give no y")
         return gathered(x, name, steps)
+    if is_dense_array(x):
+        raise ValueError(f"{name}: a dense {type(x).__name__} of shape {tuple(x.shape)}: each field of a position "
+                         "holds a list of ids of its own length; give a tf.RaggedTensor (N, T, 3, None) (for padded "
+                         "ids: tf.RaggedTensor.from_tensor(x, padding=...)), nested lists or a dict of CSR arrays")
     return ebin._samples(x), None if y is None else np.asarray(y)
 
 

@@ -10,9 +10,16 @@ import numpy as np
 from . import ebin
 
 
+def is_dense_array(x):
+    """A dense tensor or array of numbers (a tf.Tensor, a NumPy or torch array): iterable, but
+    samples of one shape, not batches and not the ragged lists of ids a position's fields hold."""
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not (isinstance(x, np.ndarray) and x.dtype == object)
+
+
 def is_batches(x):
     """An iterable of (x, y) batches (tf.data.Dataset, a generator), not samples."""
-    if isinstance(x, (str, bytes, os.PathLike, dict, list, tuple, np.ndarray)) or ebin._is_ragged_tensor(x):
+    if isinstance(x, (str, bytes, os.PathLike, dict, list, tuple, np.ndarray)) or ebin._is_ragged_tensor(x) or \
+            is_dense_array(x):
         return False
     return hasattr(x, "__iter__")
 

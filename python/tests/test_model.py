@@ -341,7 +341,21 @@ def bad_arguments(demo, out):
          "validation_data"),
         ("out under a file", lambda: model.fit(lists, labels, out=demo["dir"] / "train.ebin" / "run", verbose=0),
          "out: .* is not a folder"),
+        ("dense array", lambda: model.fit(np.zeros((4, demo["seq_len"], 3), np.int32), labels[:4], **common),
+         r"x: a dense ndarray of shape \(4, \d+, 3\)"),
+        ("dense tensor", lambda: model.fit(DenseTensor((4, demo["seq_len"], 3)), labels[:4], **common),
+         r"x: a dense DenseTensor .* tf.RaggedTensor"),
     ]
+
+
+class DenseTensor:
+    """What fit sees of a dense tf.Tensor: a shape, a dtype, iterable over its first axis."""
+
+    def __init__(self, shape):
+        self.shape, self.dtype = shape, "int32"
+
+    def __iter__(self):
+        return iter(np.zeros(self.shape, np.int32))
 
 
 def test_bad_arguments_are_one_value_error_before_any_work(demo, tmp_path):
@@ -412,6 +426,13 @@ def test_tensorboard_callback_keeps_its_batches_after_ctrl_c(demo, tmp_path):
     events = EventAccumulator(str(tmp_path / "logs" / "train"))
     events.Reload()
     assert [e.step for e in events.Scalars("batch_loss")] == [1, 2, 3]
+    # The resumed run's curves go on at step 4, where the interrupted one stopped: no step twice.
+    Model.load(tmp_path / "run" / "last.safetensors").fit(*demo["train"], out=tmp_path / "run", resume=True,
+                                                          verbose=0, callbacks=[TensorBoard(tmp_path / "logs")])
+    events = EventAccumulator(str(tmp_path / "logs" / "train"))
+    events.Reload()
+    total = FLAGS["epochs"] * steps_per_epoch(demo)
+    assert [e.step for e in events.Scalars("batch_loss")] == list(range(1, total + 1))
 
 
 SCRIPT = """
