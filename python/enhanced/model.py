@@ -292,8 +292,11 @@ def _steps(x, steps_per_epoch, validation_steps, validation_data):
     return steps
 
 
-def _check_stream_arguments(given, resume, class_weight):
+def _check_stream_arguments(given, resume, class_weight, controls):
     """What a stream of batches cannot do, refused by name before any work (Keras refuses batch_size too)."""
+    if controls.get("drop_last"):
+        raise ValueError("drop_last: x is an iterable of (x, y) batches, each one step as it comes; drop a short "
+                         "last batch in the iterable itself (tf.data: batch(..., drop_remainder=True))")
     if given["batch_size"] is not None:
         raise ValueError("batch_size: x is an iterable of (x, y) batches, batched already (each batch is one step); "
                          "give no batch_size")
@@ -460,7 +463,7 @@ class Model(KerasInterface):
         steps = _steps(x, steps_per_epoch, validation_steps, validation_data)
         weights = class_weight_values(class_weight, self.config.num_labels)
         if is_batches(x):
-            _check_stream_arguments(given, resume, weights)
+            _check_stream_arguments(given, resume, weights, controls)
         out = resolve_out(out, resume)
         recorded = recorded_options(out) if resume else None
         if resume:

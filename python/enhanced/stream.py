@@ -13,7 +13,9 @@ from . import ebin
 def is_dense_array(x):
     """A dense tensor or array of numbers (a tf.Tensor, a NumPy or torch array): iterable, but
     samples of one shape, not batches and not the ragged lists of ids a position's fields hold."""
-    return hasattr(x, "shape") and hasattr(x, "dtype") and not (isinstance(x, np.ndarray) and x.dtype == object)
+    if ebin._is_ragged_tensor(x) or (isinstance(x, np.ndarray) and x.dtype == object):
+        return False
+    return hasattr(x, "shape") and hasattr(x, "dtype")
 
 
 def is_batches(x):

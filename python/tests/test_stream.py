@@ -146,7 +146,7 @@ def test_what_a_stream_cannot_do_is_refused_by_name_before_any_work(demo, tmp_pa
     model, out = new_model(demo), tmp_path / "run"
     for keywords, name in [(dict(batch_size=16), "batch_size"), (dict(resume=True), "resume"),
                            (dict(class_weight="balanced"), "class_weight"), (dict(steps_per_epoch=0), "steps_per_epoch"),
-                           (dict(steps_per_epoch=2.5), "steps_per_epoch"),
+                           (dict(steps_per_epoch=2.5), "steps_per_epoch"), (dict(drop_last=True), "drop_last"),
                            (dict(validation_data=demo["valid"], validation_steps=2), "validation_steps")]:
         with pytest.raises(ValueError, match=name):
             model.fit(Batches(x, y), out=out, **keywords, **COMMON)
