@@ -171,7 +171,7 @@ plan() {
   expect "the steps in order: parity, short bench, sanitizer, suites, bench" \
     "2-parity 3-bench-short 4-sanitizer 5-suites 6-bench" "$(awk '{print $1}' <<<"$out" | uniq | tr '\n' ' ' | sed 's/ $//')"
   expect "one process per suite, bf16 and then NCCL last, NCCL with NCCL_DEBUG=WARN" \
-    "CudaPipeline.* CudaTrainCli.* CudaTrainingParity.* CudaBf16.* NCCL_DEBUG=WARN CudaNccl.*" \
+    "CudaPipeline.* CudaTrainCli.* CudaTrainingParity.* CudaSyncToDevice.* CudaBf16.* NCCL_DEBUG=WARN CudaNccl.*" \
     "$(awk '$1 == "5-suites" {$1 = $2 = $3 = $4 = ""; print}' <<<"$out" | xargs echo)"
   expect_match "one short bench line per precision" \
     "3-bench-short .*--device cuda --precision bf16 --warmup 1 --repeats 3" "$out"
@@ -184,7 +184,7 @@ plan() {
   out=$("$source_dir/scripts/gpu-check" --plan "$work/with-new-suite" 2>&1)
   expect "a new Cuda* suite: the plan still fits" 0 "$?"
   expect "a new Cuda* suite runs in step 5, before CudaBf16" \
-    "CudaPipeline.* CudaTrainCli.* CudaTrainingParity.* CudaNewThing.* CudaBf16.* NCCL_DEBUG=WARN CudaNccl.*" \
+    "CudaPipeline.* CudaTrainCli.* CudaTrainingParity.* CudaSyncToDevice.* CudaNewThing.* CudaBf16.* NCCL_DEBUG=WARN CudaNccl.*" \
     "$(awk '$1 == "5-suites" {$1 = $2 = $3 = $4 = ""; print}' <<<"$out" | xargs echo)"
   grep -v '^  BiLstmMatchesCpuOnRoundedOperands' "$work/list" >"$work/list-without"
   fake_binary "$work/list-without" "$work/without-a-test"
