@@ -23,11 +23,22 @@ _REFUSED_CALLBACKS = {
 }
 
 
+# What makes an object a callback: any of Keras' hooks.
+_HOOKS = ("on_train_begin", "on_epoch_begin", "on_epoch_end", "on_train_batch_begin", "on_train_batch_end",
+          "on_train_end", "on_test_begin", "on_test_end", "set_model", "set_params")
+
+
 def check_callbacks(callbacks):
-    """The callbacks as a list; a Keras callback the engine cannot serve is a ValueError naming it."""
+    """The callbacks as a list; a Keras callback the engine cannot serve, or an object that is no
+    callback (none of Keras' hooks), is a ValueError naming it."""
+    if callbacks is not None and not isinstance(callbacks, (list, tuple)):
+        raise ValueError(f"callbacks must be a list of callbacks, got {type(callbacks).__name__}")
     callbacks = list(callbacks or [])
-    for callback in callbacks:
+    for index, callback in enumerate(callbacks):
         name = type(callback).__name__
+        if not any(hasattr(callback, hook) for hook in _HOOKS):
+            raise ValueError(f"callbacks: item {index} ({name}) is not a callback: it has none of Keras' hooks "
+                             f"({', '.join(_HOOKS[:3])}, ...)")
         if type(callback).__module__.startswith("keras") and name in _REFUSED_CALLBACKS:
             raise ValueError(f"callbacks: keras.callbacks.{name} does not work with enhanced.Model.fit: "
                              f"{_REFUSED_CALLBACKS[name]}")

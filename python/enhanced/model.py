@@ -55,7 +55,11 @@ def _samples_and_labels(x, y, name, steps=None):
         raise ValueError(f"{name}: a dense {type(x).__name__} of shape {tuple(x.shape)}: each field of a position "
                          "holds a list of ids of its own length; give a tf.RaggedTensor (N, T, 3, None) (for padded "
                          "ids: tf.RaggedTensor.from_tensor(x, padding=...)), nested lists or a dict of CSR arrays")
-    return ebin._samples(x), None if y is None else np.asarray(y)
+    samples, labels = ebin._samples(x), None if y is None else np.asarray(y)
+    if labels is not None and labels.size != samples.num_samples:
+        where = "y" if name == "x" else f"{name}'s y"
+        raise ValueError(f"{where}: {labels.size} labels for the {samples.num_samples} samples of {name}")
+    return samples, labels
 
 
 def _file_seq_len(path):
@@ -313,7 +317,22 @@ def _given(epochs, batch_size, seed, shuffle):
     return {"epochs": None if epochs is None else _integer(epochs, "epochs", 1),
             "batch_size": None if batch_size is None else _integer(batch_size, "batch_size", 1),
             "seed": None if seed is None else _integer(seed, "seed", 0, 2**64 - 1),
-            "shuffle": None if shuffle is None else bool(shuffle)}
+            "shuffle": None if shuffle is None else _boolean(shuffle, "shuffle")}
+
+
+def _boolean(value, name):
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _verbosity(verbose):
+    """Keras' verbose: "auto" (1 here, as in a notebook), 0, 1 or 2."""
+    if isinstance(verbose, str) and verbose == "auto":
+        return 1
+    if isinstance(verbose, (bool, np.bool_)) or not isinstance(verbose, (int, np.integer)) or verbose not in (0, 1, 2):
+        raise ValueError(f"verbose must be 'auto', 0, 1 or 2, got {verbose!r}")
+    return int(verbose)
 
 
 def _run_words(out, given, controls):
@@ -325,9 +344,10 @@ def _run_words(out, given, controls):
     if given["shuffle"] is False:
         words.append("--no-shuffle")
     for name, value in controls.items():
-        if value is False or value is None:
-            continue
-        words += [_flag(name)] if value is True else [_flag(name), value]
+        if isinstance(value, (bool, np.bool_)):  # a switch (check_controls)
+            words += [_flag(name)] if value else []
+        elif value is not None:
+            words += [_flag(name), value]
     return words
 
 
@@ -360,6 +380,7 @@ class Model(KerasInterface):
         self.stop_training = False
         self.run_dir = None
         self._temporary_run = None  # fit(out=None)'s folder's clean-up (_temporary_out)
+        self._fitting = False  # a fit is running (fit refuses a second one)
 
     @classmethod
     def load(cls, path):
@@ -455,40 +476,48 @@ class Model(KerasInterface):
         goes on across epochs, else a pass). `controls`: enhanced-train's training controls by name.
         validation_split: Keras' (the last fraction of x and y); initial_epoch (other than 0) and
         sample_weight are refused by name, as are Keras callbacks the engine cannot serve."""
-        check_keras_keywords(initial_epoch, sample_weight)
-        callbacks = check_callbacks(callbacks)
-        x, y, validation_data = split_validation(x, y, validation_data, validation_split)
-        check_controls(controls, _core().train_flag_names())
-        given = _given(epochs, batch_size, seed, shuffle)
-        steps = _steps(x, steps_per_epoch, validation_steps, validation_data)
-        weights = class_weight_values(class_weight, self.config.num_labels)
-        if is_batches(x):
-            _check_stream_arguments(given, resume, weights, controls)
-        out = resolve_out(out, resume)
-        recorded = recorded_options(out) if resume else None
-        if resume:
-            check_same_labels(recorded, self.label_names, weights)
-        train, train_name, valid, valid_name = self._data(x, y, validation_data, resume, steps)
-        if isinstance(train, Stream):
-            given["batch_size"] = train.batch_size  # the engine's batch capacity: the stream's first batch
-        if out is None:
-            out = self._temporary_out()
-        words = _run_words(out, given, controls) + (["--resume"] if resume else self._model_words())
-        if isinstance(weights, str):
-            words += ["--class-weights", weights]
-        run = plan(given, recorded, controls)
-        epoch_steps = _epoch_steps(train, run)
-        history = History({**run, "out": out, "steps": epoch_steps},
-                          {"verbose": verbose, "epochs": run["epochs"], "steps": epoch_steps})
-        bridge = _Bridge(self, callbacks, history, _Progress(verbose, run["epochs"], epoch_steps))
+        if self._fitting:  # a callback's fit would take the running fit's weights and access
+            raise ValueError("fit: this model is training already (fit called from one of its callbacks, or from "
+                             "another thread); a model trains one run at a time")
+        self._fitting = True
         try:
-            with _sigterm_interrupts(bridge), bridge.flushing():
-                status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge,
-                                       self.label_names or [], weights if isinstance(weights, list) else [])
+            verbose = _verbosity(verbose)
+            check_keras_keywords(initial_epoch, sample_weight)
+            callbacks = check_callbacks(callbacks)
+            x, y, validation_data = split_validation(x, y, validation_data, validation_split)
+            check_controls(controls, _core().train_flag_names(), _core().train_flag_names(switches_only=True))
+            given = _given(epochs, batch_size, seed, shuffle)
+            steps = _steps(x, steps_per_epoch, validation_steps, validation_data)
+            weights = class_weight_values(class_weight, self.config.num_labels)
+            if is_batches(x):
+                _check_stream_arguments(given, resume, weights, controls)
+            out = resolve_out(out, resume)
+            recorded = recorded_options(out) if resume else None
+            if resume:
+                check_same_labels(recorded, self.label_names, weights)
+            train, train_name, valid, valid_name = self._data(x, y, validation_data, resume, steps)
+            if isinstance(train, Stream):
+                given["batch_size"] = train.batch_size  # the engine's batch capacity: the stream's first batch
+            if out is None:
+                out = self._temporary_out()
+            words = _run_words(out, given, controls) + (["--resume"] if resume else self._model_words())
+            if isinstance(weights, str):
+                words += ["--class-weights", weights]
+            run = plan(given, recorded, controls)
+            epoch_steps = _epoch_steps(train, run)
+            history = History({**run, "out": out, "steps": epoch_steps},
+                              {"verbose": verbose, "epochs": run["epochs"], "steps": epoch_steps})
+            bridge = _Bridge(self, callbacks, history, _Progress(verbose, run["epochs"], epoch_steps))
+            try:
+                with _sigterm_interrupts(bridge), bridge.flushing():
+                    status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge,
+                                           self.label_names or [], weights if isinstance(weights, list) else [])
+            finally:
+                self._access = None
+            self._after_run(out, status, bridge)
+            return history
         finally:
-            self._access = None
-        self._after_run(out, status, bridge)
-        return history
+            self._fitting = False
 
     def _temporary_out(self):
         """fit(out=None)'s folder: a new temporary one, removed with the model (or at exit) or when

@@ -21,16 +21,24 @@ _OWN = {"data": "the training data is x", "valid": "the validation data is valid
         "pretrained": "Model(pretrained=...)"}
 
 
-def check_controls(controls, flag_names):
+def check_controls(controls, flag_names, switch_names):
     """Each keyword names one of enhanced-train's training controls (flag_names: its flags' long
-    names); anything else is a ValueError naming it, before any work."""
+    names); anything else is a ValueError naming it, before any work. A switch (switch_names: the
+    flags that take no value) is given True or False; any other control a value, never a bool
+    (lr=True would take the next flag as its value)."""
     allowed = {name.replace("-", "_") for name in flag_names} - set(_OWN)
-    for name in controls:
+    switches = {name.replace("-", "_") for name in switch_names}
+    for name, value in controls.items():
         if name not in allowed:
             hint = _OWN.get(name)
             raise ValueError(f"fit: unknown keyword argument '{name}'" + (f" (use {hint})" if hint else "") +
                              "; fit takes x, y, validation_data, epochs, batch_size, callbacks, out, seed, shuffle, "
                              "verbose, resume, class_weight and enhanced-train's training controls (docs/python.md)")
+        is_bool = isinstance(value, (bool, np.bool_))
+        if name in switches and not is_bool:
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+        if name not in switches and is_bool:
+            raise ValueError(f"{name} takes a value (enhanced-train's --{name.replace('_', '-')} VALUE), got {value!r}")
 
 
 def resolve_out(out, resume):
@@ -40,6 +48,8 @@ def resolve_out(out, resume):
         if resume:
             raise ValueError("out: resume=True continues the run in out: give its folder")
         return None
+    if not isinstance(out, (str, os.PathLike)):
+        raise ValueError(f"out must be a folder's path (a str or os.PathLike), got {type(out).__name__}")
     out = os.path.abspath(os.fspath(out))
     if os.path.exists(out) and not os.path.isdir(out):
         raise ValueError(f"out: {out} is not a folder")
@@ -68,8 +78,11 @@ def class_weight_values(class_weight, num_labels):
     """class_weight as the engine takes it: None, a rule ("balanced") or a list of L weights (a dict
     {label: weight}, unnamed labels 1.0, or a sequence of L). Keys must be labels, weights finite
     and non-negative."""
-    if class_weight is None or isinstance(class_weight, str):
+    if class_weight is None or (isinstance(class_weight, str) and class_weight == "balanced"):
         return class_weight
+    if isinstance(class_weight, (str, bytes, os.PathLike)):
+        raise ValueError(f"class_weight must be a dict {{label: weight}}, a list of {num_labels} weights or "
+                         f"'balanced', got {class_weight!r}")
     if isinstance(class_weight, dict):
         bad = [k for k in class_weight if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer))
                or not 0 <= k < num_labels]

@@ -81,7 +81,8 @@ int train(const std::vector<std::string>& words, nb::object train_data, const st
 // running fit's parameters (a flat float32 array in the checkpoint's order) and learning rate.
 void bind_training_access(nb::module_& m);
 
-// enhanced-train's flags' long names ("lr", "lr-schedule", "help", ...): what fit may be given.
-std::vector<std::string> train_flag_names();
+// enhanced-train's flags' long names ("lr", "lr-schedule", "help", ...): what fit may be given;
+// switches_only: those that take no value ("drop-last"), which fit gives True or False.
+std::vector<std::string> train_flag_names(bool switches_only);
 
 }  // namespace enhanced::python

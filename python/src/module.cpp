@@ -64,7 +64,7 @@ NB_MODULE(_core, m) {
   });
   m.def("version", [] { return std::string(version_string()); });
   m.attr("INTERRUPTED") = kInterruptedExit;
-  m.def("train_flag_names", &python::train_flag_names);
+  m.def("train_flag_names", &python::train_flag_names, nb::arg("switches_only") = false);
   python::bind_training_access(m);
   // The model's names from the engine's tables (enhanced/model.h); checkpoint.py's copies are
   // checked against them (python/tests/test_names.py).

@@ -182,13 +182,14 @@ void bind_training_access(nb::module_& m) {
       .def("steps", &TrainingAccess::steps);
 }
 
-std::vector<std::string> train_flag_names() {
+std::vector<std::string> train_flag_names(bool switches_only) {
   CLI::App app{"enhanced.Model.fit"};
   TrainFlags flags;
   add_train_flags(app, flags);
   std::vector<std::string> names;
   for (const CLI::Option* option : app.get_options())
-    if (!option->get_lnames().empty()) names.push_back(option->get_lnames().front());
+    if (!option->get_lnames().empty() && (!switches_only || option->get_expected_max() == 0))
+      names.push_back(option->get_lnames().front());
   return names;
 }
 

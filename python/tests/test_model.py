@@ -341,6 +341,17 @@ def bad_arguments(demo, out):
          "validation_data"),
         ("out under a file", lambda: model.fit(lists, labels, out=demo["dir"] / "train.ebin" / "run", verbose=0),
          "out: .* is not a folder"),
+        ("lr=True", lambda: model.fit(lists, labels, lr=True, **common), "lr takes a value"),
+        ("lr=False", lambda: model.fit(lists, labels, lr=False, **common), "lr takes a value"),
+        ("drop_last=1.5", lambda: model.fit(lists, labels, drop_last=1.5, **common), "drop_last must be True or False"),
+        ("class_weight path", lambda: model.fit(lists, labels, class_weight="/etc/passwd", **common),
+         "class_weight must be"),
+        ("out=5", lambda: model.fit(lists, labels, out=5, verbose=0), "out must be"),
+        ("callbacks=5", lambda: model.fit(lists, labels, callbacks=5, **common), "callbacks must be a list"),
+        ("callbacks=[5]", lambda: model.fit(lists, labels, callbacks=[5], **common), r"callbacks: item 0 \(int\)"),
+        ("verbose=7", lambda: model.fit(lists, labels, out=out, verbose=7), "verbose must be"),
+        ("shuffle='yes'", lambda: model.fit(lists, labels, shuffle="yes", **common), "shuffle must be True or False"),
+        ("y short", lambda: model.fit(lists, labels[:-1], **common), r"y: \d+ labels for the \d+ samples of x"),
         ("dense array", lambda: model.fit(np.zeros((4, demo["seq_len"], 3), np.int32), labels[:4], **common),
          r"x: a dense ndarray of shape \(4, \d+, 3\)"),
         ("dense tensor", lambda: model.fit(DenseTensor((4, demo["seq_len"], 3)), labels[:4], **common),
@@ -356,6 +367,20 @@ class DenseTensor:
 
     def __iter__(self):
         return iter(np.zeros(self.shape, np.int32))
+
+
+class FitAgain(Recorder):
+    """Fits its model again from on_epoch_end: a second run inside the first."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.fit(*self.data, epochs=1, verbose=0)
+
+
+def test_a_fit_inside_the_running_fit_is_refused(demo, tmp_path):
+    again = FitAgain()
+    again.data = demo["train"]
+    with pytest.raises(ValueError, match="training already"):
+        fit(demo, tmp_path / "run", callbacks=[again])
 
 
 def test_bad_arguments_are_one_value_error_before_any_work(demo, tmp_path):
