@@ -14,6 +14,7 @@ import numpy as np
 
 from . import ebin
 from .checkpoint import load_checkpoint, parameter_shapes, save_checkpoint
+from .stream import labels_for
 
 # Keras' callbacks that need what the engine does not have, and what to use instead.
 _REFUSED_CALLBACKS = {
@@ -77,10 +78,9 @@ def split_validation(x, y, validation_data, validation_split):
     if isinstance(x, (str, bytes, os.PathLike)) or y is None:
         raise ValueError("validation_split: only for samples in memory with their labels in y (Keras': arrays); "
                          "give validation_data")
-    samples, labels = ebin._samples(x), np.asarray(y)
+    samples = ebin._samples(x)
     count = samples.num_samples
-    if labels.shape[:1] != (count,):
-        raise ValueError(f"y: {labels.shape[0] if labels.ndim else 0} labels for {count} samples")
+    labels = labels_for(y, count)
     split_at = int(np.floor(count * (1.0 - validation_split)))
     if split_at in (0, count):
         raise ValueError(f"validation_split={validation_split} leaves an empty set of {count} samples "

@@ -24,9 +24,9 @@ from .checkpoint import (ModelConfig, check_label_names, load_checkpoint, parame
                          read_config_and_label_names, save_checkpoint)
 from .keras_interface import (KerasInterface, check_callbacks, check_keras_keywords, split_parameters,
                               split_validation)
-from .run_plan import (check_controls, check_same_labels, class_weight_values, plan, recorded_options,
+from .run_plan import (boolean, check_controls, check_same_labels, class_weight_values, plan, recorded_options,
                        resolve_out)
-from .stream import Stream, gathered, is_batches, is_dense_array
+from .stream import Stream, gathered, is_batches, is_dense_array, labels_for
 
 _CONTINUE, _STOP = 0, 1  # TrainingDecision's carry_on and stop (training_observer.h)
 
@@ -44,22 +44,23 @@ def _flag(name):
     return "--" + name.replace("_", "-")
 
 
+def _no_y_beside_batches(y, name):
+    if y is not None:
+        raise ValueError(f"{name} is an iterable of (x, y) batches: give no y")
+
+
 def _samples_and_labels(x, y, name, steps=None):
     if isinstance(x, ebin._Csr):  # checked samples already (validation_split's parts)
         return x, None if y is None else np.asarray(y)
     if is_batches(x):
-        if y is not None:
-            raise ValueError(f"{name} is an iterable of (x, y) batches: give no y")
+        _no_y_beside_batches(y, name)
         return gathered(x, name, steps)
     if is_dense_array(x):
         raise ValueError(f"{name}: a dense {type(x).__name__} of shape {tuple(x.shape)}: each field of a position "
                          "holds a list of ids of its own length; give a tf.RaggedTensor (N, T, 3, None) (for padded "
                          "ids: tf.RaggedTensor.from_tensor(x, padding=...)), nested lists or a dict of CSR arrays")
-    samples, labels = ebin._samples(x), None if y is None else np.asarray(y)
-    if labels is not None and labels.size != samples.num_samples:
-        where = "y" if name == "x" else f"{name}'s y"
-        raise ValueError(f"{where}: {labels.size} labels for the {samples.num_samples} samples of {name}")
-    return samples, labels
+    samples = ebin._samples(x)
+    return samples, None if y is None else labels_for(y, samples.num_samples, name)
 
 
 def _file_seq_len(path):
@@ -317,13 +318,7 @@ def _given(epochs, batch_size, seed, shuffle):
     return {"epochs": None if epochs is None else _integer(epochs, "epochs", 1),
             "batch_size": None if batch_size is None else _integer(batch_size, "batch_size", 1),
             "seed": None if seed is None else _integer(seed, "seed", 0, 2**64 - 1),
-            "shuffle": None if shuffle is None else _boolean(shuffle, "shuffle")}
-
-
-def _boolean(value, name):
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
+            "shuffle": None if shuffle is None else boolean(shuffle, "shuffle")}
 
 
 def _verbosity(verbose):
@@ -449,8 +444,7 @@ class Model(KerasInterface):
         if x is None:
             raise ValueError("fit needs x (with resume=True: the same data again)")
         if is_batches(x):
-            if y is not None:
-                raise ValueError("x is an iterable of (x, y) batches: give no y")
+            _no_y_beside_batches(y, "x")
             train = Stream(x, "x", steps["steps_per_epoch"])
             train_name, seq_len = "<x: a stream of batches>", train.seq_len
         else:

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from .safetensors import read_metadata
+from .safetensors import read_metadata, unwritable_folder
 
 # The run's length and order when neither the caller nor a resumed run gives them: enhanced-train's.
 DEFAULTS = {"epochs": 1, "batch_size": 64, "seed": 0}
@@ -34,11 +34,17 @@ def check_controls(controls, flag_names, switch_names):
             raise ValueError(f"fit: unknown keyword argument '{name}'" + (f" (use {hint})" if hint else "") +
                              "; fit takes x, y, validation_data, epochs, batch_size, callbacks, out, seed, shuffle, "
                              "verbose, resume, class_weight and enhanced-train's training controls (docs/python.md)")
-        is_bool = isinstance(value, (bool, np.bool_))
-        if name in switches and not is_bool:
-            raise ValueError(f"{name} must be True or False, got {value!r}")
-        if name not in switches and is_bool:
+        if name in switches:
+            boolean(value, name)
+        elif isinstance(value, (bool, np.bool_)):
             raise ValueError(f"{name} takes a value (enhanced-train's --{name.replace('_', '-')} VALUE), got {value!r}")
+
+
+def boolean(value, name):
+    """value as a bool; anything but a bool (1, "yes") is a ValueError naming it."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 def resolve_out(out, resume):
@@ -51,15 +57,9 @@ def resolve_out(out, resume):
     if not isinstance(out, (str, os.PathLike)):
         raise ValueError(f"out must be a folder's path (a str or os.PathLike), got {type(out).__name__}")
     out = os.path.abspath(os.fspath(out))
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise ValueError(f"out: {out} is not a folder")
-    existing = out
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise ValueError(f"out: {existing} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"out: {existing} cannot be written (permission denied)")
+    problem = unwritable_folder(out)
+    if problem:
+        raise ValueError(f"out: {problem}")
     return out
 
 

@@ -219,6 +219,19 @@ def write_safetensors(path, tensors, metadata=None):
     write_atomically(path, [len(text).to_bytes(8, "little"), text, *blobs])
 
 
+def unwritable_folder(path):
+    """Why a folder cannot be made or written at `path`, or None: the path, or its nearest existing
+    ancestor, is not a folder or cannot be written. Said before anything is read or written."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} cannot be written (permission denied)"
+    return None
+
+
 def umask_mode(mode):
     """`mode` (0o666 for files, 0o777 for directories) less the process umask: what open() or
     mkdir() would give. tempfile's own 0600/0700 would leave the outputs private."""

@@ -26,6 +26,16 @@ def is_batches(x):
     return hasattr(x, "__iter__")
 
 
+def labels_for(y, num_samples, name="x"):
+    """y as the labels of the num_samples samples of `name` (fit's x, or validation_data's); a
+    count that differs is a ValueError naming y."""
+    labels = np.asarray(y)
+    if labels.size != num_samples:
+        where = "y" if name == "x" else f"{name}'s y"
+        raise ValueError(f"{where}: {labels.size} labels for the {num_samples} samples of {name}")
+    return labels
+
+
 def batch_samples(batch, index, name):
     """One (x, y) batch as checked samples (_Csr) and labels ((B,)); errors name the batch."""
     if not isinstance(batch, (tuple, list)) or len(batch) != 2:

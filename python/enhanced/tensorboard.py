@@ -17,6 +17,8 @@ import sys
 import time
 import types
 
+from .safetensors import unwritable_folder
+
 FOLDERS = ("train", "validation")
 _LEARNING_RATE_KEYS = ("lr", "learning_rate")
 _POLL_SECONDS = 0.2  # --follow: how often metrics.jsonl is looked at again
@@ -236,19 +238,6 @@ def convert(run, log_dir, follow=False, stop=lambda: False):
         writer.close()
 
 
-def _log_dir_problem(log_dir):
-    """Why LOG_DIR cannot hold the event files (None: it can), said before anything is read: the
-    folder writers (tensorboard's or TensorFlow's file layer) fail with their own errors."""
-    existing = os.path.abspath(log_dir)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        return f"{existing} is not a folder"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{existing} cannot be written (permission denied)"
-    return None
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m enhanced.tensorboard",
                                      description="A CLI run's metrics.jsonl as TensorBoard curves, in Keras' layout.")
@@ -263,7 +252,9 @@ def main(argv=None):
     if args.follow:  # a flag, looked at between reads: Ctrl-C never cuts a write short
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stopping.append(True))
-    if problem := _log_dir_problem(args.log_dir):
+    # Said before anything is read: the folder writers (tensorboard's or TensorFlow's file layer)
+    # fail with their own errors.
+    if problem := unwritable_folder(args.log_dir):
         print(f"enhanced.tensorboard: LOG_DIR {args.log_dir}: {problem}", file=sys.stderr)
         return 1
     try:
