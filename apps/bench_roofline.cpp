@@ -86,9 +86,12 @@ std::vector<RooflineRow> roofline(const std::vector<std::pair<std::string, doubl
                                   const StepShape& s, const CpuCeilings& ceilings) {
   std::vector<RooflineRow> rows;
   for (const auto& [part, seconds] : part_seconds) {
-    RooflineRow row{part, seconds, part_work(part, s), 0, 0};
-    const double peak = is_gemm_part(part) ? gemm_ceiling(ceilings, s) : ceilings.fp32_gflops;
-    if (peak > 0) row.compute_seconds = row.work.gflop / peak;
+    RooflineRow row;
+    row.part = part;
+    row.seconds = seconds;
+    row.work = part_work(part, s);
+    row.peak_gflops = is_gemm_part(part) ? gemm_ceiling(ceilings, s) : ceilings.fp32_gflops;
+    if (row.peak_gflops > 0) row.compute_seconds = row.work.gflop / row.peak_gflops;
     if (ceilings.copy_gbytes_per_s > 0) row.memory_seconds = row.work.gbytes / ceilings.copy_gbytes_per_s;
     rows.push_back(row);
   }
@@ -105,13 +108,13 @@ double train_step_at_bounds(const std::vector<RooflineRow>& rows) {
   return total;
 }
 
-void print_row(const RooflineRow& row, const StepShape& s, const CpuCeilings& ceilings) {
+void print_row(const RooflineRow& row, const CpuCeilings& ceilings) {
   if (!row.costed()) {
     std::printf("%-16s %9.2f   (not costed: its work is the other parts' operands)\n", row.part.c_str(),
                 1e3 * row.seconds);
     return;
   }
-  const double peak = is_gemm_part(row.part) ? gemm_ceiling(ceilings, s) : ceilings.fp32_gflops;
+  const double peak = row.peak_gflops;
   const double rate = row.work.gflop / row.seconds, traffic = row.work.gbytes / row.seconds;
   std::printf("%-16s %9.2f %8.3f %8.1f %6.0f%% %8.3f %7.1f %6.0f%%  %-8s %8.2f\n", row.part.c_str(), 1e3 * row.seconds,
               row.work.gflop, rate, peak > 0 ? 100 * rate / peak : 0.0, row.work.gbytes, traffic,
@@ -136,7 +139,7 @@ void print_roofline(const std::vector<RooflineRow>& rows, const StepShape& s, co
               s.precision != Precision::bf16 ? "FP32" : s.amx ? "AMX-BF16" : "AVX512-BF16");
   std::printf("%-16s %9s %8s %8s %7s %8s %7s %7s  %-8s %8s\n", "part", "median ms", "GFLOP", "GFLOP/s", "of peak",
               "GB", "GB/s", "of copy", "bound", "ms at it");
-  for (const RooflineRow& row : rows) print_row(row, s, ceilings);
+  for (const RooflineRow& row : rows) print_row(row, ceilings);
   std::printf("train step at the parts' bounds (blend, bilstm fwd+bwd, head, optimizer): %.2f ms\n",
               1e3 * train_step_at_bounds(rows));
 }

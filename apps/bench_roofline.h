@@ -41,6 +41,7 @@ struct RooflineRow {
   std::string part;
   double seconds = 0;  // the part's median
   PartWork work;
+  double peak_gflops = 0;  // the ceiling of the part's arithmetic (gemm_ceiling, or FP32)
   double compute_seconds = 0, memory_seconds = 0;  // at the ceilings
   bool costed() const { return work.gflop > 0 || work.gbytes > 0; }
   const char* bound() const { return compute_seconds >= memory_seconds ? "compute" : "memory"; }
