@@ -54,8 +54,8 @@ class CpuEngine final : public Engine {
   void enqueue_train_step(const Batch& batch, float learning_rate) override {
     if (!optimizer_) fail("internal: this engine was made for inference only");
     if (totals_.halted != Halt::none) return;
-    const int64_t step = optimizer_->steps + 1;
-    check_step_learning_rate(learning_rate, step);
+    const int64_t step_number = optimizer_->steps + 1;
+    check_step_learning_rate(learning_rate, step_number);
     int64_t correct = 0;
     double loss = 0;
     if (communicator_) {
@@ -64,11 +64,7 @@ class CpuEngine final : public Engine {
       loss = gradients(batch);
       correct = count_correct(batch.labels.data(), batch.size);
     }
-    steps::account_loss(totals_, loss, batch.size, correct, step);
-    if (totals_.halted != Halt::none) return;
-    // A non-finite gradient norm skips the update and halts (every rank alike: the same gradient).
-    steps::account_update(totals_, optimizer_step(params_, *optimizer_, grads_, rows_, learning_rate), step);
-    clear_gradients();
+    step(loss, correct, step_number, batch.size, learning_rate);
   }
 
   TrainTotals collect() override {
@@ -79,7 +75,7 @@ class CpuEngine final : public Engine {
 
   double forward(const Batch& batch, float* logits) override {
     validate(batch);
-    const double loss = model_forward(activations_, params_, batch, threads_, false, nullptr, nullptr, precision_);
+    const double loss = forward_pass(batch, false);
     copy_logits(batch, logits);
     return loss;
   }
@@ -98,16 +94,39 @@ class CpuEngine final : public Engine {
   std::vector<EnginePart> parts(const Batch& batch) override;
 
  private:
+  // The passes of a step, named and ordered as the CUDA engine's (CudaEngineState::forward_pass,
+  // backward_pass, step): the loss of `batch`, weighed by class when with_gradient (the training
+  // loss; evaluation's stays unweighted), `whole` the loss's denominators of a data-parallel shard.
+  double forward_pass(const Batch& batch, bool with_gradient, const LossDenominator* whole = nullptr) {
+    return model_forward(activations_, params_, batch, threads_, with_gradient,
+                         with_gradient ? weights_or_null() : nullptr, whole, precision_);
+  }
+
+  // grads_ = d loss / d params after forward_pass(batch, true). Gradients start at zero: the
+  // pass first clears what the previous backward left (its rows, still in rows_), as the CUDA
+  // engine's backward_pass does, then lists the rows this batch touches.
+  void backward_pass(const Batch& batch) {
+    clear_gradients();
+    embedding_touched_rows(rows_, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
+                           batch.cur_word_ids.data(), batch.positions());
+    model_backward(grads_, activations_, params_, batch, threads_, precision_);
+  }
+
+  // The step's loss and accuracy into the totals, then the update (a non-finite loss or gradient
+  // norm halts instead, every rank alike: the same loss and gradient).
+  void step(double loss, int64_t correct, int64_t step_number, int batch_size, float learning_rate) {
+    steps::account_loss(totals_, loss, batch_size, correct, step_number);
+    if (totals_.halted != Halt::none) return;
+    steps::account_update(totals_, optimizer_step(params_, *optimizer_, grads_, rows_, learning_rate), step_number);
+  }
+
   // grads_ = d loss / d params on `batch` (rows_ its touched rows); returns the mean loss.
   double gradients(const Batch& batch) {
     validate(batch);
     ensure_gradients();
-    clear_gradients();
-    embedding_touched_rows(rows_, batch.identifier_ids.data(), static_cast<int64_t>(batch.identifier_ids.size()),
-                           batch.cur_word_ids.data(), batch.positions());
-    const double loss = model_forward(activations_, params_, batch, threads_, true, weights_or_null(), nullptr, precision_);
+    const double loss = forward_pass(batch, true);
     if (!std::isfinite(loss)) return loss;
-    model_backward(grads_, activations_, params_, batch, threads_, precision_);
+    backward_pass(batch);
     written_rows_ = steps::rows_left_by(false);
     return loss;
   }
@@ -117,25 +136,24 @@ class CpuEngine final : public Engine {
   double shard_gradients(const Batch& batch, int64_t& correct) {
     validate(batch);
     ensure_gradients();
-    clear_gradients();
     // The loss's denominators are the whole batch's (take_shard).
     LossDenominator whole;
     const Shard shard =
         take_shard(shard_batch_, batch, communicator_->rank(), communicator_->size(), weights_or_null(), &whole);
     double reduced[2] = {0, 0};  // this rank's share of the mean loss, its correct predictions
-    rows_.clear();
     if (shard.count > 0) {
-      embedding_touched_rows(rows_, shard_batch_.identifier_ids.data(),
-                             static_cast<int64_t>(shard_batch_.identifier_ids.size()), shard_batch_.cur_word_ids.data(),
-                             shard_batch_.positions());
-      reduced[0] =
-          model_forward(activations_, params_, shard_batch_, threads_, true, weights_or_null(), &whole, precision_);
+      reduced[0] = forward_pass(shard_batch_, true, &whole);
       reduced[1] = static_cast<double>(count_correct(shard_batch_.labels.data(), shard.count));
     }
     communicator_->sum(reduced, 2);
     correct = static_cast<int64_t>(reduced[1]);
     if (!std::isfinite(reduced[0])) return reduced[0];  // every rank halts alike
-    if (shard.count > 0) model_backward(grads_, activations_, params_, shard_batch_, threads_, precision_);
+    if (shard.count > 0) {
+      backward_pass(shard_batch_);
+    } else {
+      clear_gradients();  // an empty shard adds nothing, and touches no row
+      rows_.clear();
+    }
     written_rows_ = steps::rows_left_by(true);
     exchange_.run(grads_, rows_, *communicator_);  // rows_ becomes the ranks' union
     return reduced[0];
