@@ -34,7 +34,6 @@ void in_two_parts(int threads, Body body) {
   }
 }
 
-using lstm_steps::previous_h;
 using lstm_steps::previous_time;
 using lstm_steps::step_time;
 
@@ -64,7 +63,9 @@ struct DirectionWorkspace {
   Real* bias_sum = nullptr;         // (4H) b_ih + b_hh, added in the forward's pointwise pass
   Real* dh_recurrent = nullptr;     // (B, H)
   Real* dc_carry = nullptr;         // (B, H)
-  Real* operand = nullptr;          // (P, D + H) [x | h_{t-1}]; the fast path: the reverse direction's dx (P, D)
+  Real* operand = nullptr;          // (P, D + H) [x_t | h_{t-1}] the forward saves for the backward; the fast path:
+                                    // the reverse direction's dx (P, D), then operand_bf16
+  uint16_t* operand_bf16 = nullptr;  // the fast path's (P, D + H) [x_t | h_{t-1}] in bfloat16
   Real* product = nullptr;          // (4H, D + H) dW, or in the fast path its transpose (D + H, 4H)
   Real* dbias_sum = nullptr;        // (4H)
   uint16_t* bf16 = nullptr;         // lstm_bf16's buffers (the fast path)
@@ -85,7 +86,8 @@ size_t carve_direction(DirectionWorkspace<Real>* out, Real* base, int direction,
                         small_gemm::packed_size(static_cast<int>(G4), hidden)), sizeof(float)),
       in_reals(std::max(static_cast<size_t>(batch) * W, small_gemm::packed_size(2 * static_cast<int>(G4), input)),
                sizeof(float)),
-      G4, state, state, positions * W, G4 * W, G4,
+      G4, state, state, std::max(positions * W, positions * input + in_reals(positions * W, sizeof(uint16_t)) + 16),
+      G4 * W, G4,
       in_reals(lstm_bf16::workspace_size(batch, input, hidden), sizeof(uint16_t)), static_cast<size_t>(batch) * G4,
       2 * state};
   const size_t per_direction = carve_parts(base, sizes, 16);
@@ -94,6 +96,7 @@ size_t carve_direction(DirectionWorkspace<Real>* out, Real* base, int direction,
   carve_parts(base + direction * per_direction, sizes, 16, &parts);
   if constexpr (std::is_same<Real, float>::value) out->packed_weights = parts[0], out->packed_other = parts[1];
   out->bias_sum = parts[2], out->dh_recurrent = parts[3], out->dc_carry = parts[4], out->operand = parts[5];
+  out->operand_bf16 = reinterpret_cast<uint16_t*>(parts[5] + (positions * input + 15) / 16 * 16);
   out->product = parts[6], out->dbias_sum = parts[7], out->bf16 = reinterpret_cast<uint16_t*>(parts[8]);
   out->step_gates = parts[9], out->step_cells = parts[10];
   return per_direction;
@@ -106,13 +109,6 @@ DirectionWorkspace<Real> direction_workspace(Real* workspace, int direction, int
   DirectionWorkspace<Real> out;
   carve_direction(&out, workspace, direction, batch, seq_len, input, hidden);
   return out;
-}
-
-// values[0, n) rounded to the nearest bfloat16 (the reference path's operands; float only).
-template <class Real>
-inline void round_in_place(Real* values, int n) {
-  if constexpr (std::is_same<Real, float>::value) bf16_gemm::round_floats(values, values, static_cast<size_t>(n));
-  else for (int i = 0; i < n; ++i) values[i] = static_cast<Real>(round_to_bf16(values[i]));
 }
 
 // dst[0, n) = source[0, n), rounded to bfloat16 when round.
@@ -190,7 +186,9 @@ class RecurrentBackward<double> {
 // The forward's per-step product gates_t (B, 4H) = [x_t | h_{t-1}] (B, D + H) [W_ih | W_hh]^T: the
 // input projection and the recurrent product in one GEMM of K = D + H, written straight into the
 // step's rows of gates, so the input projection needs no pass of its own over the (B, T, 8H)
-// buffer. float: [W_ih | W_hh] packed once per call, the step's operand gathered contiguous.
+// buffer. The operand's rows are the caller's (forward_direction): gather_x copies x_t into them
+// (rounded to bfloat16 in the reference path), the step before's pointwise pass writes h_{t-1}
+// (rounded in the reference path too). float: [W_ih | W_hh] packed once per call.
 template <class Real>
 class StepProjection;
 
@@ -199,33 +197,24 @@ class StepProjection<float> {
  public:
   StepProjection(const DirectionWorkspace<float>& workspace, const float* w_ih, const float* w_hh, int input,
                  int hidden, Arithmetic arithmetic)
-      : input_(input), hidden_(hidden), round_(rounds(arithmetic)), packed_(arithmetic, workspace.packed_weights),
-        operand_(workspace.packed_other) {
+      : input_(input), hidden_(hidden), round_(rounds(arithmetic)), packed_(arithmetic, workspace.packed_weights) {
     const int k = input + hidden, n = 4 * hidden;
     packed_.resize(k, n);
     packed_.pack_rows(0, w_ih, input, static_cast<size_t>(input), 1);
     packed_.pack_rows(input, w_hh, hidden, static_cast<size_t>(hidden), 1);
   }
-  // h_prev null: the zero initial state.
-  void operator()(float* gates, int ld_gates, const float* x, int ld_x, const float* h_prev, int ld_h, int batch) {
-    const int k = input_ + hidden_;
-    {
-      const packing_clock::Scope packing;
-      for (int b = 0; b < batch; ++b) {
-        float* row = operand_ + static_cast<size_t>(b) * k;
-        copy_row(row, x + static_cast<size_t>(b) * ld_x, input_, round_);
-        if (h_prev) copy_row(row + input_, h_prev + static_cast<size_t>(b) * ld_h, hidden_, round_);
-        else std::memset(row + input_, 0, hidden_ * sizeof(float));
-      }
-    }
-    packed_.multiply(gates, ld_gates, operand_, k, batch);
+  void gather_x(float* operand, size_t ld_operand, const float* x, size_t ld_x, int batch) const {
+    const packing_clock::Scope packing;
+    for (int b = 0; b < batch; ++b) copy_row(operand + b * ld_operand, x + b * ld_x, input_, round_);
+  }
+  void operator()(float* gates, size_t ld_gates, const float* operand, size_t ld_operand, int batch) const {
+    packed_.multiply(gates, static_cast<int>(ld_gates), operand, static_cast<int>(ld_operand), batch);
   }
 
  private:
   int input_, hidden_;
   bool round_;
   PackedOperand packed_;
-  float* operand_;  // the step's [x_t | h_{t-1}], (B, D + H)
 };
 
 template <>
@@ -234,9 +223,13 @@ class StepProjection<double> {
   StepProjection(const DirectionWorkspace<double>&, const double* w_ih, const double* w_hh, int input, int hidden,
                  Arithmetic)
       : w_ih_(w_ih), w_hh_(w_hh), input_(input), hidden_(hidden) {}
-  void operator()(double* gates, int ld_gates, const double* x, int ld_x, const double* h_prev, int ld_h, int batch) {
-    gemm(false, true, batch, 4 * hidden_, input_, 1.0, x, ld_x, w_ih_, input_, 0.0, gates, ld_gates);
-    if (h_prev) gemm(false, true, batch, 4 * hidden_, hidden_, 1.0, h_prev, ld_h, w_hh_, hidden_, 1.0, gates, ld_gates);
+  void gather_x(double* operand, size_t ld_operand, const double* x, size_t ld_x, int batch) const {
+    for (int b = 0; b < batch; ++b) std::memcpy(operand + b * ld_operand, x + b * ld_x, input_ * sizeof(double));
+  }
+  void operator()(double* gates, size_t ld_gates, const double* operand, size_t ld_operand, int batch) const {
+    const int ldg = static_cast<int>(ld_gates), lda = static_cast<int>(ld_operand);
+    gemm(false, true, batch, 4 * hidden_, input_, 1.0, operand, lda, w_ih_, input_, 0.0, gates, ldg);
+    gemm(false, true, batch, 4 * hidden_, hidden_, 1.0, operand + input_, lda, w_hh_, hidden_, 1.0, gates, ldg);
   }
 
  private:
@@ -266,14 +259,17 @@ size_t bilstm_workspace_size(int batch, int seq_len, int input, int hidden) {
 
 namespace {
 
-// Where a direction's forward puts each row's gates (4H) and cell (H): kept for the backward
-// (SavedRows: in saved.gates (B, T, 8H) and saved.cell (B, T, 2H)), or not (StepRows: one step's
-// gates and the last two steps' cells in the workspace, for inference, where the (B, T, 8H)
-// buffer would only be traffic). The same arithmetic either way.
-template <class Real>
+// Where a direction's forward puts each row's gates (4H), cell (H) and its step's operand
+// [x_t | h_{t-1}] (D + H, of Op: float, double or bfloat16 bits): kept for the backward
+// (SavedRows: in saved.gates (B, T, 8H), saved.cell (B, T, 2H) and the workspace's operand
+// (B, T, D + H)), or not (StepRows: one step's gates and operand and the last two steps' cells in
+// the workspace, for inference, where the (B, T, 8H) buffer would only be traffic). The same
+// arithmetic either way.
+template <class Real, class Op>
 struct SavedRows {
   Real *gates, *cell;
-  int direction, seq_len, hidden;
+  Op* operand;
+  int direction, seq_len, hidden, width;
   Real* gates_at(int b, int t, int) const {
     return gates + (static_cast<size_t>(b) * seq_len + t) * 8 * hidden + direction * 4 * hidden;
   }
@@ -281,49 +277,72 @@ struct SavedRows {
   Real* cell_at(int b, int t, int) const {
     return cell + (static_cast<size_t>(b) * seq_len + t) * 2 * hidden + direction * hidden;
   }
+  Op* operand_at(int t) const { return operand + static_cast<size_t>(t) * width; }  // row (0, t)
+  size_t operand_ld() const { return static_cast<size_t>(seq_len) * width; }
 };
 
-template <class Real>
+template <class Real, class Op>
 struct StepRows {
   Real *gates, *cells;
-  int batch, hidden;
+  Op* operand;
+  int batch, hidden, width;
   Real* gates_at(int b, int, int) const { return gates + static_cast<size_t>(b) * 4 * hidden; }
   size_t gates_ld() const { return 4 * static_cast<size_t>(hidden); }
   Real* cell_at(int b, int, int step) const { return cells + (static_cast<size_t>(step & 1) * batch + b) * hidden; }
+  Op* operand_at(int) const { return operand; }
+  size_t operand_ld() const { return static_cast<size_t>(width); }
 };
 
-// One direction's forward: per step, its gates = project([x_t | h_{t-1}]), then the pointwise
-// pass per row; bias_sum (4H) = b_ih + b_hh.
+// The forward's pointwise pass of one row, h also written to the next step's operand row (as the
+// operand's type, rounded to bfloat16 when round).
+template <class Real>
+void pointwise_forward(Real* gates, Real* cell, Real* h, Real* h_next, const Real* cell_prev, const Real* bias,
+                       int hidden, bool round) {
+  lstm_pointwise::forward(gates, cell, h, h_next, cell_prev, bias, hidden, round);
+}
+inline void pointwise_forward(float* gates, float* cell, float* h, uint16_t* h_next, const float* cell_prev,
+                              const float* bias, int hidden, bool) {
+  lstm_pointwise::forward(gates, cell, h, h_next, cell_prev, bias, hidden);
+}
+
+// One direction's forward: per step, x_t into its operand rows (whose h_{t-1} the step before
+// wrote; zero at the first step), its gates = project(operand), then the pointwise pass per row,
+// which writes h into the next step's operand rows; bias_sum (4H) = b_ih + b_hh.
 template <class Real, class Project, class Rows>
 void forward_direction(Project& project, const Rows& rows, Real* y, const Real* x, const Real* bias_sum,
-                       int direction, int batch, int seq_len, int input, int hidden) {
+                       int direction, int batch, int seq_len, int input, int hidden, bool round) {
   const int H = hidden, C = 2 * hidden;
+  const size_t ld = rows.operand_ld();
   for (int step = 0; step < seq_len; ++step) {
     const int t = step_time(direction, step, seq_len), t_prev = previous_time(direction, t);
-    // The step's h_{t-1} rows start at position (0, t)'s, T positions apart (null at the first step).
-    project(rows.gates_at(0, t, step), static_cast<int>(rows.gates_ld()), x + static_cast<size_t>(t) * input,
-            seq_len * input, previous_h(static_cast<const Real*>(y), static_cast<size_t>(t), direction, seq_len, H),
-            seq_len * C, batch);
+    auto* operand = rows.operand_at(t);
+    project.gather_x(operand, ld, x + static_cast<size_t>(t) * input, static_cast<size_t>(seq_len) * input, batch);
+    if (step == 0)
+      for (int b = 0; b < batch; ++b) std::memset(operand + b * ld + input, 0, H * sizeof(*operand));
+    project(rows.gates_at(0, t, step), rows.gates_ld(), operand, ld, batch);
+    auto* next = step + 1 < seq_len ? rows.operand_at(step_time(direction, step + 1, seq_len)) + input : nullptr;
     for (int b = 0; b < batch; ++b) {
       const size_t p = static_cast<size_t>(b) * seq_len + t;
       const Real* c_prev = step > 0 ? rows.cell_at(b, t_prev, step - 1) : nullptr;
-      lstm_pointwise::forward(rows.gates_at(b, t, step), rows.cell_at(b, t, step), y + p * C + direction * H, c_prev,
-                              bias_sum, H);
+      pointwise_forward(rows.gates_at(b, t, step), rows.cell_at(b, t, step), y + p * C + direction * H,
+                        next ? next + b * ld : nullptr, c_prev, bias_sum, H, round);
     }
   }
 }
 
-// forward_direction with the rows the caller asked for (saved.gates null: none kept).
-template <class Real, class Project>
+// forward_direction with the rows the caller asked for (saved.gates null: none kept): the
+// operand in saved_operand (B, T, D + H), or one step's in step_operand (B, D + H).
+template <class Real, class Op, class Project>
 void forward_direction(Project& project, const BiLstmState<Real>& saved, const DirectionWorkspace<Real>& workspace,
-                       Real* y, const Real* x, const Real* bias_sum, int direction, int batch, int seq_len, int input,
-                       int hidden) {
+                       Op* saved_operand, Op* step_operand, Real* y, const Real* x, const Real* bias_sum,
+                       int direction, int batch, int seq_len, int input, int hidden, bool round) {
+  const int width = input + hidden;
   if (saved.gates == nullptr) {
-    const StepRows<Real> rows{workspace.step_gates, workspace.step_cells, batch, hidden};
-    forward_direction(project, rows, y, x, bias_sum, direction, batch, seq_len, input, hidden);
+    const StepRows<Real, Op> rows{workspace.step_gates, workspace.step_cells, step_operand, batch, hidden, width};
+    forward_direction(project, rows, y, x, bias_sum, direction, batch, seq_len, input, hidden, round);
   } else {
-    const SavedRows<Real> rows{saved.gates, saved.cell, direction, seq_len, hidden};
-    forward_direction(project, rows, y, x, bias_sum, direction, batch, seq_len, input, hidden);
+    const SavedRows<Real, Op> rows{saved.gates, saved.cell, saved_operand, direction, seq_len, hidden, width};
+    forward_direction(project, rows, y, x, bias_sum, direction, batch, seq_len, input, hidden, round);
   }
 }
 
@@ -345,37 +364,22 @@ void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real
     if constexpr (std::is_same<Real, float>::value) {
       if (arithmetic == Arithmetic::bf16_fast) {
         const bf16_gemm::TileSession tiles;  // AMX: the tiles configured once for the 400 steps
-        lstm_bf16::StepProjection project(lstm_bf16::carve_workspace(workspace.bf16, batch, input, hidden), w_ih, w_hh,
-                                          input, hidden);
-        forward_direction(project, saved, workspace, y, x, bias_sum, direction, batch, seq_len, input, hidden);
+        const lstm_bf16::Workspace buffers = lstm_bf16::carve_workspace(workspace.bf16, batch, input, hidden);
+        lstm_bf16::StepProjection project(buffers, w_ih, w_hh, input, hidden);
+        forward_direction(project, saved, workspace, workspace.operand_bf16, buffers.step_operand, y, x, bias_sum,
+                          direction, batch, seq_len, input, hidden, true);
         return;
       }
     }
     StepProjection<Real> project(workspace, w_ih, w_hh, input, hidden, arithmetic);
-    forward_direction(project, saved, workspace, y, x, bias_sum, direction, batch, seq_len, input, hidden);
+    Real* step_operand = workspace.operand;  // the double path (the gradient checks) has no packed_other
+    if constexpr (std::is_same<Real, float>::value) step_operand = workspace.packed_other;
+    forward_direction(project, saved, workspace, workspace.operand, step_operand, y, x, bias_sum, direction, batch,
+                      seq_len, input, hidden, rounds(arithmetic));
   });
 }
 
 namespace {
-
-// operand (P, D + H) = [x_t | h_{t-1}] of one direction for every position: what each step's
-// gates were computed from (h_{t-1} is zero at a sequence's first step), rounded to bfloat16 when
-// round (the weight gradients' operand).
-template <class Real>
-void gather_step_inputs(Real* operand, const Real* x, const Real* y, int direction, int batch, int seq_len, int input,
-                        int hidden, bool round) {
-  const packing_clock::Scope packing;
-  const int W = input + hidden;
-  const size_t P = static_cast<size_t>(batch) * seq_len;
-  for (size_t p = 0; p < P; ++p) {
-    Real* row = operand + p * W;
-    std::memcpy(row, x + p * input, input * sizeof(Real));
-    const Real* h = previous_h(y, p, direction, seq_len, hidden);
-    if (h) std::memcpy(row + input, h, hidden * sizeof(Real));
-    else std::memset(row + input, 0, hidden * sizeof(Real));
-    if (round) round_in_place(row, W);
-  }
-}
 
 // dW_ih (4H, D) and dW_hh (4H, H) += the halves of the product of dgates^T and [x | h_{t-1}]:
 // product (4H, D + H), or its transpose (D + H, 4H) when transposed.
@@ -391,9 +395,10 @@ void add_product(Real* dw_ih, Real* dw_hh, const Real* product, bool transposed,
   }
 }
 
-// One direction's backward: per step (T-1 down to 0) the pointwise pass per row, writing the
-// gate gradients over the gates and carrying dc and dh; then products(step, dgates rows
-// (T * 8H apart), dh_recurrent), which must leave dh_recurrent for the step before.
+// One direction's backward: per step (T-1 down to 0) the pointwise pass per row
+// (products.pointwise: writing the gate gradients over the gates and carrying dc and dh); then
+// products(step, dgates rows (T * 8H apart), dh_recurrent), which must leave dh_recurrent for the
+// step before.
 template <class Real, class Products>
 void backward_direction(Products& products, Real* gates, Real* dc_carry, Real* dh_recurrent, Real* dbias_sum,
                         const Real* cell, const Real* dy, int direction, int batch, int seq_len, int hidden) {
@@ -403,39 +408,54 @@ void backward_direction(Products& products, Real* gates, Real* dc_carry, Real* d
     for (int b = 0; b < batch; ++b) {
       const size_t p = static_cast<size_t>(b) * seq_len + t;
       const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
-      lstm_pointwise::backward(gates + p * G8 + direction * G4, dc_carry + static_cast<size_t>(b) * H, dbias_sum,
-                               cell + p * C + direction * H, c_prev, dy + p * C + direction * H,
-                               dh_recurrent + static_cast<size_t>(b) * H, H);
+      products.pointwise(b, gates + p * G8 + direction * G4, dc_carry + static_cast<size_t>(b) * H, dbias_sum,
+                         cell + p * C + direction * H, c_prev, dy + p * C + direction * H,
+                         dh_recurrent + static_cast<size_t>(b) * H, H);
     }
     products(step, gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<size_t>(seq_len) * G8,
              dh_recurrent);
   }
 }
 
-// The FP32 and reference paths' per-step products: the gate gradients rounded in place in the
-// reference path (every later use is a product; the bias gradient, summed already, stays FP32),
-// then dh = dgates W_hh. The weight gradients and dx follow the loop, as whole-batch GEMMs.
+// The FP32 and reference paths' per-step products: the pointwise pass rounds the gate gradients
+// in place in the reference path (every later use is a product; the bias gradient, summed
+// already, stays FP32), then dh = dgates W_hh. The weight gradients and dx follow the loop, as
+// whole-batch GEMMs.
 template <class Real>
 struct RecurrentProducts {
   const RecurrentBackward<Real>& recurrent;
   int batch, hidden;
   bool round;
+  void pointwise(int, Real* gates, Real* dc, Real* dbias, const Real* cell, const Real* cell_prev, const Real* dh_out,
+                 const Real* dh_recurrent, int H) const {
+    lstm_pointwise::backward(gates, dc, dbias, cell, cell_prev, dh_out, dh_recurrent, H, round);
+  }
   void operator()(int step, Real* dgates, size_t ld_dgates, Real* dh_recurrent) const {
-    if (round) {
-      const packing_clock::Scope packing;
-      for (int b = 0; b < batch; ++b) round_in_place(dgates + b * ld_dgates, 4 * hidden);
-    }
     if (step > 0) recurrent(dh_recurrent, dgates, static_cast<int>(ld_dgates), batch);
   }
 };
 
+// The fast path's: the pointwise pass also writes the gate gradients' bfloat16 bits where the
+// step's products read them (lstm_bf16::StepBackward).
+struct FastProducts {
+  lstm_bf16::StepBackward& step_products;
+  void pointwise(int b, float* gates, float* dc, float* dbias, const float* cell, const float* cell_prev,
+                 const float* dh_out, const float* dh_recurrent, int H) const {
+    lstm_pointwise::backward(gates, step_products.step_dgates(b), dc, dbias, cell, cell_prev, dh_out, dh_recurrent, H);
+  }
+  void operator()(int step, float*, size_t, float* dh_recurrent) const { step_products(step, dh_recurrent); }
+};
+
 }  // namespace
 
+// y and x are the CUDA twin's inputs (cuDNN's); here the weight gradients read the step operands
+// [x_t | h_{t-1}] that the forward kept in saved.workspace (a forward that saves nothing, run in
+// between, leaves them alone).
 template <class Real>
 void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh,
-                     BiLstmState<Real>& saved, const Real* y, const Real* dy, const Real* x, const Real* weight_ih,
-                     const Real* weight_hh, int batch, int seq_len, int input, int hidden, int threads,
-                     Precision precision) {
+                     BiLstmState<Real>& saved, [[maybe_unused]] const Real* y, const Real* dy,
+                     [[maybe_unused]] const Real* x, const Real* weight_ih, const Real* weight_hh, int batch,
+                     int seq_len, int input, int hidden, int threads, Precision precision) {
   const Arithmetic arithmetic = arithmetic_for<Real>(precision);
   bool fast = false;
   if constexpr (std::is_same<Real, float>::value) fast = arithmetic == Arithmetic::bf16_fast;
@@ -459,8 +479,10 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
     if constexpr (std::is_same<Real, float>::value) {
       if (fast) {
         const bf16_gemm::TileSession tiles;
-        lstm_bf16::StepBackward products(lstm_bf16::carve_workspace(workspace.bf16, batch, input, H), w_ih, w_hh, x, y,
-                                         direction == 0 ? dx : operand, product, direction, batch, seq_len, input, H);
+        lstm_bf16::StepBackward step_products(lstm_bf16::carve_workspace(workspace.bf16, batch, input, H), w_ih, w_hh,
+                                              workspace.operand_bf16, direction == 0 ? dx : operand, product,
+                                              direction, batch, seq_len, input, H);
+        FastProducts products{step_products};
         backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, dy, direction, batch,
                            seq_len, H);
       }
@@ -470,8 +492,7 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
       RecurrentProducts<Real> products{recurrent, batch, H, rounds(arithmetic)};
       backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, dy, direction, batch, seq_len,
                          H);
-      // dW (4H, D + H) = dgates^T (4H, P) [x | h_{t-1}] (P, D + H): one GEMM, K = P.
-      gather_step_inputs(operand, x, y, direction, batch, seq_len, input, H, rounds(arithmetic));
+      // dW (4H, D + H) = dgates^T (4H, P) [x | h_{t-1}] (P, D + H), the operand the forward saved: one GEMM, K = P.
       gemm(true, false, G4, W, positions, Real(1), gates + direction * G4, G8, operand, W, Real(0), product, W);
     }
     add_product(dweight_ih + static_cast<size_t>(direction) * G4 * input,

@@ -36,18 +36,6 @@ Workspace carve(uint16_t* base, int batch, int input, int hidden, size_t* total)
   return {parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]};
 }
 
-// operand (B, D + H) = [x_t | h_{t-1}] in bfloat16; h_prev null: zeros.
-void gather_step_operand(uint16_t* operand, const float* x, size_t ld_x, const float* h_prev, size_t ld_h, int batch,
-                         int input, int hidden) {
-  const int width = input + hidden;
-  bf16_gemm::convert_rows(operand, width, x, static_cast<int>(ld_x), batch, input);
-  if (h_prev) {
-    bf16_gemm::convert_rows(operand + input, width, h_prev, static_cast<int>(ld_h), batch, hidden);
-  } else {
-    for (int b = 0; b < batch; ++b) std::memset(operand + static_cast<size_t>(b) * width + input, 0, hidden * 2);
-  }
-}
-
 void pack(uint16_t* out, const float* source, int k, int n, size_t stride_n, size_t stride_k) {
   const packing_clock::Scope packing;
   bf16_gemm::pack_rows(out, k, 0, source, k, n, stride_n, stride_k);
@@ -66,42 +54,39 @@ Workspace carve_workspace(uint16_t* base, int batch, int input, int hidden) {
 }
 
 StepProjection::StepProjection(const Workspace& workspace, const float* w_ih, const float* w_hh, int input, int hidden)
-    : input_(input), hidden_(hidden), packed_(workspace.weights), operand_(workspace.step_operand),
-      kernel_(workspace.kernel) {
+    : input_(input), hidden_(hidden), packed_(workspace.weights), kernel_(workspace.kernel) {
   const packing_clock::Scope packing;
   const int k = input + hidden, n = 4 * hidden;
   bf16_gemm::pack_rows(packed_, k, 0, w_ih, input, n, static_cast<size_t>(input), 1);
   bf16_gemm::pack_rows(packed_, k, input, w_hh, hidden, n, static_cast<size_t>(hidden), 1);
 }
 
-void StepProjection::operator()(float* gates, size_t ld_gates, const float* x, size_t ld_x, const float* h_prev,
-                                size_t ld_h, int batch) {
-  const int k = input_ + hidden_;
-  {
-    const packing_clock::Scope packing;
-    gather_step_operand(operand_, x, ld_x, h_prev, ld_h, batch, input_, hidden_);
-  }
-  bf16_gemm::multiply(gates, static_cast<int>(ld_gates), operand_, k, packed_, batch, 4 * hidden_, k, false, kernel_);
+void StepProjection::gather_x(uint16_t* operand, size_t ld_operand, const float* x, size_t ld_x, int batch) const {
+  const packing_clock::Scope packing;
+  bf16_gemm::convert_rows(operand, static_cast<int>(ld_operand), x, static_cast<int>(ld_x), batch, input_);
 }
 
-StepBackward::StepBackward(const Workspace& workspace, const float* w_ih, const float* w_hh, const float* x,
-                           const float* y, float* dx_part, float* product, int direction, int batch, int seq_len,
-                           int input, int hidden)
+void StepProjection::operator()(float* gates, size_t ld_gates, const uint16_t* operand, size_t ld_operand,
+                                int batch) const {
+  const int k = input_ + hidden_;
+  bf16_gemm::multiply(gates, static_cast<int>(ld_gates), operand, static_cast<int>(ld_operand), packed_, batch,
+                      4 * hidden_, k, false, kernel_);
+}
+
+StepBackward::StepBackward(const Workspace& workspace, const float* w_ih, const float* w_hh, const uint16_t* operand,
+                           float* dx_part, float* product, int direction, int batch, int seq_len, int input,
+                           int hidden)
     : direction_(direction), batch_(batch), seq_len_(seq_len), input_(input), hidden_(hidden),
-      pair_batch_(pair_batch(batch)), chunk_steps_(lstm_bf16::chunk_steps(batch)), x_(x), y_(y), dx_part_(dx_part),
-      product_(product), buffers_(workspace) {
+      pair_batch_(pair_batch(batch)), chunk_steps_(lstm_bf16::chunk_steps(batch)), operand_(operand),
+      dx_part_(dx_part), product_(product), buffers_(workspace) {
   // dh = dgates W_hh: element (k, n) = W_hh[k][n]; dx = dgates W_ih likewise.
   pack(buffers_.weights, w_hh, 4 * hidden, hidden, 1, static_cast<size_t>(hidden));
   pack(buffers_.weights_ih, w_ih, 4 * hidden, input, 1, static_cast<size_t>(input));
   if (seq_len == 0) std::memset(product, 0, static_cast<size_t>(input + hidden) * 4 * hidden * sizeof(float));
 }
 
-void StepBackward::operator()(int step, float* dgates, size_t ld_dgates, float* dh_recurrent) {
+void StepBackward::operator()(int step, float* dh_recurrent) {
   const int gates4 = 4 * hidden_, t = lstm_steps::step_time(direction_, step, seq_len_);
-  {
-    const packing_clock::Scope packing;
-    bf16_gemm::convert_rows_rounding(buffers_.step_dgates, gates4, dgates, ld_dgates, batch_, gates4);
-  }
   if (step > 0)
     bf16_gemm::multiply(dh_recurrent, hidden_, buffers_.step_dgates, gates4, buffers_.weights, batch_, hidden_, gates4,
                         false, buffers_.kernel);
@@ -115,8 +100,8 @@ void StepBackward::operator()(int step, float* dgates, size_t ld_dgates, float* 
                         gates4, chunk_rows_, done >= chunk_steps_, buffers_.kernel);
 }
 
-// The step's K rows of the chunk: its dgates packed, its [x_t | h_{t-1}] transposed, each
-// padded to an even count with a zero row.
+// The step's K rows of the chunk: its dgates packed, its [x_t | h_{t-1}] (the forward's rows)
+// transposed, each padded to an even count with a zero row.
 void StepBackward::add_to_chunk(int step, int t, int slot) {
   const packing_clock::Scope packing;
   const int gates4 = 4 * hidden_, width = input_ + hidden_;
@@ -127,12 +112,10 @@ void StepBackward::add_to_chunk(int step, int t, int slot) {
   const int first_row = slot * pair_batch_;
   bf16_gemm::pack_converted_rows(buffers_.chunk_dgates, bf16_gemm::padded_depth(chunk_rows_), first_row,
                                  buffers_.step_dgates, gates4, batch_, gates4);
-  // The step's h_{t-1} rows start at position (0, t)'s; they are T positions apart.
-  const float* h_prev = lstm_steps::previous_h(y_, static_cast<size_t>(t), direction_, seq_len_, hidden_);
-  gather_step_operand(buffers_.step_operand, x_ + static_cast<size_t>(t) * input_, static_cast<size_t>(seq_len_) * input_,
-                      h_prev, static_cast<size_t>(seq_len_) * 2 * hidden_, batch_, input_, hidden_);
+  // The step's rows start at position (0, t)'s; they are T positions apart.
   uint16_t* columns = buffers_.chunk_operand + first_row;
-  bf16_gemm::transpose(columns, chunk_rows_, buffers_.step_operand, width, batch_, width);
+  bf16_gemm::transpose(columns, chunk_rows_, operand_ + static_cast<size_t>(t) * width,
+                       static_cast<size_t>(seq_len_) * width, batch_, width);
   if (batch_ % 2 == 1)
     for (int w = 0; w < width; ++w) columns[static_cast<size_t>(w) * chunk_rows_ + batch_] = 0;
 }
