@@ -55,7 +55,11 @@ enum class TrainingDecision {
   // model.stop_training = True: the run ends after this step, saved as a normal end saves (the
   // state file and last.safetensors; an epoch's last step does its epoch end first; asked at an
   // epoch's end, the run ends there, as a run of that many epochs ends); the exit
-  // code is 0 and a resume continues from the step, as it would from any checkpoint.
+  // code is 0 and a resume continues from the step, as it would from any checkpoint. Asked
+  // within an epoch, after the save the run validates and calls on_epoch_end with the part's
+  // logs, as Keras's fit ends an epoch it broke out of; that validation is none of the run's
+  // (no best checkpoint, early stopping or plateau sees it) and its metrics line comes after
+  // the saved state.
   stop,
   // Ctrl-C in the caller's process: the step reached is saved exactly as enhanced-train saves on
   // SIGINT, and run_training returns kInterruptedExit; a resume continues bit for bit.

@@ -242,33 +242,56 @@ def test_keras_tensorboard_is_refused_before_any_step(demo, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_hooks_come_in_a_keras_models_order(demo, tmp_path):
+HOOK_STEPS = 10  # steps an epoch in hook_sequences: the demo's validation set is then two batches
+
+
+def hook_sequences(demo, tmp_path, epochs=2, stop_after=None):
+    """The hooks an enhanced.Model.fit and a keras.Model.fit of a tiny model call, each with
+    HOOK_STEPS steps an epoch and a validation at each epoch's end: [(hook, epoch or batch)], in order.
+    stop_after: model.stop_training is set in on_train_batch_end of that many-th batch."""
     keras = keras_or_skip()
 
     class Calls(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
-            self.calls = []
+            self.calls, self.batches = [], 0
 
         def set_params(self, params):
             self.calls.append(("set_params", tuple(sorted(params))))
             super().set_params(params)
 
+        def record(self, name, *args):
+            self.calls.append((name, *(a for a in args[:1] if isinstance(a, int))))
+            if name == "on_train_batch_end":
+                self.batches += 1
+                if self.batches == stop_after:
+                    self.model.stop_training = True
+
         def __getattribute__(self, name):
             if name.startswith("on_") and not name.startswith("on_predict"):
-                return lambda *args, **kwargs: self.calls.append((name, *(a for a in args[:1] if isinstance(a, int))))
+                return lambda *args, **kwargs: self.record(name, *args)
             return super().__getattribute__(name)
 
     x, y = demo["train"]
-    batch = -(-len(y) // 2)  # two steps an epoch
+    batch = -(-len(y) // HOOK_STEPS)
     engine_calls = Calls()
-    new_model(demo).fit(x, y, validation_data=demo["valid"], epochs=2, batch_size=batch, out=tmp_path / "run",
+    new_model(demo).fit(x, y, validation_data=demo["valid"], epochs=epochs, batch_size=batch, out=tmp_path / "run",
                         verbose=0, callbacks=[engine_calls])
     dense = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     dense.compile("sgd", "sparse_categorical_crossentropy")
     keras_calls = Calls()
     features, labels = np.zeros((len(y), 3), np.float32), np.zeros(len(y), np.int64)
-    dense.fit(features, labels, validation_data=(features[:8], labels[:8]), epochs=2, batch_size=batch, verbose=0,
-              callbacks=[keras_calls])
-    expected = [call for call in keras_calls.calls if not call[0].startswith("on_test_batch")]
-    assert engine_calls.calls == expected
+    dense.fit(features, labels, validation_data=(features[:8], labels[:8]), epochs=epochs, batch_size=batch,
+              verbose=0, callbacks=[keras_calls])
+    return engine_calls.calls, [call for call in keras_calls.calls if not call[0].startswith("on_test_batch")]
+
+
+def test_hooks_come_in_a_keras_models_order(demo, tmp_path):
+    engine, keras = hook_sequences(demo, tmp_path)
+    assert engine == keras
+
+
+def test_a_stop_within_an_epoch_validates_and_ends_that_epoch_as_keras_does(demo, tmp_path):
+    engine, keras = hook_sequences(demo, tmp_path, epochs=3, stop_after=HOOK_STEPS + 1)  # epoch 1's first batch
+    assert ("on_epoch_end", 1) in keras and ("on_epoch_begin", 2) not in keras  # what the case is
+    assert engine == keras
