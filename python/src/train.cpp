@@ -26,7 +26,7 @@ nb::dict to_dict(const TrainingLogs& logs) {
   return out;
 }
 
-// The Python bridge (model.py's _Bridge) behind TrainingObserver. A Python exception in a
+// The Python bridge (fit_hooks.py's Bridge) behind TrainingObserver. A Python exception in a
 // callback ends the run as an error does; Ctrl-C, seen when Python's signal handlers run between
 // two steps (PyErr_CheckSignals), interrupts it: the step reached is saved, then the caller
 // raises KeyboardInterrupt.
