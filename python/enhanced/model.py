@@ -217,13 +217,17 @@ class Model(KerasInterface):
         model._take_weights(os.fspath(path))
         return model
 
-    def _take_weights(self, path):
-        """A private copy of the checkpoint at `path` becomes this model's weights (config and
-        label names from it)."""
+    def _private_path(self, name):
+        """A path in the model's own folder (removed with the model)."""
         if self._weights_dir is None:
             self._weights_dir = tempfile.mkdtemp(prefix="enhanced-weights-")
             weakref.finalize(self, shutil.rmtree, self._weights_dir, True)
-        copy = os.path.join(self._weights_dir, "weights.safetensors")
+        return os.path.join(self._weights_dir, name)
+
+    def _take_weights(self, path):
+        """A private copy of the checkpoint at `path` becomes this model's weights (config and
+        label names from it)."""
+        copy = self._private_path("weights.safetensors")
         shutil.copyfile(path, copy + ".tmp")
         os.replace(copy + ".tmp", copy)
         self.config, self.label_names = read_config_and_label_names(copy)
@@ -246,6 +250,12 @@ class Model(KerasInterface):
         return load_checkpoint(self._weights())[1]
 
     def _weights(self):
+        """The checkpoint predict, evaluate and state_dict read: in a callback of a running fit,
+        the run's live weights (as Keras' model holds them), written out for the engine."""
+        if self._access is not None:
+            live = self._private_path("live.safetensors")
+            save_checkpoint(live, self.config, self._tensors(), self.label_names)
+            return live
         if self._weights_path is None:
             raise ValueError("this model has no weights yet: fit it, or Model.load a checkpoint")
         return self._weights_path

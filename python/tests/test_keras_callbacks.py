@@ -109,6 +109,27 @@ def test_live_weights_written_back_unchanged_change_no_bit(demo, tmp_path):
     assert same(recorder.weights[-1], list(tensors.values()))
 
 
+def test_predict_and_evaluate_in_a_callback_of_the_first_fit_use_the_live_weights(demo, tmp_path):
+    class Infer:
+        def __init__(self):
+            self.seen = []
+
+        def set_model(self, model):
+            self.model = model
+
+        def on_epoch_end(self, epoch, logs=None):
+            evaluated = self.model.evaluate(*demo["valid"], batch_size=FLAGS["batch_size"])
+            self.seen.append((dict(logs), evaluated, self.model.predict(demo["valid"][0])))
+
+    infer = Infer()
+    model, _ = fit(demo, tmp_path / "run", epochs=2, callbacks=[infer])  # a new model: no weights before fit
+    for logs, evaluated, _ in infer.seen:  # each epoch's validation is of the weights of its end
+        assert evaluated["loss"] == pytest.approx(logs["val_loss"], rel=1e-6)
+        assert evaluated["accuracy"] == pytest.approx(logs["val_accuracy"], rel=1e-9)
+    assert not np.array_equal(infer.seen[0][2], infer.seen[1][2])
+    assert np.array_equal(infer.seen[1][2], model.predict(demo["valid"][0]))  # the last epoch's are fit's last
+
+
 def test_learning_rate_set_in_a_callback_is_logged_and_a_resume_keeps_it(demo, tmp_path):
     class Halve:
         def set_model(self, model):
