@@ -73,6 +73,8 @@ class Bridge:
         self.model, self.callbacks, self.history, self.progress = model, callbacks, history, progress
         self.wants_batch_logs = progress.verbose == 1 or any(hasattr(c, "on_train_batch_end") for c in callbacks)
         self.wants_batch_begin = any(hasattr(c, "on_train_batch_begin") for c in callbacks)
+        self.wants_test_batches = any(hasattr(c, hook) for c in callbacks
+                                      for hook in ("on_test_batch_begin", "on_test_batch_end"))
         self.terminated = False  # SIGTERM ended the run (sigterm_interrupts)
         self.narrate = progress.verbose != 0  # the engine's own lines (engine:, model:, done:) follow verbose
         self.failure = None  # why the run stopped on an error it reports itself (a non-finite loss)
@@ -112,13 +114,20 @@ class Bridge:
         self.progress.batch_end(batch, logs)
         self._call("on_train_batch_end", batch, logs)
 
+    def on_test_begin(self):
+        self._call("on_test_begin", {})
+
+    def on_test_batch_begin(self, batch):
+        self._call("on_test_batch_begin", batch, {})
+
+    def on_test_batch_end(self, batch, logs):
+        self._call("on_test_batch_end", batch, logs)
+
+    def on_test_end(self, logs):
+        self._call("on_test_end", logs)
+
     def on_epoch_end(self, epoch, logs):
-        """Keras' validation hooks come first, when the epoch validated (the engine has, at this
-        point: no on_test_batch_* calls), with Keras' evaluate logs (no val_ prefix); History
-        last, as Keras' CallbackList has it, so it records what callbacks add to logs."""
-        if "val_loss" in logs:
-            self._call("on_test_begin", {})
-            self._call("on_test_end", {k[4:]: v for k, v in logs.items() if k.startswith("val_")})
+        """History last, as Keras' CallbackList has it, so it records what callbacks add to logs."""
         self.progress.epoch_end(epoch, logs)
         self._call("on_epoch_end", epoch, logs)
         self.history._add(epoch, logs)

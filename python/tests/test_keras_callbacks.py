@@ -268,7 +268,8 @@ HOOK_STEPS = 10  # steps an epoch in hook_sequences: the demo's validation set i
 
 def hook_sequences(demo, tmp_path, epochs=2, stop_after=None):
     """The hooks an enhanced.Model.fit and a keras.Model.fit of a tiny model call, each with
-    HOOK_STEPS steps an epoch and a validation at each epoch's end: [(hook, epoch or batch)], in order.
+    HOOK_STEPS steps an epoch and a validation of the same batches at each epoch's end: [(hook, epoch or
+    batch)], in order.
     stop_after: model.stop_training is set in on_train_batch_end of that many-th batch."""
     keras = keras_or_skip()
 
@@ -302,14 +303,51 @@ def hook_sequences(demo, tmp_path, epochs=2, stop_after=None):
     dense.compile("sgd", "sparse_categorical_crossentropy")
     keras_calls = Calls()
     features, labels = np.zeros((len(y), 3), np.float32), np.zeros(len(y), np.int64)
-    dense.fit(features, labels, validation_data=(features[:8], labels[:8]), epochs=epochs, batch_size=batch,
-              verbose=0, callbacks=[keras_calls])
-    return engine_calls.calls, [call for call in keras_calls.calls if not call[0].startswith("on_test_batch")]
+    valid = len(demo["valid"][1])  # as many validation batches as the engine's
+    dense.fit(features, labels, validation_data=(np.zeros((valid, 3), np.float32), np.zeros(valid, np.int64)),
+              epochs=epochs, batch_size=batch, verbose=0, callbacks=[keras_calls])
+    return engine_calls.calls, keras_calls.calls
 
 
 def test_hooks_come_in_a_keras_models_order(demo, tmp_path):
     engine, keras = hook_sequences(demo, tmp_path)
     assert engine == keras
+
+
+def test_hooks_see_each_validation_batch_as_keras_test_batches(demo, tmp_path):
+    engine, keras = hook_sequences(demo, tmp_path, epochs=1)
+    assert ("on_test_batch_end", 1) in keras  # what the case is: two validation batches
+    assert engine == keras
+
+
+def test_test_batch_logs_are_the_validations_running_results(demo, tmp_path):
+    class Tests:
+        def __init__(self):
+            self.calls = []
+
+        def on_test_batch_end(self, batch, logs=None):
+            self.calls.append(("batch", batch, dict(logs)))
+
+        def on_test_end(self, logs=None):
+            self.calls.append(("end", None, dict(logs)))
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.calls.append(("epoch", epoch, dict(logs)))
+
+    tests = Tests()
+    model, _ = fit(demo, tmp_path / "run", epochs=2, callbacks=[tests])
+    x, y = demo["valid"]
+    batches = -(-len(y) // FLAGS["batch_size"])
+    assert batches > 1
+    for epoch in range(2):
+        calls = tests.calls[epoch * (batches + 2):(epoch + 1) * (batches + 2)]
+        assert [c[:2] for c in calls] == [("batch", b) for b in range(batches)] + [("end", None), ("epoch", epoch)]
+        assert calls[batches - 1][2] == calls[batches][2]  # the last batch's running logs are the whole set's
+        assert calls[batches][2] == {key: calls[-1][2]["val_" + key] for key in ("loss", "accuracy", "f1")}
+    # The last epoch's first validation batch: the final weights on that batch's samples.
+    first = model.evaluate(x[:FLAGS["batch_size"]], y[:FLAGS["batch_size"]], batch_size=FLAGS["batch_size"])
+    assert tests.calls[-(batches + 2)][2]["loss"] == pytest.approx(first["loss"], rel=1e-6)
+    assert tests.calls[-(batches + 2)][2]["accuracy"] == pytest.approx(first["accuracy"], rel=1e-9)
 
 
 def test_a_stop_within_an_epoch_validates_and_ends_that_epoch_as_keras_does(demo, tmp_path):

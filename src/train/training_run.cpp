@@ -446,7 +446,7 @@ void TrainingRun::end_epoch() {
   position_.epoch_totals = RunningTotals{};
   ++position_.epoch;
   position_.batch_in_epoch = 0;
-  if (valid_) validate(line);
+  if (valid_) validate(line, observer_);
   metrics_.write(line);
   save();
   if (!observer_) return;
@@ -463,7 +463,7 @@ void TrainingRun::end_cut_epoch() {
   nlohmann::json line{{"kind", "valid"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
                       {"lr", learning_rate(position_.step - 1)}};
   if (valid_) {
-    validate_step(*engine_, *valid_, o_.batch_size, comm_, position_.step, line, progress_);
+    validate_step(*engine_, *valid_, o_.batch_size, comm_, position_.step, line, progress_, observer_);
     metrics_.write(line);
   }
   line["loss"] = position_.epoch_totals.mean_loss();
@@ -475,15 +475,16 @@ void TrainingRun::end_cut_epoch() {
 void TrainingRun::validate_between_epochs() {
   nlohmann::json line{{"kind", "valid"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
                       {"lr", learning_rate(position_.step - 1)}};
-  validate(line);
+  validate(line, nullptr);
   metrics_.write(line);
 }
 
 // A validation: into the metrics line and the run's history; best.safetensors when the
 // monitored metric is the best yet; early stopping and plateau decisions follow from the history.
-void TrainingRun::validate(nlohmann::json& line) {
+// observer (nullable): told Keras's on_test_* hooks (an epoch end's validation).
+void TrainingRun::validate(nlohmann::json& line, TrainingObserver* observer) {
   position_.validations.push_back(
-      validate_step(*engine_, *valid_, o_.batch_size, comm_, position_.step, line, progress_));
+      validate_step(*engine_, *valid_, o_.batch_size, comm_, position_.step, line, progress_, observer));
   controls_.replay(position_.validations);
   if (controls_.monitor().last_is_best) saves_.save_best(*engine_, params_, position_);
 }
