@@ -113,6 +113,14 @@ def _epoch_steps(train, run):
     return samples // run["batch_size"] if run["drop_last"] else -(-samples // run["batch_size"])
 
 
+def _stream_batches(train, run, controls):
+    """The batches a run on a stream takes, where known (steps=N, or epochs of steps_per_epoch):
+    the stream reads none ahead past them."""
+    if controls.get("steps") is not None:
+        return int(controls["steps"])
+    return run["epochs"] * train.steps_per_epoch or None
+
+
 def _steps(x, steps_per_epoch, validation_steps, validation_data):
     """fit's steps_per_epoch and validation_steps, checked: positive integers, each where Keras
     gives it a meaning here (a stream of batches; an iterable validation_data)."""
@@ -339,6 +347,8 @@ class Model(KerasInterface):
             if isinstance(weights, str):
                 words += ["--class-weights", weights]
             run = plan(given, recorded, controls)
+            if isinstance(train, Stream):
+                train.limit = _stream_batches(train, run, controls)
             epoch_steps = _epoch_steps(train, run)
             history = History({**run, "out": out, "steps": epoch_steps},
                               {"verbose": verbose, "epochs": run["epochs"], "steps": epoch_steps})
@@ -349,6 +359,8 @@ class Model(KerasInterface):
                                            self.label_names or [], weights if isinstance(weights, list) else [])
             finally:
                 self._access = None
+                if isinstance(train, Stream):
+                    train.close()
             self._after_run(out, status, bridge)
             return history
         finally:
