@@ -204,10 +204,11 @@ TEST_F(TrainObserver, AStopOrAnInterruptAfterAStepResumesToTheUninterruptedRunsB
     TrainingDecision action;
     int64_t step;
     int exit_code;
+    size_t epoch_ends;
   };
-  for (const Case& c : {Case{"stop-7", TrainingDecision::stop, 7, 0}, Case{"stop-5", TrainingDecision::stop, 5, 0},
-                        Case{"interrupt-7", TrainingDecision::interrupt, 7, kInterruptedExit},
-                        Case{"interrupt-5", TrainingDecision::interrupt, 5, kInterruptedExit}}) {
+  for (const Case& c : {Case{"stop-7", TrainingDecision::stop, 7, 0, 2}, Case{"stop-5", TrainingDecision::stop, 5, 0, 1},
+                        Case{"interrupt-7", TrainingDecision::interrupt, 7, kInterruptedExit, 1},
+                        Case{"interrupt-5", TrainingDecision::interrupt, 5, kInterruptedExit, 0}}) {
     Recorder recorder;
     recorder.action = c.action;
     recorder.act_at = c.step;
@@ -215,10 +216,16 @@ TEST_F(TrainObserver, AStopOrAnInterruptAfterAStepResumesToTheUninterruptedRunsB
     EXPECT_EQ(recorder.steps, c.step) << c.name;
     EXPECT_EQ(saved_step(c.name), c.step) << c.name;
     // A stop ends the run as its end does (on_train_end; at an epoch's last step, that epoch's end
-    // first); an interrupt as a KeyboardInterrupt does (no on_train_end).
+    // first; within an epoch, that part's end, with its running logs, as Keras's fit ends an epoch
+    // it broke out of); an interrupt as a KeyboardInterrupt does (no on_train_end).
     const bool stop = c.action == TrainingDecision::stop;
     EXPECT_EQ(recorder.calls.back() == "end", stop) << c.name;
-    EXPECT_EQ(recorder.epoch_log.size(), c.step > 5 || (stop && c.step == 5) ? 1u : 0u) << c.name;
+    EXPECT_EQ(recorder.epoch_log.size(), c.epoch_ends) << c.name;
+    if (stop && c.step % 5 != 0) {
+      EXPECT_EQ(recorder.calls[recorder.calls.size() - 2], "epoch_end 1") << c.name;
+      EXPECT_EQ(recorder.epoch_log.back().at("loss"), recorder.batch_log.back().at("loss")) << c.name;
+      EXPECT_EQ(recorder.end_logs, recorder.epoch_log.back()) << c.name;
+    }
     TrainOptions resumed = options(c.name);
     resumed.resume = true;
     Recorder after;

@@ -48,14 +48,24 @@ using InferenceBatchFn = std::function<void(const Batch& batch, double mean_loss
 // enhanced-eval, enhanced-predict and validation. communicator (nullable) of several ranks: each
 // rank runs its part of every batch (shard_of) and sees only that part. `labels_used` false: the
 // set's labels never reach the engine (its loss is then meaningless), so any label is harmless.
+// before_batch (nullable): called with each batch's index before its forward pass.
 void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch,
-                   Communicator* communicator = nullptr, bool labels_used = true);
+                   Communicator* communicator = nullptr, bool labels_used = true,
+                   const std::function<void(int64_t batch)>& before_batch = nullptr);
+
+// What an evaluation tells its caller around each batch (Keras's on_test_batch_begin and
+// on_test_batch_end): the batch's index, and after it the result so far (its loss the mean so
+// far). One process only: a sharded evaluation takes no hooks.
+struct EvalHooks {
+  std::function<void(int64_t batch)> batch_begin;
+  std::function<void(int64_t batch, const EvalResult& so_far)> batch_end;
+};
 
 // run_inference, scored against the set's labels. With a communicator of several ranks the sums
 // are reduced, so every rank gets the whole set's result (without predictions: keep_predictions
 // must be false).
 EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions,
-                    Communicator* communicator = nullptr);
+                    Communicator* communicator = nullptr, const EvalHooks* hooks = nullptr);
 
 // Refuses a set with no samples, naming the file and the flag that gave it: its loss and
 // accuracy would be 0 / 0, and a validation set that scores nothing could never pick a best

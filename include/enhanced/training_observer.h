@@ -4,7 +4,10 @@
 //
 // Order of the calls: set_access (the run's parameters and rate: TrainingAccess below);
 // on_train_begin; per epoch on_epoch_begin, on_train_batch_begin before each step and
-// on_train_batch_end after it, on_epoch_end; on_train_end when the run ends normally or by a stop
+// on_train_batch_end after it, where the epoch's end validates on_test_begin, around each
+// validation batch on_test_batch_begin and on_test_batch_end, and on_test_end (Keras's evaluate
+// inside fit; a validation between epochs, --valid-every, calls none of them), on_epoch_end;
+// on_train_end when the run ends normally or by a stop
 // (not after an error or an interrupt, as Keras's on_train_end is not after a
 // KeyboardInterrupt). A resumed run begins its epoch where the run stopped (on_epoch_begin still
 // comes first); a run stopped after an epoch's last step but before its end does that end first,
@@ -43,7 +46,8 @@ class TrainingAccess {
   virtual int64_t steps() const = 0;
 };
 
-// Keras's logs, by Keras's names: "loss" and "accuracy" (per batch: the running means over the
+// Keras's logs, by Keras's names (a validation's, on_test_*: "loss", "accuracy" and "f1",
+// per batch the running ones over the batches so far): "loss" and "accuracy" (per batch: the running means over the
 // epoch so far, as Keras's batch logs; per epoch: the epoch's means, as metrics.jsonl's epoch
 // line), "lr" (the rate of the last step taken), and at an epoch's end with a validation set
 // "val_loss", "val_accuracy" and "val_f1" (macro F1).
@@ -55,7 +59,11 @@ enum class TrainingDecision {
   // model.stop_training = True: the run ends after this step, saved as a normal end saves (the
   // state file and last.safetensors; an epoch's last step does its epoch end first; asked at an
   // epoch's end, the run ends there, as a run of that many epochs ends); the exit
-  // code is 0 and a resume continues from the step, as it would from any checkpoint.
+  // code is 0 and a resume continues from the step, as it would from any checkpoint. Asked
+  // within an epoch, after the save the run validates and calls on_epoch_end with the part's
+  // logs, as Keras's fit ends an epoch it broke out of; that validation is none of the run's
+  // (no best checkpoint, early stopping or plateau sees it) and its metrics line comes after
+  // the saved state.
   stop,
   // Ctrl-C in the caller's process: the step reached is saved exactly as enhanced-train saves on
   // SIGINT, and run_training returns kInterruptedExit; a resume continues bit for bit.
@@ -86,6 +94,15 @@ class TrainingObserver {
     static_cast<void>(epoch);
     static_cast<void>(logs);
   }
+  // An epoch end's validation: its start, each batch's (0-based index; logs: the validation's
+  // so far), its end (logs: the whole set's).
+  virtual void on_test_begin() {}
+  virtual void on_test_batch_begin(int64_t batch) { static_cast<void>(batch); }
+  virtual void on_test_batch_end(int64_t batch, const TrainingLogs& logs) {
+    static_cast<void>(batch);
+    static_cast<void>(logs);
+  }
+  virtual void on_test_end(const TrainingLogs& logs) { static_cast<void>(logs); }
   // logs: the last epoch's, or the running ones when no epoch ended in this process.
   virtual void on_train_end(const TrainingLogs& logs) { static_cast<void>(logs); }
 

@@ -26,7 +26,8 @@ _REFUSED_CALLBACKS = {
 
 # What makes an object a callback: any of Keras' hooks.
 _HOOKS = ("on_train_begin", "on_epoch_begin", "on_epoch_end", "on_train_batch_begin", "on_train_batch_end",
-          "on_train_end", "on_test_begin", "on_test_end", "set_model", "set_params")
+          "on_train_end", "on_test_begin", "on_test_batch_begin", "on_test_batch_end", "on_test_end", "set_model",
+          "set_params")
 
 
 def check_callbacks(callbacks):

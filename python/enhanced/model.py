@@ -7,14 +7,11 @@ Data in memory (a tf.RaggedTensor (N, T, 3, None), nested lists, a dict of CSR a
 .ebin image in memory that the engine reads without a file or a copy; a path to an .ebin file is
 read as it is; an iterable of (x, y) batches such as a tf.data.Dataset is streamed to fit batch by
 batch (stream.py), each batch one step, as Keras reads it."""
-import contextlib
 import os
 import shutil
 import signal
 import sys
 import tempfile
-import threading
-import time
 import weakref
 
 import numpy as np
@@ -22,14 +19,12 @@ import numpy as np
 from . import ebin
 from .checkpoint import (ModelConfig, check_label_names, load_checkpoint, parameter_shapes,
                          read_config_and_label_names, save_checkpoint)
+from .fit_hooks import History, Bridge, Progress, sigterm_interrupts
 from .keras_interface import (KerasInterface, check_callbacks, check_keras_keywords, split_parameters,
                               split_validation)
 from .run_plan import (boolean, check_controls, check_same_labels, class_weight_values, plan, recorded_options,
                        resolve_out)
 from .stream import Stream, gathered, is_batches, is_dense_array, labels_for
-
-_CONTINUE, _STOP = 0, 1  # TrainingDecision's carry_on and stop (training_observer.h)
-
 
 def _core():
     try:
@@ -107,170 +102,6 @@ def _integer(value, name, low, high=None):
     return int(value)
 
 
-class History:
-    """What Keras' fit returns: history[key] has one value per epoch (loss, accuracy, val_loss,
-    val_accuracy, val_f1, lr), epoch the epochs' indices, params fit's settings; keras_params
-    what Keras gives callbacks (set_params): verbose, epochs, steps."""
-
-    def __init__(self, params, keras_params=None):
-        self.history, self.epoch, self.params, self.keras_params = {}, [], params, keras_params
-
-    def _add(self, epoch, logs):
-        self.epoch.append(epoch)
-        for key, value in logs.items():
-            self.history.setdefault(key, []).append(value)
-
-
-class _Progress:
-    """verbose=1: a progress bar a batch (tqdm where installed); 2: one line an epoch; 0: none."""
-
-    def __init__(self, verbose, epochs, steps_per_epoch):
-        self.verbose, self.epochs, self.steps = verbose, epochs, steps_per_epoch
-        self.bar, self.started = None, 0.0
-
-    def epoch_begin(self, epoch):
-        self.started = time.monotonic()
-        if self.verbose != 1:
-            return
-        try:
-            from tqdm.auto import tqdm
-            self.bar = tqdm(total=self.steps, desc=f"Epoch {epoch + 1}/{self.epochs}", leave=True)
-        except ImportError:
-            self.bar = None
-            print(f"Epoch {epoch + 1}/{self.epochs}", file=sys.stderr)
-
-    def batch_end(self, batch, logs):
-        if self.verbose != 1:
-            return
-        text = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items() if isinstance(v, float))
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix_str(text, refresh=False)
-        else:
-            print(f"\r{batch + 1}/{self.steps or 'Unknown'} - {text}", end="", file=sys.stderr, flush=True)
-
-    def epoch_end(self, epoch, logs):
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-        elif self.verbose == 1:
-            print(file=sys.stderr)
-        if self.verbose in (1, 2):
-            text = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items() if isinstance(v, float))
-            print(f"Epoch {epoch + 1}/{self.epochs} - {time.monotonic() - self.started:.1f}s - {text}",
-                  file=sys.stderr, flush=True)
-
-
-class _Bridge:
-    """What the engine's TrainingObserver calls (python/src/train.cpp), with the GIL held: the
-    user's callbacks with Keras' epoch, batch and logs, the History, the progress, and the poll
-    after each step (stop_training, or Ctrl-C, which the extension turns into _INTERRUPT)."""
-
-    def __init__(self, model, callbacks, history, progress):
-        self.model, self.callbacks, self.history, self.progress = model, callbacks, history, progress
-        self.wants_batch_logs = progress.verbose == 1 or any(hasattr(c, "on_train_batch_end") for c in callbacks)
-        self.wants_batch_begin = any(hasattr(c, "on_train_batch_begin") for c in callbacks)
-        self.terminated = False  # SIGTERM ended the run (_sigterm_interrupts)
-        self.narrate = progress.verbose != 0  # the engine's own lines (engine:, model:, done:) follow verbose
-        self.failure = None  # why the run stopped on an error it reports itself (a non-finite loss)
-        self.final_weights = None  # the live weights after on_train_end, where a callback set them
-        model.stop_training = False
-        model.history, model._initial_epoch, model._weights_set_in_fit = history, None, False
-        for method, value in (("set_model", model), ("set_params", history.keras_params)):  # Keras' order
-            for callback in callbacks:
-                if hasattr(callback, method):
-                    getattr(callback, method)(value)
-
-    def set_access(self, access):
-        """The run's TrainingAccess (get_weights, set_weights, optimizer in the callbacks), or None."""
-        self.model._access = access
-
-    def _call(self, method, *args):
-        for callback in self.callbacks:
-            function = getattr(callback, method, None)
-            if function is not None:
-                function(*args)
-
-    def on_train_begin(self):
-        self._call("on_train_begin", {})
-        if self.model._initial_epoch:  # keras.callbacks.BackupAndRestore found a backup
-            raise ValueError(f"a callback asked to start at epoch {self.model._initial_epoch} (Keras' "
-                             "BackupAndRestore after an interrupted fit): enhanced.Model.fit continues an "
-                             "interrupted run with fit(x, y, out=run, resume=True)")
-
-    def on_train_batch_begin(self, batch):
-        self._call("on_train_batch_begin", batch, {})
-
-    def on_epoch_begin(self, epoch):
-        self.progress.epoch_begin(epoch)
-        self._call("on_epoch_begin", epoch, {})
-
-    def on_train_batch_end(self, batch, logs):
-        self.progress.batch_end(batch, logs)
-        self._call("on_train_batch_end", batch, logs)
-
-    def on_epoch_end(self, epoch, logs):
-        """Keras' validation hooks come first, when the epoch validated (the engine has, at this
-        point: no on_test_batch_* calls), with Keras' evaluate logs (no val_ prefix); History
-        last, as Keras' CallbackList has it, so it records what callbacks add to logs."""
-        if "val_loss" in logs:
-            self._call("on_test_begin", {})
-            self._call("on_test_end", {k[4:]: v for k, v in logs.items() if k.startswith("val_")})
-        self.progress.epoch_end(epoch, logs)
-        self._call("on_epoch_end", epoch, logs)
-        self.history._add(epoch, logs)
-
-    def on_train_end(self, logs):
-        self._call("on_train_end", logs)
-        if self.model._weights_set_in_fit:  # e.g. EarlyStopping's restore_best_weights, after the last save
-            self.final_weights = self.model._access.read_parameters()
-
-    def on_failure(self, reason):
-        self.failure = reason
-
-    def poll(self):
-        return _STOP if self.model.stop_training else _CONTINUE
-
-    @contextlib.contextmanager
-    def flushing(self):
-        """However the run ends (an interrupt, an error: no on_train_end), the TensorBoard
-        callbacks' events so far are written out."""
-        # Imported here: `import enhanced` does not import enhanced.tensorboard, so
-        # `python -m enhanced.tensorboard` runs it without runpy's "found in sys.modules" warning.
-        from .callbacks import TensorBoard
-        try:
-            yield
-        finally:
-            for callback in self.callbacks:
-                if isinstance(callback, TensorBoard):
-                    callback.flush()
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM during fit: to the run, an interrupt (saved as Ctrl-C saves it)."""
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts(bridge):
-    """SIGTERM during fit interrupts the run as Ctrl-C does, where Python's default (ending the
-    process at once, unsaved) stands and fit runs in the main thread (where Python's handlers
-    run); enhanced-train saves on either signal. The handler is put back after the run."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-
-    def handler(signum, frame):
-        bridge.terminated = True
-        raise _Terminated()
-
-    signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _epoch_steps(train, run):
     """Steps an epoch, for the progress bar and History.params: None where unknown (a file is read
     by the engine; a stream without steps_per_epoch has no length until a pass ends)."""
@@ -280,6 +111,14 @@ def _epoch_steps(train, run):
         return None
     samples = int(np.frombuffer(train, "<u8", 1, offset=16)[0])  # the header's num_samples
     return samples // run["batch_size"] if run["drop_last"] else -(-samples // run["batch_size"])
+
+
+def _stream_batches(train, run, controls):
+    """The batches a run on a stream takes, where known (steps=N, or epochs of steps_per_epoch):
+    the stream reads none ahead past them."""
+    if controls.get("steps") is not None:
+        return int(controls["steps"])
+    return run["epochs"] * train.steps_per_epoch or None
 
 
 def _steps(x, steps_per_epoch, validation_steps, validation_data):
@@ -386,13 +225,17 @@ class Model(KerasInterface):
         model._take_weights(os.fspath(path))
         return model
 
-    def _take_weights(self, path):
-        """A private copy of the checkpoint at `path` becomes this model's weights (config and
-        label names from it)."""
+    def _private_path(self, name):
+        """A path in the model's own folder (removed with the model)."""
         if self._weights_dir is None:
             self._weights_dir = tempfile.mkdtemp(prefix="enhanced-weights-")
             weakref.finalize(self, shutil.rmtree, self._weights_dir, True)
-        copy = os.path.join(self._weights_dir, "weights.safetensors")
+        return os.path.join(self._weights_dir, name)
+
+    def _take_weights(self, path):
+        """A private copy of the checkpoint at `path` becomes this model's weights (config and
+        label names from it)."""
+        copy = self._private_path("weights.safetensors")
         shutil.copyfile(path, copy + ".tmp")
         os.replace(copy + ".tmp", copy)
         self.config, self.label_names = read_config_and_label_names(copy)
@@ -415,6 +258,12 @@ class Model(KerasInterface):
         return load_checkpoint(self._weights())[1]
 
     def _weights(self):
+        """The checkpoint predict, evaluate and state_dict read: in a callback of a running fit,
+        the run's live weights (as Keras' model holds them), written out for the engine."""
+        if self._access is not None:
+            live = self._private_path("live.safetensors")
+            save_checkpoint(live, self.config, self._tensors(), self.label_names)
+            return live
         if self._weights_path is None:
             raise ValueError("this model has no weights yet: fit it, or Model.load a checkpoint")
         return self._weights_path
@@ -498,16 +347,20 @@ class Model(KerasInterface):
             if isinstance(weights, str):
                 words += ["--class-weights", weights]
             run = plan(given, recorded, controls)
+            if isinstance(train, Stream):
+                train.limit = _stream_batches(train, run, controls)
             epoch_steps = _epoch_steps(train, run)
             history = History({**run, "out": out, "steps": epoch_steps},
                               {"verbose": verbose, "epochs": run["epochs"], "steps": epoch_steps})
-            bridge = _Bridge(self, callbacks, history, _Progress(verbose, run["epochs"], epoch_steps))
+            bridge = Bridge(self, callbacks, history, Progress(verbose, run["epochs"], epoch_steps))
             try:
-                with _sigterm_interrupts(bridge), bridge.flushing():
+                with sigterm_interrupts(bridge), bridge.flushing():
                     status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge,
                                            self.label_names or [], weights if isinstance(weights, list) else [])
             finally:
                 self._access = None
+                if isinstance(train, Stream):
+                    train.close()
             self._after_run(out, status, bridge)
             return history
         finally:

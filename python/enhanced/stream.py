@@ -2,6 +2,7 @@
 Keras's meaning: each batch the iterable gives is one step, in its order and sizes, read batch by
 batch as the engine trains (Stream), never gathered whole. A validation iterable is gathered
 (gathered): the first validation_steps batches, or one pass."""
+import concurrent.futures
 import itertools
 import os
 
@@ -82,14 +83,18 @@ def gathered(x, name, steps=None):
 class Stream:
     """The training batches of an iterable, handed to the engine one at a time: the extension
     (python/src/train.cpp) calls next_image from the training thread, with the GIL, and holds the
-    bytes it returns until its next call, so memory holds about one batch of the data.
+    bytes it returns until its next call. The batch after it is read and converted on a thread
+    of its own meanwhile, while the engine trains (with the GIL released), so memory holds about
+    two batches of the data, and the conversion overlaps the step.
 
     steps_per_epoch (0: none): an epoch is that many batches of ONE iterator that goes on across
     epochs (an endless ds.repeat() works); 0: an epoch is one pass, iter(x) again each epoch. The
-    first batch is read here: its T and size are the run's (seq_len, batch_size)."""
+    first batch is read here: its T and size are the run's (seq_len, batch_size). close() ends
+    the thread (fit calls it however the run ends)."""
 
     def __init__(self, data, name, steps_per_epoch=None):
         self.data, self.name = data, name
+        self.limit = None  # the batches the run takes, where known: none is read past them
         self.steps_per_epoch = steps_per_epoch or 0
         self.index = 0  # the next batch's index, counted from the run's start
         self.iterator = iter(data)
@@ -99,14 +104,26 @@ class Stream:
         samples, labels = batch_samples(first, 0, name)
         self.seq_len, self.batch_size = samples.seq_len, samples.num_samples
         self.first = _image(samples, labels, 0, name)
+        self.index = 1
+        self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="enhanced-stream")
+        self._ahead = None  # the next batch's image (a Future), being made while the engine trains
 
     def next_image(self, new_pass):
         """The next batch's .ebin image, or None at the end of the data. new_pass: iter(x) again
-        first (ignored for the first batch, read already)."""
+        first (ignored for the first batch, read already). A bad batch's ValueError is raised
+        here, when the engine asks for that batch."""
         if self.first is not None:
             image, self.first = self.first, None  # the engine holds it now: no second reference
-            self.index = 1
-            return image
+        elif new_pass or self._ahead is None:  # a pass ended: nothing was read ahead of it
+            image = self._read(new_pass)
+        else:
+            ahead, self._ahead = self._ahead, None
+            image = ahead.result()
+        if image is not None and (self.limit is None or self.index < self.limit):
+            self._ahead = self._reader.submit(self._read, False)
+        return image
+
+    def _read(self, new_pass):
         if new_pass:
             self.iterator = iter(self.data)
         batch = next(self.iterator, None)
@@ -116,3 +133,8 @@ class Stream:
         image = _image(samples, labels, self.index, self.name)
         self.index += 1
         return image
+
+    def close(self):
+        """Ends the reading thread (after the batch it reads, if any)."""
+        self._ahead = None
+        self._reader.shutdown(wait=True, cancel_futures=True)

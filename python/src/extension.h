@@ -69,7 +69,7 @@ nb::ndarray<nb::numpy, float, nb::ndim<2>> predict(const std::string& checkpoint
 
 // enhanced-train's run on `words` (its flags) over the data sets given (bytes or paths; valid may be
 // None; the training data may also be an enhanced.stream.Stream: batches read one at a time),
-// calling `bridge` (python/enhanced/model.py's _Bridge) as its TrainingObserver. Returns
+// calling `bridge` (python/enhanced/fit_hooks.py's Bridge) as its TrainingObserver. Returns
 // run_training's exit code: 0, kInterruptedExit after Ctrl-C (the step reached saved), or the
 // code of a run stopped by a non-finite loss. label_names and class_weights (each may be empty):
 // the names and weights as values, as --label-names and --class-weights would give them.

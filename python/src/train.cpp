@@ -26,7 +26,7 @@ nb::dict to_dict(const TrainingLogs& logs) {
   return out;
 }
 
-// The Python bridge (model.py's _Bridge) behind TrainingObserver. A Python exception in a
+// The Python bridge (fit_hooks.py's Bridge) behind TrainingObserver. A Python exception in a
 // callback ends the run as an error does; Ctrl-C, seen when Python's signal handlers run between
 // two steps (PyErr_CheckSignals), interrupts it: the step reached is saved, then the caller
 // raises KeyboardInterrupt.
@@ -37,6 +37,7 @@ class PythonObserver final : public TrainingObserver {
     wants_batch_logs_ = nb::cast<bool>(bridge_.attr("wants_batch_logs"));
     narrate_ = nb::cast<bool>(bridge_.attr("narrate"));
     wants_batch_begin_ = nb::cast<bool>(bridge_.attr("wants_batch_begin"));
+    wants_test_batches_ = nb::cast<bool>(bridge_.attr("wants_test_batches"));
   }
 
   // The bridge holds the run's TrainingAccess (Model.get_weights, set_weights, optimizer during
@@ -54,6 +55,15 @@ class PythonObserver final : public TrainingObserver {
   void on_train_batch_end(int64_t batch, const TrainingLogs& logs) override {
     call("on_train_batch_end", batch, logs);
   }
+  void on_test_begin() override { call("on_test_begin"); }
+  // Only where a callback has the hook: no GIL taken around each validation batch otherwise.
+  void on_test_batch_begin(int64_t batch) override {
+    if (wants_test_batches_) call("on_test_batch_begin", batch);
+  }
+  void on_test_batch_end(int64_t batch, const TrainingLogs& logs) override {
+    if (wants_test_batches_) call("on_test_batch_end", batch, logs);
+  }
+  void on_test_end(const TrainingLogs& logs) override { call("on_test_end", logs); }
   void on_epoch_end(int64_t epoch, const TrainingLogs& logs) override { call("on_epoch_end", epoch, logs); }
   void on_train_end(const TrainingLogs& logs) override { call("on_train_end", logs); }
   void on_failure(const std::string& reason) override { call("on_failure", reason); }
@@ -97,6 +107,7 @@ class PythonObserver final : public TrainingObserver {
   bool wants_batch_logs_ = false;
   bool narrate_ = true;
   bool wants_batch_begin_ = false;
+  bool wants_test_batches_ = false;
   bool interrupted_ = false;
 };
 

@@ -109,6 +109,27 @@ def test_live_weights_written_back_unchanged_change_no_bit(demo, tmp_path):
     assert same(recorder.weights[-1], list(tensors.values()))
 
 
+def test_predict_and_evaluate_in_a_callback_of_the_first_fit_use_the_live_weights(demo, tmp_path):
+    class Infer:
+        def __init__(self):
+            self.seen = []
+
+        def set_model(self, model):
+            self.model = model
+
+        def on_epoch_end(self, epoch, logs=None):
+            evaluated = self.model.evaluate(*demo["valid"], batch_size=FLAGS["batch_size"])
+            self.seen.append((dict(logs), evaluated, self.model.predict(demo["valid"][0])))
+
+    infer = Infer()
+    model, _ = fit(demo, tmp_path / "run", epochs=2, callbacks=[infer])  # a new model: no weights before fit
+    for logs, evaluated, _ in infer.seen:  # each epoch's validation is of the weights of its end
+        assert evaluated["loss"] == pytest.approx(logs["val_loss"], rel=1e-6)
+        assert evaluated["accuracy"] == pytest.approx(logs["val_accuracy"], rel=1e-9)
+    assert not np.array_equal(infer.seen[0][2], infer.seen[1][2])
+    assert np.array_equal(infer.seen[1][2], model.predict(demo["valid"][0]))  # the last epoch's are fit's last
+
+
 def test_learning_rate_set_in_a_callback_is_logged_and_a_resume_keeps_it(demo, tmp_path):
     class Halve:
         def set_model(self, model):
@@ -242,33 +263,94 @@ def test_keras_tensorboard_is_refused_before_any_step(demo, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_hooks_come_in_a_keras_models_order(demo, tmp_path):
+HOOK_STEPS = 10  # steps an epoch in hook_sequences: the demo's validation set is then two batches
+
+
+def hook_sequences(demo, tmp_path, epochs=2, stop_after=None):
+    """The hooks an enhanced.Model.fit and a keras.Model.fit of a tiny model call, each with
+    HOOK_STEPS steps an epoch and a validation of the same batches at each epoch's end: [(hook, epoch or
+    batch)], in order.
+    stop_after: model.stop_training is set in on_train_batch_end of that many-th batch."""
     keras = keras_or_skip()
 
     class Calls(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
-            self.calls = []
+            self.calls, self.batches = [], 0
 
         def set_params(self, params):
             self.calls.append(("set_params", tuple(sorted(params))))
             super().set_params(params)
 
+        def record(self, name, *args):
+            self.calls.append((name, *(a for a in args[:1] if isinstance(a, int))))
+            if name == "on_train_batch_end":
+                self.batches += 1
+                if self.batches == stop_after:
+                    self.model.stop_training = True
+
         def __getattribute__(self, name):
             if name.startswith("on_") and not name.startswith("on_predict"):
-                return lambda *args, **kwargs: self.calls.append((name, *(a for a in args[:1] if isinstance(a, int))))
+                return lambda *args, **kwargs: self.record(name, *args)
             return super().__getattribute__(name)
 
     x, y = demo["train"]
-    batch = -(-len(y) // 2)  # two steps an epoch
+    batch = -(-len(y) // HOOK_STEPS)
     engine_calls = Calls()
-    new_model(demo).fit(x, y, validation_data=demo["valid"], epochs=2, batch_size=batch, out=tmp_path / "run",
+    new_model(demo).fit(x, y, validation_data=demo["valid"], epochs=epochs, batch_size=batch, out=tmp_path / "run",
                         verbose=0, callbacks=[engine_calls])
     dense = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     dense.compile("sgd", "sparse_categorical_crossentropy")
     keras_calls = Calls()
     features, labels = np.zeros((len(y), 3), np.float32), np.zeros(len(y), np.int64)
-    dense.fit(features, labels, validation_data=(features[:8], labels[:8]), epochs=2, batch_size=batch, verbose=0,
-              callbacks=[keras_calls])
-    expected = [call for call in keras_calls.calls if not call[0].startswith("on_test_batch")]
-    assert engine_calls.calls == expected
+    valid = len(demo["valid"][1])  # as many validation batches as the engine's
+    dense.fit(features, labels, validation_data=(np.zeros((valid, 3), np.float32), np.zeros(valid, np.int64)),
+              epochs=epochs, batch_size=batch, verbose=0, callbacks=[keras_calls])
+    return engine_calls.calls, keras_calls.calls
+
+
+def test_hooks_come_in_a_keras_models_order(demo, tmp_path):
+    engine, keras = hook_sequences(demo, tmp_path)
+    assert engine == keras
+
+
+def test_hooks_see_each_validation_batch_as_keras_test_batches(demo, tmp_path):
+    engine, keras = hook_sequences(demo, tmp_path, epochs=1)
+    assert ("on_test_batch_end", 1) in keras  # what the case is: two validation batches
+    assert engine == keras
+
+
+def test_test_batch_logs_are_the_validations_running_results(demo, tmp_path):
+    class Tests:
+        def __init__(self):
+            self.calls = []
+
+        def on_test_batch_end(self, batch, logs=None):
+            self.calls.append(("batch", batch, dict(logs)))
+
+        def on_test_end(self, logs=None):
+            self.calls.append(("end", None, dict(logs)))
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.calls.append(("epoch", epoch, dict(logs)))
+
+    tests = Tests()
+    model, _ = fit(demo, tmp_path / "run", epochs=2, callbacks=[tests])
+    x, y = demo["valid"]
+    batches = -(-len(y) // FLAGS["batch_size"])
+    assert batches > 1
+    for epoch in range(2):
+        calls = tests.calls[epoch * (batches + 2):(epoch + 1) * (batches + 2)]
+        assert [c[:2] for c in calls] == [("batch", b) for b in range(batches)] + [("end", None), ("epoch", epoch)]
+        assert calls[batches - 1][2] == calls[batches][2]  # the last batch's running logs are the whole set's
+        assert calls[batches][2] == {key: calls[-1][2]["val_" + key] for key in ("loss", "accuracy", "f1")}
+    # The last epoch's first validation batch: the final weights on that batch's samples.
+    first = model.evaluate(x[:FLAGS["batch_size"]], y[:FLAGS["batch_size"]], batch_size=FLAGS["batch_size"])
+    assert tests.calls[-(batches + 2)][2]["loss"] == pytest.approx(first["loss"], rel=1e-6)
+    assert tests.calls[-(batches + 2)][2]["accuracy"] == pytest.approx(first["accuracy"], rel=1e-9)
+
+
+def test_a_stop_within_an_epoch_validates_and_ends_that_epoch_as_keras_does(demo, tmp_path):
+    engine, keras = hook_sequences(demo, tmp_path, epochs=3, stop_after=HOOK_STEPS + 1)  # epoch 1's first batch
+    assert ("on_epoch_end", 1) in keras and ("on_epoch_begin", 2) not in keras  # what the case is
+    assert engine == keras

@@ -124,6 +124,31 @@ def test_a_stopped_or_interrupted_fit_resumes_to_the_uninterrupted_bits(demo, tm
     assert os.path.exists(cut / "optimizer.safetensors"), "nothing to resume from"
     model, _ = fit(demo, cut, resume=True)
     assert read(tmp_path / "whole" / "last.safetensors") == read(cut / "last.safetensors")
+    assert metric_kinds(cut) == metric_kinds(tmp_path / "whole")  # the stop's validation line is cut
+
+
+def metric_kinds(run):
+    with open(run / "metrics.jsonl") as f:
+        return [json.loads(line)["kind"] for line in f]
+
+
+def test_a_stop_within_an_epoch_validates_and_ends_it_as_keras_does(demo, tmp_path):
+    assert steps_per_epoch(demo) > 1
+    recorder = Recorder(stop_at=steps_per_epoch(demo) + 1)  # the second epoch's first batch
+    model, history = fit(demo, tmp_path / "cut", callbacks=[recorder])
+    kinds = [c[0] for c in recorder.calls]
+    assert kinds[-3:] == ["batch_end", "epoch_end", "train_end"] and history.epoch == [0, 1]
+    last_batch, (_, epoch, logs), (_, _, end_logs) = recorder.calls[-3:]
+    assert epoch == 1 and end_logs == logs == {key: values[-1] for key, values in history.history.items()}
+    assert logs["loss"] == last_batch[2]["loss"] and logs["accuracy"] == last_batch[2]["accuracy"]
+    # The validation is the stopped weights' (saved in last.safetensors) on validation_data.
+    evaluated = model.evaluate(*demo["valid"], batch_size=FLAGS["batch_size"])
+    assert logs["val_loss"] == pytest.approx(evaluated["loss"], rel=1e-6)
+    assert logs["val_accuracy"] == pytest.approx(evaluated["accuracy"], rel=1e-9)
+    with open(tmp_path / "cut" / "metrics.jsonl") as f:
+        last_line = json.loads(f.readlines()[-1])
+    assert last_line["kind"] == "valid" and last_line["step"] == steps_per_epoch(demo) + 1
+    assert last_line["valid_loss"] == logs["val_loss"]
 
 
 def test_evaluate_and_predict_agree_with_the_apps(demo, tmp_path):

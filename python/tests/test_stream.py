@@ -1,6 +1,7 @@
 """Model.fit on an iterable of (x, y) batches: read batch by batch as the engine trains, each
 batch one step, with Keras's steps_per_epoch and validation_steps, never gathered whole."""
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -160,3 +161,27 @@ def test_validation_steps_takes_that_many_batches_of_an_endless_validation_strea
     history = new_model(demo).fit(Batches(*demo["train"]), validation_data=endless(*demo["valid"], counter),
                                   validation_steps=2, epochs=2, out=tmp_path / "run", **COMMON)
     assert counter[0] == 2 and len(history.history["val_loss"]) == 2
+
+
+def test_the_next_batch_is_read_while_the_engine_trains_the_current_one(demo, tmp_path):
+    x, y = demo["train"]
+    second_asked = threading.Event()
+
+    def batches():
+        for index, batch in enumerate(Batches(x, y)):
+            if index == 1:
+                second_asked.set()
+            yield batch
+
+    class WaitForTheSecond:
+        """Holds the first step's end until the second batch is asked for (not while a callback
+        runs: the engine asks for a batch only between its steps)."""
+        seen = None
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 0:
+                self.seen = second_asked.wait(timeout=60)
+
+    waiting = WaitForTheSecond()
+    new_model(demo).fit(batches(), epochs=1, callbacks=[waiting], out=tmp_path / "run", **COMMON)
+    assert waiting.seen is True

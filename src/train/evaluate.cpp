@@ -76,7 +76,7 @@ void reduce_over_ranks(EvalResult& result, Communicator& communicator) {
 }  // namespace
 
 void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch,
-                   Communicator* communicator, bool labels_used) {
+                   Communicator* communicator, bool labels_used, const std::function<void(int64_t)>& before_batch) {
   const bool sharded = communicator && communicator->size() > 1;
   const int L = engine.config().num_labels;
   LoaderOptions options;
@@ -87,7 +87,8 @@ void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const
   loader.start_epoch(0);
   std::vector<float> logits(static_cast<size_t>(batch_size) * L), probabilities(logits.size());
   Batch shard_batch;
-  while (const Batch* whole = loader.next()) {
+  for (int64_t index = 0; const Batch* whole = loader.next(); ++index) {
+    if (before_batch) before_batch(index);
     const Batch* batch = whole;
     if (sharded) {
       if (take_shard(shard_batch, *whole, communicator->rank(), communicator->size()).count == 0) continue;
@@ -100,14 +101,16 @@ void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const
 }
 
 EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions,
-                    Communicator* communicator) {
+                    Communicator* communicator, const EvalHooks* hooks) {
   const bool sharded = communicator && communicator->size() > 1;
   if (sharded && keep_predictions) fail("internal: a sharded evaluation keeps no predictions");
+  if (sharded && hooks) fail("internal: a sharded evaluation takes no hooks");
   const int L = engine.config().num_labels;
   EvalResult result;
   result.num_labels = L;
   result.confusion.assign(static_cast<size_t>(L) * L, 0);
   double loss_sum = 0;
+  int64_t batch_index = 0;
   const auto score = [&](const Batch& batch, double loss, const float*, const float* probabilities) {
     loss_sum += loss * batch.size;
     for (int b = 0; b < batch.size; ++b) {
@@ -118,8 +121,16 @@ EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool
         result.predictions.push_back({batch.sample_indices[b], batch.labels[b], predicted, row[predicted]});
     }
     result.samples += batch.size;
+    if (hooks && hooks->batch_end) {
+      const EvalResult so_far{L, result.samples, loss_sum / static_cast<double>(result.samples), result.confusion, {}};
+      hooks->batch_end(batch_index, so_far);
+    }
   };
-  run_inference(engine, dataset, batch_size, score, communicator);
+  const auto begin = [&](int64_t index) {
+    batch_index = index;
+    if (hooks && hooks->batch_begin) hooks->batch_begin(index);
+  };
+  run_inference(engine, dataset, batch_size, score, communicator, true, begin);
   result.loss = loss_sum;
   if (sharded) reduce_over_ranks(result, *communicator);
   result.loss = result.samples ? result.loss / static_cast<double>(result.samples) : 0.0;

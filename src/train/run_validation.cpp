@@ -6,9 +6,27 @@
 
 namespace enhanced {
 
+namespace {
+
+// Keras's evaluate logs.
+TrainingLogs test_logs(const EvalResult& result) {
+  return {{"loss", result.loss}, {"accuracy", result.accuracy()}, {"f1", result.macro_f1()}};
+}
+
+}  // namespace
+
 Validation validate_step(Engine& engine, const Dataset& valid, int batch_size, Communicator& communicator,
-                         int64_t step, nlohmann::json& line, ProgressLine& progress) {
-  const EvalResult result = evaluate(engine, valid, batch_size, false, &communicator);
+                         int64_t step, nlohmann::json& line, ProgressLine& progress, TrainingObserver* observer) {
+  EvalHooks hooks;
+  if (observer) {
+    hooks.batch_begin = [observer](int64_t batch) { observer->on_test_batch_begin(batch); };
+    hooks.batch_end = [observer](int64_t batch, const EvalResult& so_far) {
+      observer->on_test_batch_end(batch, test_logs(so_far));
+    };
+    observer->on_test_begin();
+  }
+  const EvalResult result = evaluate(engine, valid, batch_size, false, &communicator, observer ? &hooks : nullptr);
+  if (observer) observer->on_test_end(test_logs(result));
   const Validation v{step, result.loss, result.accuracy(), result.macro_f1()};
   line["valid_loss"] = v.loss;
   line["valid_accuracy"] = v.accuracy;

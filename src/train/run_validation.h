@@ -9,12 +9,15 @@
 #include "enhanced/dataset.h"
 #include "enhanced/engine.h"
 #include "enhanced/progress.h"
+#include "enhanced/training_observer.h"
 #include "train/schedule.h"
 
 namespace enhanced {
 
-// line gains valid_loss, valid_accuracy and valid_f1.
+// line gains valid_loss, valid_accuracy and valid_f1. observer (nullable): told Keras's
+// on_test_begin, on_test_batch_begin/end and on_test_end around the evaluation.
 Validation validate_step(Engine& engine, const Dataset& valid, int batch_size, Communicator& communicator,
-                         int64_t step, nlohmann::json& line, ProgressLine& progress);
+                         int64_t step, nlohmann::json& line, ProgressLine& progress,
+                         TrainingObserver* observer = nullptr);
 
 }  // namespace enhanced

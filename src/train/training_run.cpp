@@ -167,6 +167,7 @@ int TrainingRun::run_steps() {
     }
   }
   if (saves_.saved_at_step() != position_.step) save();  // an epoch's end may have saved this step already
+  if (stopped_by_caller_ && position_.batch_in_epoch > 0) end_cut_epoch();
   progress_.finish();
   if (controls_.monitor().stop && narrates_)
     std::fprintf(stderr, "%s\n", controls_.early_stop_text(o_.monitor, o_.min_delta).c_str());
@@ -445,7 +446,7 @@ void TrainingRun::end_epoch() {
   position_.epoch_totals = RunningTotals{};
   ++position_.epoch;
   position_.batch_in_epoch = 0;
-  if (valid_) validate(line);
+  if (valid_) validate(line, observer_);
   metrics_.write(line);
   save();
   if (!observer_) return;
@@ -453,18 +454,37 @@ void TrainingRun::end_epoch() {
   observer_->on_epoch_end(position_.epoch - 1, last_epoch_logs_);
 }
 
+// Keras's end of an epoch that the caller's stop cut short (model.stop_training set in
+// on_train_batch_end): the validation, then on_epoch_end with the part's logs, as Keras's fit
+// does before it stops. It comes after the save and is none of the run's validations (neither
+// best.safetensors nor early stopping nor the plateau sees it; its metrics line, written after
+// the state, is one a resume cuts), so a resume continues to the bits of an uninterrupted run.
+void TrainingRun::end_cut_epoch() {
+  nlohmann::json line{{"kind", "valid"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
+                      {"lr", learning_rate(position_.step - 1)}};
+  if (valid_) {
+    validate_step(*engine_, *valid_, o_.batch_size, comm_, position_.step, line, progress_, observer_);
+    metrics_.write(line);
+  }
+  line["loss"] = position_.epoch_totals.mean_loss();
+  line["accuracy"] = position_.epoch_totals.accuracy();
+  last_epoch_logs_ = epoch_logs(line);
+  observer_->on_epoch_end(position_.epoch, last_epoch_logs_);
+}
+
 void TrainingRun::validate_between_epochs() {
   nlohmann::json line{{"kind", "valid"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
                       {"lr", learning_rate(position_.step - 1)}};
-  validate(line);
+  validate(line, nullptr);
   metrics_.write(line);
 }
 
 // A validation: into the metrics line and the run's history; best.safetensors when the
 // monitored metric is the best yet; early stopping and plateau decisions follow from the history.
-void TrainingRun::validate(nlohmann::json& line) {
+// observer (nullable): told Keras's on_test_* hooks (an epoch end's validation).
+void TrainingRun::validate(nlohmann::json& line, TrainingObserver* observer) {
   position_.validations.push_back(
-      validate_step(*engine_, *valid_, o_.batch_size, comm_, position_.step, line, progress_));
+      validate_step(*engine_, *valid_, o_.batch_size, comm_, position_.step, line, progress_, observer));
   controls_.replay(position_.validations);
   if (controls_.monitor().last_is_best) saves_.save_best(*engine_, params_, position_);
 }

@@ -95,8 +95,9 @@ class TrainingRun final : private TrainingAccess {
   void log_interval();
   void end_epoch();
   int end_epoch_and_poll();
+  void end_cut_epoch();
   void validate_between_epochs();
-  void validate(nlohmann::json& line);
+  void validate(nlohmann::json& line, TrainingObserver* observer);
   void save() { saves_.save(*engine_, params_, optimizer_, o_, position_, metrics_.lines()); }
 
   TrainOptions o_;

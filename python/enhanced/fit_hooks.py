@@ -1,0 +1,183 @@
+"""What enhanced.Model.fit hands the engine to call back (python/src/train.cpp's PythonObserver):
+the user's callbacks at Keras' points, in Keras' order, the History, the progress, the poll after
+each step (model.stop_training, Ctrl-C) and SIGTERM as an interrupt."""
+import contextlib
+import signal
+import sys
+import threading
+import time
+
+_CONTINUE, _STOP = 0, 1  # TrainingDecision's carry_on and stop (training_observer.h)
+
+
+class History:
+    """What Keras' fit returns: history[key] has one value per epoch (loss, accuracy, val_loss,
+    val_accuracy, val_f1, lr), epoch the epochs' indices, params fit's settings; keras_params
+    what Keras gives callbacks (set_params): verbose, epochs, steps."""
+
+    def __init__(self, params, keras_params=None):
+        self.history, self.epoch, self.params, self.keras_params = {}, [], params, keras_params
+
+    def _add(self, epoch, logs):
+        self.epoch.append(epoch)
+        for key, value in logs.items():
+            self.history.setdefault(key, []).append(value)
+
+
+class Progress:
+    """verbose=1: a progress bar a batch (tqdm where installed); 2: one line an epoch; 0: none."""
+
+    def __init__(self, verbose, epochs, steps_per_epoch):
+        self.verbose, self.epochs, self.steps = verbose, epochs, steps_per_epoch
+        self.bar, self.started = None, 0.0
+
+    def epoch_begin(self, epoch):
+        self.started = time.monotonic()
+        if self.verbose != 1:
+            return
+        try:
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=self.steps, desc=f"Epoch {epoch + 1}/{self.epochs}", leave=True)
+        except ImportError:
+            self.bar = None
+            print(f"Epoch {epoch + 1}/{self.epochs}", file=sys.stderr)
+
+    def batch_end(self, batch, logs):
+        if self.verbose != 1:
+            return
+        text = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items() if isinstance(v, float))
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(text, refresh=False)
+        else:
+            print(f"\r{batch + 1}/{self.steps or 'Unknown'} - {text}", end="", file=sys.stderr, flush=True)
+
+    def epoch_end(self, epoch, logs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        elif self.verbose == 1:
+            print(file=sys.stderr)
+        if self.verbose in (1, 2):
+            text = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items() if isinstance(v, float))
+            print(f"Epoch {epoch + 1}/{self.epochs} - {time.monotonic() - self.started:.1f}s - {text}",
+                  file=sys.stderr, flush=True)
+
+
+class Bridge:
+    """What the engine's TrainingObserver calls (python/src/train.cpp), with the GIL held: the
+    user's callbacks with Keras' epoch, batch and logs, the History, the progress, and the poll
+    after each step (stop_training, or Ctrl-C, which the extension turns into _INTERRUPT)."""
+
+    def __init__(self, model, callbacks, history, progress):
+        self.model, self.callbacks, self.history, self.progress = model, callbacks, history, progress
+        self.wants_batch_logs = progress.verbose == 1 or any(hasattr(c, "on_train_batch_end") for c in callbacks)
+        self.wants_batch_begin = any(hasattr(c, "on_train_batch_begin") for c in callbacks)
+        self.wants_test_batches = any(hasattr(c, hook) for c in callbacks
+                                      for hook in ("on_test_batch_begin", "on_test_batch_end"))
+        self.terminated = False  # SIGTERM ended the run (sigterm_interrupts)
+        self.narrate = progress.verbose != 0  # the engine's own lines (engine:, model:, done:) follow verbose
+        self.failure = None  # why the run stopped on an error it reports itself (a non-finite loss)
+        self.final_weights = None  # the live weights after on_train_end, where a callback set them
+        model.stop_training = False
+        model.history, model._initial_epoch, model._weights_set_in_fit = history, None, False
+        for method, value in (("set_model", model), ("set_params", history.keras_params)):  # Keras' order
+            for callback in callbacks:
+                if hasattr(callback, method):
+                    getattr(callback, method)(value)
+
+    def set_access(self, access):
+        """The run's TrainingAccess (get_weights, set_weights, optimizer in the callbacks), or None."""
+        self.model._access = access
+
+    def _call(self, method, *args):
+        for callback in self.callbacks:
+            function = getattr(callback, method, None)
+            if function is not None:
+                function(*args)
+
+    def on_train_begin(self):
+        self._call("on_train_begin", {})
+        if self.model._initial_epoch:  # keras.callbacks.BackupAndRestore found a backup
+            raise ValueError(f"a callback asked to start at epoch {self.model._initial_epoch} (Keras' "
+                             "BackupAndRestore after an interrupted fit): enhanced.Model.fit continues an "
+                             "interrupted run with fit(x, y, out=run, resume=True)")
+
+    def on_train_batch_begin(self, batch):
+        self._call("on_train_batch_begin", batch, {})
+
+    def on_epoch_begin(self, epoch):
+        self.progress.epoch_begin(epoch)
+        self._call("on_epoch_begin", epoch, {})
+
+    def on_train_batch_end(self, batch, logs):
+        self.progress.batch_end(batch, logs)
+        self._call("on_train_batch_end", batch, logs)
+
+    def on_test_begin(self):
+        self._call("on_test_begin", {})
+
+    def on_test_batch_begin(self, batch):
+        self._call("on_test_batch_begin", batch, {})
+
+    def on_test_batch_end(self, batch, logs):
+        self._call("on_test_batch_end", batch, logs)
+
+    def on_test_end(self, logs):
+        self._call("on_test_end", logs)
+
+    def on_epoch_end(self, epoch, logs):
+        """History last, as Keras' CallbackList has it, so it records what callbacks add to logs."""
+        self.progress.epoch_end(epoch, logs)
+        self._call("on_epoch_end", epoch, logs)
+        self.history._add(epoch, logs)
+
+    def on_train_end(self, logs):
+        self._call("on_train_end", logs)
+        if self.model._weights_set_in_fit:  # e.g. EarlyStopping's restore_best_weights, after the last save
+            self.final_weights = self.model._access.read_parameters()
+
+    def on_failure(self, reason):
+        self.failure = reason
+
+    def poll(self):
+        return _STOP if self.model.stop_training else _CONTINUE
+
+    @contextlib.contextmanager
+    def flushing(self):
+        """However the run ends (an interrupt, an error: no on_train_end), the TensorBoard
+        callbacks' events so far are written out."""
+        # Imported here: `import enhanced` does not import enhanced.tensorboard, so
+        # `python -m enhanced.tensorboard` runs it without runpy's "found in sys.modules" warning.
+        from .callbacks import TensorBoard
+        try:
+            yield
+        finally:
+            for callback in self.callbacks:
+                if isinstance(callback, TensorBoard):
+                    callback.flush()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during fit: to the run, an interrupt (saved as Ctrl-C saves it)."""
+
+
+@contextlib.contextmanager
+def sigterm_interrupts(bridge):
+    """SIGTERM during fit interrupts the run as Ctrl-C does, where Python's default (ending the
+    process at once, unsaved) stands and fit runs in the main thread (where Python's handlers
+    run); enhanced-train saves on either signal. The handler is put back after the run."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum, frame):
+        bridge.terminated = True
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
