@@ -94,7 +94,24 @@ class Bridge:
         for callback in self.callbacks:
             function = getattr(callback, method, None)
             if function is not None:
-                function(*args)
+                try:
+                    function(*args)
+                except BaseException as error:
+                    self._keep_live_weights()
+                    try:
+                        error.from_callback = True  # fit raises it as it is (run_plan.keyword_errors)
+                    except AttributeError:
+                        pass
+                    raise
+
+    def _keep_live_weights(self):
+        """A callback raised: as a Keras model keeps what it trained, the model takes the run's
+        weights as they are now (fit's caller gets them after the exception)."""
+        if self.model._access is not None and self.final_weights is None:
+            try:
+                self.final_weights = self.model._access.read_parameters()
+            except Exception:  # the callback's exception is the one to raise
+                pass
 
     def on_train_begin(self):
         self._call("on_train_begin", {})

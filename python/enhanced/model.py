@@ -22,8 +22,8 @@ from .checkpoint import (ModelConfig, check_label_names, load_checkpoint, parame
 from .fit_hooks import History, Bridge, Progress, sigterm_interrupts
 from .keras_interface import (KerasInterface, check_callbacks, check_keras_keywords, split_parameters,
                               split_validation)
-from .run_plan import (boolean, check_controls, check_same_labels, class_weight_values, plan, recorded_options,
-                       resolve_out)
+from .run_plan import (boolean, check_controls, check_same_labels, class_weight_values, keyword_errors, plan,
+                       recorded_options, resolve_out)
 from .stream import Stream, gathered, is_batches, is_dense_array, labels_for
 
 def _core():
@@ -59,12 +59,15 @@ def _samples_and_labels(x, y, name, steps=None):
 
 
 def _file_seq_len(path):
-    """T of an .ebin file's header, or None where the header cannot be read (the engine then says why)."""
+    """T of an .ebin file's header, or None where the header cannot be read or is no .ebin's (the
+    engine then says why)."""
     try:
         header = np.fromfile(path, ebin.HEADER_DTYPE, 1)
     except (OSError, ValueError):
         return None
-    return int(header["seq_len"][0]) if header.size else None
+    if not header.size or bytes(header["magic"][0]) != ebin.MAGIC:
+        return None
+    return int(header["seq_len"][0])
 
 
 def data_image(x, y=None, name="x", steps=None):
@@ -185,10 +188,14 @@ def _run_words(out, given, controls):
     return words
 
 
-def _check_engine_arguments(batch_size, threads):
-    """predict's and evaluate's batch_size and threads (0: every core, as the apps')."""
-    _integer(batch_size, "batch_size", 1)
+def _check_engine_arguments(batch_size, threads, device, precision):
+    """predict's and evaluate's batch_size, threads (0: every core, as the apps'), device and
+    precision (their values the engine checks, by name)."""
+    _integer(batch_size, "batch_size", 1, 2**31 - 1)
     _integer(threads, "threads", 0, 4096)
+    for value, name in ((device, "device"), (precision, "precision")):
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a str, got {value!r}")
 
 
 class Model(KerasInterface):
@@ -354,14 +361,18 @@ class Model(KerasInterface):
                               {"verbose": verbose, "epochs": run["epochs"], "steps": epoch_steps})
             bridge = Bridge(self, callbacks, history, Progress(verbose, run["epochs"], epoch_steps))
             try:
-                with sigterm_interrupts(bridge), bridge.flushing():
+                with sigterm_interrupts(bridge), bridge.flushing(), keyword_errors():
                     status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge,
                                            self.label_names or [], weights if isinstance(weights, list) else [])
+            except BaseException:
+                self._access = None
+                self._take_run_weights(out, bridge)  # what the run trained, as a Keras model keeps it
+                raise
             finally:
                 self._access = None
                 if isinstance(train, Stream):
                     train.close()
-            self._after_run(out, status, bridge)
+            self._after_run(out, status, bridge, isinstance(train, Stream))
             return history
         finally:
             self._fitting = False
@@ -375,22 +386,32 @@ class Model(KerasInterface):
         self._temporary_run = weakref.finalize(self, shutil.rmtree, out, True)
         return out
 
-    def _after_run(self, out, status, bridge):
+    def _take_run_weights(self, out, bridge):
         """As Keras' fit leaves the model at its last weights: out/last.safetensors becomes the
         model's (the best by the monitor, with validation_data, is out/best.safetensors), unless a
         callback set other weights after the run's last save (EarlyStopping's
-        restore_best_weights): those become the model's, and last.safetensors stays the run's."""
-        self.run_dir = out
+        restore_best_weights), or raised: the run's weights then become the model's, and
+        last.safetensors stays the run's."""
+        if out is None:
+            return
         last = os.path.join(out, "last.safetensors")
         if os.path.exists(last):
             self._take_weights(last)
-        if bridge.final_weights is not None:
+        if bridge is not None and bridge.final_weights is not None and self._weights_path is not None:
             taken = np.concatenate([t.reshape(-1) for t in self.get_weights()])
             if not np.array_equal(taken, bridge.final_weights):
                 arrays = split_parameters(bridge.final_weights, self.config)
                 self._own_tensors(dict(zip(parameter_shapes(self.config), arrays)))
+
+    def _after_run(self, out, status, bridge, streamed):
+        """The model takes the run's weights (_take_run_weights); an interrupt or a failed run
+        raises, as enhanced-train exits."""
+        self.run_dir = out
+        self._take_run_weights(out, bridge)
         if status == _core().INTERRUPTED:
-            text = f"the step reached is saved in {out}; fit(..., resume=True) continues"
+            then = ("Model.load(its last.safetensors).fit(...) continues from its weights (a stream cannot be "
+                    "replayed)" if streamed else "fit(..., resume=True) continues")
+            text = f"the step reached is saved in {out}; {then}"
             if bridge.terminated:  # as enhanced-train ends on SIGTERM, after the save: exit status 143
                 print(f"training terminated (SIGTERM): {text}", file=sys.stderr, flush=True)
                 raise SystemExit(128 + signal.SIGTERM)
@@ -405,17 +426,20 @@ class Model(KerasInterface):
 
     def evaluate(self, x, y=None, batch_size=64, device="auto", threads=0, precision="fp32", verbose=0):
         """{loss, accuracy, macro_f1} on a labelled set (enhanced-eval's numbers)."""
-        _check_engine_arguments(batch_size, threads)
+        _check_engine_arguments(batch_size, threads, device, precision)
         data, name, _ = data_image(x, y, "x")
-        result = _core().evaluate(self._weights(), data, name, int(batch_size), device, int(threads), precision)
+        with keyword_errors():
+            result = _core().evaluate(self._weights(), data, name, int(batch_size), device, int(threads), precision)
         return {key: result[key] for key in ("loss", "accuracy", "macro_f1")}
 
     def predict(self, x, batch_size=64, logits=False, device="auto", threads=0, precision="fp32", verbose=0):
         """(N, L) softmax probabilities (enhanced-predict's), or the logits with logits=True."""
-        _check_engine_arguments(batch_size, threads)
+        _check_engine_arguments(batch_size, threads, device, precision)
+        logits = boolean(logits, "logits")
         data, name, _ = data_image(x, None, "x")
-        return _core().predict(self._weights(), data, name, int(batch_size), device, int(threads), precision,
-                               bool(logits))
+        with keyword_errors():
+            return _core().predict(self._weights(), data, name, int(batch_size), device, int(threads), precision,
+                                   logits)
 
     def predict_labels(self, x, **options):
         """The predicted label of each sample: its name where the model has label_names, else its index."""

@@ -1,8 +1,10 @@
 """What Model.fit is asked for, checked before any work: its keywords (enhanced-train's training
 controls by name), the output folder, the class weights, and on a resume the run's recorded plan,
 which fills in every keyword the caller did not give (as enhanced-train --resume does)."""
+import contextlib
 import json
 import os
+import re
 
 import numpy as np
 
@@ -19,6 +21,34 @@ _OWN = {"data": "the training data is x", "valid": "the validation data is valid
         "help": "docs/python.md", "vocab_size": "Model(...)", "num_labels": "Model(...)",
         "embedding_dim": "Model(...)", "hidden": "Model(...)", "blend": "Model(...)", "pool": "Model(...)",
         "pretrained": "Model(pretrained=...)"}
+
+
+# How fit spells the flags an engine message may name, where the keyword is not the flag's name
+# (--batch-size is batch_size, --lr is lr).
+_KEYWORD_OF_FLAG = {"data": "x", "valid": "validation_data", "resume": "resume=True", "overwrite": "overwrite=True",
+                    "no-shuffle": "shuffle=False", "class-weights": "class_weight", "quiet": "verbose=0"}
+
+
+def in_keywords(message):
+    """An engine message (which names enhanced-train's flags) as fit, predict and evaluate's
+    caller reads it: each --flag named as its keyword."""
+    def keyword(match):
+        flag = match.group(1)
+        return _KEYWORD_OF_FLAG.get(flag, flag.replace("-", "_"))
+    return re.sub(r"(?<![\w/.-])--([a-z][a-z0-9-]*)", keyword, message)
+
+
+@contextlib.contextmanager
+def keyword_errors():
+    """The engine's ValueErrors raised again in keywords (in_keywords); a callback's own
+    exception (marked `from_callback` by fit's bridge) passes unchanged."""
+    try:
+        yield
+    except ValueError as error:
+        text = str(error)
+        if getattr(error, "from_callback", False) or in_keywords(text) == text:
+            raise
+        raise ValueError(in_keywords(text)) from None
 
 
 def check_controls(controls, flag_names, switch_names):
@@ -90,7 +120,11 @@ def class_weight_values(class_weight, num_labels):
             raise ValueError(f"class_weight: key {bad[0]!r} is not a label (labels are 0..{num_labels - 1})")
         weights = [class_weight.get(label, 1.0) for label in range(num_labels)]
     else:
-        weights = list(class_weight)
+        try:
+            weights = list(class_weight)
+        except TypeError:
+            raise ValueError(f"class_weight must be a dict {{label: weight}}, a list of {num_labels} weights or "
+                             f"'balanced', got {class_weight!r}") from None
         if len(weights) != num_labels:
             raise ValueError(f"class_weight: {len(weights)} weights for {num_labels} labels")
     try:
