@@ -26,7 +26,7 @@ RawTableShape raw_table_shape(const TrainOptions& o, const Dataset& train, const
 }
 
 void check_run_memory(const ModelConfig& config, const TrainOptions& o, uint64_t resident) {
-  check_model_fits_memory(config, &o.optimizer, o.batch_size, o.device, resident);
+  check_model_fits_memory(config, &o.optimizer, o.batch_size, o.engine.device, resident);
 }
 
 void check_model_flags(const TrainOptions& o, const ModelConfig& c, const std::string& source) {

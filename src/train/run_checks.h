@@ -23,7 +23,7 @@ void check_run_datasets(const TrainOptions& options, const Dataset& train, const
 RawTableShape raw_table_shape(const TrainOptions& options, const Dataset& train, const Dataset* valid);
 
 // The run's model at --batch-size fits in this machine's memory (enhanced/memory.h), on the
-// run's device (options.device); resident: bytes of it already allocated (weights loaded from a file).
+// run's device (options.engine.device); resident: bytes of it already allocated (weights loaded from a file).
 void check_run_memory(const ModelConfig& config, const TrainOptions& options, uint64_t resident);
 
 // With --init-from or --resume, a model flag the user gave must agree with the saved model

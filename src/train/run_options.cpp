@@ -164,17 +164,18 @@ const std::vector<OptionField>& option_fields() {
       plain<uint64_t>("seed", "--seed", fixed, ENHANCED_FIELD(uint64_t, seed)),
       plain<bool>("shuffle", "--no-shuffle", fixed, ENHANCED_FIELD(bool, shuffle)),
       plain<bool>("drop_last", "--drop-last", fixed, ENHANCED_FIELD(bool, drop_last)),
-      plain<int>("threads", "--threads", changeable, ENHANCED_FIELD(int, threads)),
+      plain<int>("threads", "--threads", changeable, ENHANCED_FIELD(int, engine.threads)),
       plain<int64_t>("log_every", "--log-every", changeable, ENHANCED_FIELD(int64_t, log_every)),
       plain<int64_t>("checkpoint_every", "--checkpoint-every", changeable, ENHANCED_FIELD(int64_t, checkpoint_every)),
       // A GPU run continues with the arithmetic it started with, unless told otherwise.
-      plain<bool>("tf32", "--tf32", changeable, ENHANCED_FIELD(bool, cuda.tf32), true),
+      plain<bool>("tf32", "--tf32", changeable, ENHANCED_FIELD(bool, engine.cuda.tf32), true),
       {"rnn_algorithm", "--rnn-algorithm", changeable,
-       [](const TrainOptions& o) { return json(to_string(o.cuda.rnn_algorithm)); },
-       [](TrainOptions& o, const json& j) { o.cuda.rnn_algorithm = parse_rnn_algorithm(j.get<std::string>()); }, true},
+       [](const TrainOptions& o) { return json(to_string(o.engine.cuda.rnn_algorithm)); },
+       [](TrainOptions& o, const json& j) { o.engine.cuda.rnn_algorithm = parse_rnn_algorithm(j.get<std::string>()); },
+       true},
       // Added with --precision: runs recorded before it are FP32.
-      {"precision", "--precision", changeable, [](const TrainOptions& o) { return json(to_string(o.precision)); },
-       [](TrainOptions& o, const json& j) { o.precision = parse_precision(j.get<std::string>()); }, true},
+      {"precision", "--precision", changeable, [](const TrainOptions& o) { return json(to_string(o.engine.precision)); },
+       [](TrainOptions& o, const json& j) { o.engine.precision = parse_precision(j.get<std::string>()); }, true},
       plain<int64_t>("valid_every", "--valid-every", changeable, ENHANCED_FIELD(int64_t, valid_every), true),
     });
     for (const TrainControl& row : train_controls()) out.push_back(control_field(row));
@@ -232,7 +233,7 @@ std::vector<std::pair<std::string, std::string>> shared_options(const TrainOptio
                      value.is_boolean() ? on_off(value != field.save(defaults)) : readable(field, value));
   }
   out.emplace_back("--check-every", std::to_string(options.check_every));
-  out.emplace_back("--device", to_string(options.device));
+  out.emplace_back("--device", to_string(options.engine.device));
   out.emplace_back("--resume", on_off(options.resume));
   return out;
 }

@@ -101,7 +101,7 @@ void prepare_run(PreparedRun& run, TrainOptions options, Communicator& communica
   if (options.check_every <= 0) fail("--check-every must be positive, got ", options.check_every);
   check_same_run(communicator, options, run.saved_state.get());  // the first collective: the options size later ones
   if (rank0 && !run.out) run.out.emplace(options.out_dir);
-  run.threads = configure_cpu_threads(threads_for_rank(options.threads, communicator));
+  run.threads = configure_cpu_threads(threads_for_rank(options.engine.threads, communicator));
   run.options = std::move(options);
 }
 
@@ -153,12 +153,12 @@ int train_prepared(PreparedRun& prepared, BatchSource& source, const Dataset& sh
   }
   run.check_controls_fit_the_run();
   if (communicator.rank() != 0) {
-    run.use_device(options.device, prepared.threads);
+    run.use_device(prepared.threads);
     return run.run();
   }
   prepare_run_files(options);
   remove_stale_temp_files(options.out_dir);  // left by a run killed with SIGKILL
-  run.use_device(options.device, prepared.threads);
+  run.use_device(prepared.threads);
   const int code = run.run();
   if (code == 0 || fs::exists(fs::path(options.out_dir) / "optimizer.safetensors")) prepared.out->keep();
   return code;
