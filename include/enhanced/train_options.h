@@ -1,5 +1,6 @@
 // What enhanced-train was asked for: one run's options, as the command line (or, on --resume,
-// the recorded run) gives them. In its own header for the trainer's parts (src/train/run_*.h,
+// the recorded run) gives them; each flag's name, rule and record key are its row of
+// train_fields() (enhanced/train_fields.h). In its own header for the trainer's parts (src/train/run_*.h,
 // distributed.h), which take the options but not the loop.
 #pragma once
 

@@ -38,8 +38,8 @@ void check_data_seq_len(const Dataset& data, const ModelConfig& config, const st
 // --label-names file (or, resumed without one, the run's recorded names).
 void check_run_label_names(const TrainOptions& options, const ModelConfig& config);
 
-// The controls that need each other: a schedule's own settings, and a validation set for
-// everything that watches one.
+// Every flag's own rule (check_field_values), then the controls that need each other: a
+// schedule's own settings, and a validation set for everything that watches one.
 void check_training_controls(const TrainOptions& options);
 
 }  // namespace enhanced
