@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
+
+#include "enhanced/step_parts.h"
 
 namespace enhanced::bench {
 namespace {
@@ -64,16 +67,16 @@ PartWork optimizer_work(const StepShape& s) {
   return {(s.adam ? 10 : 2) * n / 1e9, kFloat * n * (s.adam ? 7 : 3) / 1e9};
 }
 
-bool is_gemm_part(const std::string& part) { return part.rfind("bilstm", 0) == 0; }
+bool is_gemm_part(const std::string& part) { return part == step_part::bilstm_forward || part == step_part::bilstm; }
 
 }  // namespace
 
 PartWork part_work(const std::string& part, const StepShape& s) {
-  if (part == "blend fwd+bwd") return blend_work(s);
-  if (part == "bilstm fwd") return lstm_forward_work(s);
-  if (part == "bilstm fwd+bwd") return lstm_work(s);
-  if (part == "head fwd+bwd") return head_work(s);
-  if (part == "optimizer") return optimizer_work(s);
+  static const std::pair<const char*, PartWork (*)(const StepShape&)> costs[] = {
+      {step_part::blend, blend_work}, {step_part::bilstm_forward, lstm_forward_work}, {step_part::bilstm, lstm_work},
+      {step_part::head, head_work},   {step_part::optimizer, optimizer_work}};
+  for (const auto& [name, work] : costs)
+    if (part == name) return work(s);
   return {};
 }
 
@@ -104,7 +107,7 @@ namespace {
 double train_step_at_bounds(const std::vector<RooflineRow>& rows) {
   double total = 0;
   for (const RooflineRow& row : rows)
-    if (row.costed() && row.part != "bilstm fwd") total += row.bound_seconds();  // fwd+bwd holds the fwd
+    if (row.costed() && row.part != step_part::bilstm_forward) total += row.bound_seconds();  // fwd+bwd holds the fwd
   return total;
 }
 

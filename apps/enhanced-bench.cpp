@@ -427,9 +427,8 @@ int run_bench(BenchOptions& o) {
     save_checkpoint(o.dump_case + "/checkpoint.safetensors", params);
     save_batch(o.dump_case + "/batch.safetensors", batch);
   }
-  EngineOptions engine_options{o.shapes.batch, m.threads, chosen.cuda};
-  engine_options.precision = chosen.precision;
-  const std::unique_ptr<Engine> engine = make_engine(chosen.device, params, &optimizer, engine_options);
+  const std::unique_ptr<Engine> engine =
+      make_engine(chosen.device, params, &optimizer, engine_options(chosen, o.shapes.batch, m.threads));
   std::vector<float> logits(static_cast<size_t>(batch.size) * c.num_labels);
   m.initial_loss = engine->forward(batch, logits.data());
   for (const float logit : logits) m.initial_max_abs_logit = std::max(m.initial_max_abs_logit, std::fabs(double{logit}));

@@ -13,11 +13,7 @@ int train_on_ranks(enhanced::TrainOptions o, const enhanced::EngineFlags& engine
   using namespace enhanced;
   const std::unique_ptr<Communicator> communicator = make_communicator();
   const auto train = [&] {
-    const EngineChoice engine = resolve_engine_flags(engine_flags, communicator->rank() == 0);
-    o.device = engine.device;
-    o.threads = engine.threads;
-    o.cuda = engine.cuda;
-    o.precision = engine.precision;
+    o.engine = resolve_engine_flags(engine_flags, communicator->rank() == 0);
     return run_training(o, *communicator);
   };
   if (communicator->size() == 1) return train();

@@ -12,17 +12,14 @@ namespace enhanced {
 
 struct TrainFlags {
   TrainOptions options;
-  std::string optimizer;  // --optimizer, parsed by finish_train_flags
-  bool no_shuffle = false;
-  bool quiet = false;
-  EngineFlags engine;     // resolved by the caller (resolve_engine_flags), once
+  EngineFlags engine;  // resolved by the caller into options.engine (resolve_engine_flags), once
 };
 
 // Adds every enhanced-train flag to `app`, each writing into `flags`.
 void add_train_flags(CLI::App& app, TrainFlags& flags);
 
-// After a successful parse: the flags given (a resume checks them), the shuffle, progress and
-// optimizer choices; --data is required unless --resume.
+// After a successful parse: the flags given (a resume checks them) and the label names read;
+// --data is required unless --resume.
 void finish_train_flags(const CLI::App& app, TrainFlags& flags);
 
 }  // namespace enhanced

@@ -213,7 +213,7 @@ TEST(Distributed, TheRanksCompareEveryRecordedOptionButThePerRankOnes) {
   TrainOptions o;
   o.data_path = "a.ebin";
   o.valid_path = "v.ebin";
-  o.threads = 3;
+  o.engine.threads = 3;
   o.shuffle = false;
   o.steps = 30;
   o.class_weights = "balanced";

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "enhanced/common.h"
-#include "enhanced/train_controls.h"
+#include "enhanced/train_fields.h"
 #include "train/run_options.h"
 
 namespace enhanced {
@@ -44,7 +44,7 @@ TEST(RunOptions, StateRecordedBeforeTheNewFieldsResumesWithTheirDefaults) {
 
 // A state recorded before paths were canonical holds them as given: from its own directory they
 // resolve as they did, and the same file named another way is no conflict.
-// The training controls are rows of train_controls(): recorded under their keys, the reals as
+// The training controls are rows of train_fields(): recorded under their keys, the reals as
 // exact hexadecimal text, and read back bit for bit.
 TEST(RunOptions, TrainingControlsAreRecordedByTheirKeysAndRoundTripExactly) {
   TrainOptions o;
@@ -79,7 +79,7 @@ TEST(RunOptions, TrainingControlsAreRecordedByTheirKeysAndRoundTripExactly) {
 TEST(RunOptions, ControlValuesAreCheckedByTheirFlagsRules) {
   const auto problem = [](TrainOptions o) -> std::string {
     try {
-      check_control_values(o);
+      check_field_values(o);
     } catch (const Error& e) {
       return e.what();
     }

@@ -93,7 +93,7 @@ class TrainObserver : public test_util::SmallDemoSuite {
     o.embedding_dim = 8;
     o.hidden = 6;
     o.batch_size = 16;
-    o.threads = 2;
+    o.engine.threads = 2;
     o.progress = false;
     o.epochs = 2;
     o.optimizer.learning_rate = 0.02f;

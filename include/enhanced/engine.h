@@ -59,6 +59,14 @@ struct EngineChoice {
   Precision precision = Precision::fp32;
 };
 
+// The options of an engine for `choice`: `threads` is the count configure_cpu_threads gave for
+// choice.threads (configured once, by whoever makes the engine).
+inline EngineOptions engine_options(const EngineChoice& choice, int max_batch, int threads) {
+  EngineOptions options{max_batch, threads, choice.cuda};
+  options.precision = choice.precision;
+  return options;
+}
+
 // The ranks a data-parallel engine exchanges gradients with (EngineOptions::communicator when
 // it has more than one rank, or one with exchange_alone), else null: this process alone. Both
 // engines decide with this.

@@ -1,5 +1,6 @@
 // What enhanced-train was asked for: one run's options, as the command line (or, on --resume,
-// the recorded run) gives them. In its own header for the trainer's parts (src/train/run_*.h,
+// the recorded run) gives them; each flag's name, rule and record key are its row of
+// train_fields() (enhanced/train_fields.h). In its own header for the trainer's parts (src/train/run_*.h,
 // distributed.h), which take the options but not the loop.
 #pragma once
 
@@ -8,9 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "enhanced/device.h"
+#include "enhanced/engine.h"
 #include "enhanced/optimizer_config.h"
-#include "enhanced/precision.h"
 
 namespace enhanced {
 
@@ -44,10 +44,9 @@ struct TrainOptions {
   uint64_t seed = 0;
   bool shuffle = true;
   bool drop_last = false;
-  int threads = 0;              // 0: every core
-  Device device = Device::cpu;  // --device, resolved once by enhanced-train (apps/app.h)
-  CudaOptions cuda;             // CUDA: TF32, graphs, LSTM algorithm
-  Precision precision = Precision::fp32;  // the GEMMs' arithmetic (enhanced/precision.h)
+  // The device, CPU threads, CUDA options and arithmetic, resolved once from the engine's flags
+  // by the caller (resolve_engine_flags, apps/app.h).
+  EngineChoice engine;
   int64_t log_every = 20;       // steps between metrics lines
   int64_t checkpoint_every = 0; // steps between last.safetensors writes (0: each epoch only)
   int64_t valid_every = 0;      // steps between validations, as well as at each epoch end (0: epoch ends only)

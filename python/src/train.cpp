@@ -211,11 +211,7 @@ int train(const std::vector<std::string>& words, nb::object train_data, const st
   set_label_names_and_class_weights(flags.options, label_names, class_weights);
   flags.options.handle_signals = false;  // Python owns SIGINT: Ctrl-C reaches the run through poll
   flags.options.progress = false;        // the bridge shows progress (verbose)
-  const EngineChoice engine = resolve_engine_flags(flags.engine, false);
-  flags.options.device = engine.device;
-  flags.options.threads = engine.threads;
-  flags.options.cuda = engine.cuda;
-  flags.options.precision = engine.precision;
+  flags.options.engine = resolve_engine_flags(flags.engine, false);
   // In-memory bytes are viewed where Python holds them (train_data lives through the call): one copy.
   std::optional<Dataset> valid;
   if (!valid_data.is_none()) valid.emplace(open_dataset(valid_data, valid_name));

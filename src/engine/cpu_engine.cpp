@@ -10,6 +10,7 @@
 #include "engine/cpu_model.h"
 #include "enhanced/common.h"
 #include "enhanced/data_parallel.h"
+#include "enhanced/step_parts.h"
 #include "layers/cpu/bf16_gemm.h"
 #include "layers/embedding_blend.h"
 #include "layers/optimizer.h"
@@ -213,7 +214,7 @@ std::vector<EnginePart> CpuEngine::parts(const Batch& batch) {
   std::vector<EnginePart> out = model_parts(activations_, p, g, batch, threads_, precision_, weights_or_null());
   if (optimizer_) {
     // A step on zero gradients over the batch's rows: the update's cost, not the gradients'.
-    out.push_back({"optimizer",
+    out.push_back({step_part::optimizer,
                    [&] {
                      std::fill(g.data.begin(), g.data.end(), 0.0f);
                      written_rows_ = steps::GradientRows::clear;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "enhanced/common.h"
+#include "enhanced/step_parts.h"
 #include "layers/cpu/packing_clock.h"
 #include "layers/dense.h"
 #include "layers/embedding_blend.h"
@@ -124,22 +125,22 @@ std::vector<EnginePart> model_parts(Activations<float>& a, ParameterBuffer<float
                                     const Batch& batch, int threads, Precision precision, const float* class_weights) {
   const int B = batch.size;
   std::vector<EnginePart> out;
-  out.push_back({"blend fwd+bwd", {}, [&] {
+  out.push_back({step_part::blend, {}, [&] {
     blend_forward(a, p, batch);
     blend_backward(g, a, batch);
   }, {}});
-  out.push_back({"bilstm fwd", {}, [&, B, threads, precision] { lstm_forward(a, p, B, threads, precision); }, {}});
-  out.push_back({"bilstm fwd+bwd", {}, [&, B, threads, precision] {
+  out.push_back({step_part::bilstm_forward, {}, [&, B, threads, precision] { lstm_forward(a, p, B, threads, precision); }, {}});
+  out.push_back({step_part::bilstm, {}, [&, B, threads, precision] {
     lstm_forward(a, p, B, threads, precision);
     lstm_backward(g, a, p, B, threads, precision);
   }, {}});
-  out.push_back({"head fwd+bwd", {}, [&, B, precision, class_weights] {
+  out.push_back({step_part::head, {}, [&, B, precision, class_weights] {
     head_forward(a, p, batch, true, class_weights, nullptr, precision);
     head_backward(g, a, p, B, precision);
   }, {}});
   // The layers' packing and conversion of GEMM operands within a forward and backward, the
   // threads' sum divided by the threads: its share of the step's time.
-  out.push_back({"packing in f+b",
+  out.push_back({step_part::packing,
                  [] {
                    packing_clock::set_measuring(true);
                    packing_clock::reset();

@@ -41,9 +41,7 @@ InferenceEngine make_inference_engine(ParameterBuffer<float>& params, const Data
   const int threads = configure_cpu_threads(engine.threads);
   out.batch = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(batch_size, data.num_samples())));
   check_model_fits_memory(params.config, nullptr, out.batch, engine.device, params.size() * sizeof(float));
-  EngineOptions options{out.batch, threads, engine.cuda};
-  options.precision = engine.precision;
-  out.engine = make_engine(engine.device, params, nullptr, options);
+  out.engine = make_engine(engine.device, params, nullptr, engine_options(engine, out.batch, threads));
   return out;
 }
 

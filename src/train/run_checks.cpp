@@ -7,7 +7,7 @@
 #include "enhanced/evaluate.h"
 #include "enhanced/label_names.h"
 #include "enhanced/memory.h"
-#include "enhanced/train_controls.h"
+#include "enhanced/train_fields.h"
 #include "train/schedule.h"
 
 namespace enhanced {
@@ -26,7 +26,7 @@ RawTableShape raw_table_shape(const TrainOptions& o, const Dataset& train, const
 }
 
 void check_run_memory(const ModelConfig& config, const TrainOptions& o, uint64_t resident) {
-  check_model_fits_memory(config, &o.optimizer, o.batch_size, o.device, resident);
+  check_model_fits_memory(config, &o.optimizer, o.batch_size, o.engine.device, resident);
 }
 
 void check_model_flags(const TrainOptions& o, const ModelConfig& c, const std::string& source) {
@@ -59,9 +59,7 @@ void check_training_controls(const TrainOptions& o) {
     fail("--min-lr must be between 0 and --lr (", o.optimizer.learning_rate, "), got ", o.min_lr);
   if (kind == ScheduleKind::step && o.lr_step_size < 1)
     fail("--lr-schedule step needs --lr-step-size of at least 1, got ", o.lr_step_size);
-  check_control_values(o);  // each control's own range, as its flag's rule
-  if (o.valid_every < 0) fail("--valid-every must be at least 0, got ", o.valid_every);
-  if (o.checkpoint_every < 0) fail("--checkpoint-every must be at least 0, got ", o.checkpoint_every);
+  check_field_values(o);  // each flag's own range, a recorded value's too
   // A control the schedule does not use would be silently ignored.
   const auto unused_unless = [&](const char* flag, bool used, const char* where) {
     if (o.given_flags.count(flag) && !used) fail(flag, " has no effect here: it applies to ", where);

@@ -23,7 +23,7 @@ void check_run_datasets(const TrainOptions& options, const Dataset& train, const
 RawTableShape raw_table_shape(const TrainOptions& options, const Dataset& train, const Dataset* valid);
 
 // The run's model at --batch-size fits in this machine's memory (enhanced/memory.h), on the
-// run's device (options.device); resident: bytes of it already allocated (weights loaded from a file).
+// run's device (options.engine.device); resident: bytes of it already allocated (weights loaded from a file).
 void check_run_memory(const ModelConfig& config, const TrainOptions& options, uint64_t resident);
 
 // With --init-from or --resume, a model flag the user gave must agree with the saved model
@@ -38,8 +38,8 @@ void check_data_seq_len(const Dataset& data, const ModelConfig& config, const st
 // --label-names file (or, resumed without one, the run's recorded names).
 void check_run_label_names(const TrainOptions& options, const ModelConfig& config);
 
-// The controls that need each other: a schedule's own settings, and a validation set for
-// everything that watches one.
+// Every flag's own rule (check_field_values), then the controls that need each other: a
+// schedule's own settings, and a validation set for everything that watches one.
 void check_training_controls(const TrainOptions& options);
 
 }  // namespace enhanced

@@ -1,6 +1,7 @@
-// A run's options in its state file: one table of fields serialises TrainOptions into the
-// "run_options" metadata and reads it back, so no option is written in one place and read in
-// another. Floats are stored as hexadecimal text, which round-trips exactly.
+// A run's options in its state file: the recorded rows of train_fields() (enhanced/
+// train_fields.h) write TrainOptions into the "run_options" metadata and read it back, so no
+// option is written in one place and read in another. Floats are stored as hexadecimal text,
+// which round-trips exactly.
 #pragma once
 
 #include <string>

@@ -95,13 +95,10 @@ void prepare_run(PreparedRun& run, TrainOptions options, Communicator& communica
     options = resumed_options(options, recorded_options(*run.saved_state), run.saved_state->path());
   }
   if (options.epochs == 0) options.epochs = 1;
-  if (options.batch_size <= 0) fail("--batch-size must be positive, got ", options.batch_size);
-  if (options.log_every <= 0) fail("--log-every must be positive, got ", options.log_every);
-  check_training_controls(options);
-  if (options.check_every <= 0) fail("--check-every must be positive, got ", options.check_every);
+  check_training_controls(options);  // every flag's rule, and the rules between flags
   check_same_run(communicator, options, run.saved_state.get());  // the first collective: the options size later ones
   if (rank0 && !run.out) run.out.emplace(options.out_dir);
-  run.threads = configure_cpu_threads(threads_for_rank(options.threads, communicator));
+  run.threads = configure_cpu_threads(threads_for_rank(options.engine.threads, communicator));
   run.options = std::move(options);
 }
 
@@ -153,12 +150,12 @@ int train_prepared(PreparedRun& prepared, BatchSource& source, const Dataset& sh
   }
   run.check_controls_fit_the_run();
   if (communicator.rank() != 0) {
-    run.use_device(options.device, prepared.threads);
+    run.use_device(prepared.threads);
     return run.run();
   }
   prepare_run_files(options);
   remove_stale_temp_files(options.out_dir);  // left by a run killed with SIGKILL
-  run.use_device(options.device, prepared.threads);
+  run.use_device(prepared.threads);
   const int code = run.run();
   if (code == 0 || fs::exists(fs::path(options.out_dir) / "optimizer.safetensors")) prepared.out->keep();
   return code;

@@ -64,7 +64,7 @@ void TrainingRun::check_controls_fit_the_run() const {
          " steps" : "at epoch ends (" + std::to_string(batches_) + " steps); give --valid-every");
 }
 
-void TrainingRun::use_device(Device device, int threads) {
+void TrainingRun::use_device(int threads) {
   // A new run resolves its class weights here (unless given as values: Model.fit's class_weight);
   // a resumed one has them from its state.
   if (o_.class_weight_values.empty() && !o_.class_weights.empty()) {
@@ -75,11 +75,11 @@ void TrainingRun::use_device(Device device, int threads) {
   if (!o_.class_weight_values.empty() && o_.class_weight_values.size() != static_cast<size_t>(params_.config.num_labels))
     fail("class weights: ", o_.class_weight_values.size(), " values, but the model has ", params_.config.num_labels,
          " labels");
-  EngineOptions options{o_.batch_size, threads, o_.cuda, o_.class_weight_values};
-  options.precision = o_.precision;
+  EngineOptions options = engine_options(o_.engine, o_.batch_size, threads);
+  options.class_weights = o_.class_weight_values;
   options.communicator = &comm_;
-  engine_ = make_engine(device, params_, &optimizer_, options);
-  o_.cuda.rnn_algorithm = engine_->rnn_algorithm();  // recorded, so a resume keeps the arithmetic
+  engine_ = make_engine(o_.engine.device, params_, &optimizer_, options);
+  o_.engine.cuda.rnn_algorithm = engine_->rnn_algorithm();  // recorded, so a resume keeps the arithmetic
   if (narrates_) std::fprintf(stderr, "engine: %s\n", engine_->summary().c_str());
 }
 

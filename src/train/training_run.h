@@ -51,8 +51,9 @@ class TrainingRun final : private TrainingAccess {
   // The engine the steps run on. On a GPU it holds the parameters and moments, and the host
   // copies are refreshed before each checkpoint; its steps are queued without waiting, and their
   // loss and accuracy read back at each logging point, checkpoint and epoch end (collect).
-  // Called after resume(): the device starts from the restored optimizer state.
-  void use_device(Device device, int threads);
+  // Called after resume(): the device starts from the restored optimizer state. The device is the
+  // options' (engine.device); threads: the count configure_cpu_threads gave for them.
+  void use_device(int threads);
 
   // The caller's hooks (training_observer.h; null: none). Before run(); one process only.
   void observe(TrainingObserver* observer);
