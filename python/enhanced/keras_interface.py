@@ -9,6 +9,7 @@ The weights' layout: the checkpoint's tensors (docs/model.md) in the engine's or
 float32 arrays, so set_weights(get_weights()) is exact. Nothing here imports TensorFlow unless a
 .keras or .weights.h5 file is read or written."""
 import os
+import threading
 
 import numpy as np
 
@@ -149,12 +150,27 @@ class KerasInterface:
     built = True  # the model's shape is known at construction
     history = None  # the History of the last fit (Keras' model.history)
     _access = None  # the running fit's TrainingAccess (set by fit's bridge), else None
+    _fit_thread = None  # the thread running fit (threading.get_ident()), else None
     _weights_set_in_fit = False
 
-    def _live(self, what):
-        if self._access is None:
-            raise ValueError(f"{what} is the running fit's: it exists in fit's callbacks only")
+    def _fit_access(self, what):
+        """The running fit's TrainingAccess in fit's own thread (its callbacks), else None. From
+        another thread while a fit runs, a ValueError: the access is only valid between two steps
+        of fit's thread and is freed when the run ends, so another thread's call through it races
+        the engine or reaches freed memory. Only fit's thread sets and clears the access, so read
+        there it is current."""
+        thread = self._fit_thread
+        if thread is None:
+            return None
+        if thread != threading.get_ident():
+            raise ValueError(f"{what}: fit is running in another thread; call it from one of fit's callbacks")
         return self._access
+
+    def _live(self, what):
+        access = self._fit_access(what)
+        if access is None:
+            raise ValueError(f"{what} is the running fit's: it exists in fit's callbacks only")
+        return access
 
     @property
     def optimizer(self):
@@ -167,14 +183,18 @@ class KerasInterface:
 
     def get_weights(self):
         """The weights as float32 arrays: the checkpoint's tensors in the engine's order
-        (parameter_shapes); during fit, the engine's live ones."""
-        if self._access is not None:
-            return split_parameters(self._access.read_parameters(), self.config)
+        (parameter_shapes); during fit, the engine's live ones (from fit's callbacks; from another
+        thread, a ValueError)."""
+        access = self._fit_access("get_weights")
+        if access is not None:
+            return split_parameters(access.read_parameters(), self.config)
         tensors = load_checkpoint(self._weights())[1]
         return [np.array(tensors[name], dtype=np.float32) for name in parameter_shapes(self.config)]
 
     def set_weights(self, weights):
-        """Replaces the weights (get_weights' layout); during fit, the engine's from the next step on."""
+        """Replaces the weights (get_weights' layout); during fit, the engine's from the next step on
+        (from fit's callbacks; from another thread, a ValueError)."""
+        access = self._fit_access("set_weights")
         shapes = parameter_shapes(self.config)
         weights = list(weights)
         if len(weights) != len(shapes):
@@ -185,8 +205,8 @@ class KerasInterface:
             if value.shape != tuple(shape):
                 raise ValueError(f"set_weights: {name} has shape {list(value.shape)}, the model's is {list(shape)}")
             arrays[name] = np.ascontiguousarray(value, dtype=np.float32)
-        if self._access is not None:
-            self._access.write_parameters(np.concatenate([a.reshape(-1) for a in arrays.values()]))
+        if access is not None:
+            access.write_parameters(np.concatenate([a.reshape(-1) for a in arrays.values()]))
             self._weights_set_in_fit = True
         else:
             self._own_tensors(arrays)

@@ -12,6 +12,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import weakref
 
 import numpy as np
@@ -266,8 +267,9 @@ class Model(KerasInterface):
 
     def _weights(self):
         """The checkpoint predict, evaluate and state_dict read: in a callback of a running fit,
-        the run's live weights (as Keras' model holds them), written out for the engine."""
-        if self._access is not None:
+        the run's live weights (as Keras' model holds them), written out for the engine; from
+        another thread while a fit runs, a ValueError."""
+        if self._fit_access("the model's weights") is not None:
             live = self._private_path("live.safetensors")
             save_checkpoint(live, self.config, self._tensors(), self.label_names)
             return live
@@ -330,6 +332,7 @@ class Model(KerasInterface):
             raise ValueError("fit: this model is training already (fit called from one of its callbacks, or from "
                              "another thread); a model trains one run at a time")
         self._fitting = True
+        self._fit_thread = threading.get_ident()  # the one thread that may use the run's access
         try:
             verbose = _verbosity(verbose)
             check_keras_keywords(initial_epoch, sample_weight)
@@ -375,6 +378,7 @@ class Model(KerasInterface):
             self._after_run(out, status, bridge, isinstance(train, Stream))
             return history
         finally:
+            self._fit_thread = None
             self._fitting = False
 
     def _temporary_out(self):

@@ -6,6 +6,8 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <cxxabi.h>
+
 #include <string>
 #include <vector>
 
@@ -22,14 +24,34 @@ namespace enhanced::python {
 // whole process ("terminate called without an active exception"); waiting lets it exit cleanly.
 void wait_if_finalizing();
 
+// Blocks the calling thread for good: the process's exit ends it.
+[[noreturn]] void wait_for_exit();
+
+// Whether this thread's Python thread state is the current one (it holds the GIL). Not so while
+// CPython ends the thread from inside a call (the forced unwinding of its pthread_exit).
+bool holds_own_thread_state();
+
 // The GIL taken for a call into Python from a thread that released it (wait_if_finalizing first).
+// Python exiting can end the thread inside the call: a callback that released the GIL (time.sleep)
+// takes it back from a finalizing interpreter, and CPython calls pthread_exit. The unwinding then
+// reaches this destructor with the thread state no longer current, where PyGILState_Release is a
+// fatal error ("must be current when releasing"): the thread waits for the process's exit instead,
+// which also stops the unwinding before the engine's frames. Finalizing can also start between
+// wait_if_finalizing and PyGILState_Ensure: that pthread_exit is caught and waited out alike.
 class PythonCall {
  public:
   PythonCall() {
     wait_if_finalizing();
-    state_ = PyGILState_Ensure();
+    try {
+      state_ = PyGILState_Ensure();
+    } catch (abi::__forced_unwind&) {
+      wait_for_exit();
+    }
   }
-  ~PythonCall() { PyGILState_Release(state_); }
+  ~PythonCall() {
+    if (!holds_own_thread_state()) wait_for_exit();
+    PyGILState_Release(state_);
+  }
   PythonCall(const PythonCall&) = delete;
   PythonCall& operator=(const PythonCall&) = delete;
 
@@ -38,13 +60,19 @@ class PythonCall {
 };
 
 // The GIL released while the engine works, and taken back at the end of the scope
-// (wait_if_finalizing first): nanobind's gil_scoped_release without the abort at exit.
+// (wait_if_finalizing first): nanobind's gil_scoped_release without the abort at exit. The
+// pthread_exit of finalizing starting after that check is caught here: unwinding out of this
+// (noexcept) destructor would abort the process.
 class EngineWork {
  public:
   EngineWork() : state_(PyEval_SaveThread()) {}
   ~EngineWork() {
     wait_if_finalizing();
-    PyEval_RestoreThread(state_);
+    try {
+      PyEval_RestoreThread(state_);
+    } catch (abi::__forced_unwind&) {
+      wait_for_exit();
+    }
   }
   EngineWork(const EngineWork&) = delete;
   EngineWork& operator=(const EngineWork&) = delete;

@@ -14,14 +14,26 @@
 
 namespace enhanced::python {
 
+void wait_for_exit() {
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
 void wait_if_finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
   const bool finalizing = Py_IsFinalizing();
 #else
   const bool finalizing = _Py_IsFinalizing();
 #endif
-  if (!finalizing) return;
-  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // the process's exit ends it
+  if (finalizing) wait_for_exit();
+}
+
+bool holds_own_thread_state() {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyThreadState* current = PyThreadState_GetUnchecked();
+#else
+  PyThreadState* current = _PyThreadState_UncheckedGet();
+#endif
+  return current != nullptr && current == PyGILState_GetThisThreadState();
 }
 
 Dataset open_dataset(nb::object data, const std::string& name) {

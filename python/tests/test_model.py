@@ -537,3 +537,78 @@ print("exiting")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "exiting"
     assert "terminate called" not in result.stderr
+
+
+def test_python_exiting_while_a_daemon_fits_callback_waits_without_the_gil_exits_cleanly(demo, tmp_path):
+    """The callback releases the GIL (a blocking read, as time.sleep does) and is woken while the
+    interpreter finalizes: CPython ends the thread as it takes the GIL back (pthread_exit), and
+    that unwinding released a thread state no longer current, a fatal error that aborted the
+    process. A garbage cycle with the gc disabled is collected by finalization's own collection,
+    after finalizing starts: its __del__ wakes the callback at that moment every time."""
+    result = run_script(demo, tmp_path, """
+import gc
+read_end, write_end = os.pipe()
+class WakeAtFinalization:
+    def __init__(self, fd):
+        self.fd, self.write, self.sleep, self.finalizing = fd, os.write, time.sleep, sys.is_finalizing
+    def __del__(self):
+        self.write(1, b"woken while finalizing\\n" if self.finalizing() else b"woken early\\n")
+        self.write(self.fd, b"x")
+        self.sleep(0.5)  # the daemon thread meets the finalizing interpreter meanwhile
+waiting = threading.Event()
+class WaitWithoutTheGil:
+    def on_train_batch_end(self, batch, logs=None):
+        waiting.set()
+        os.read(read_end, 1)
+gc.disable()
+wake = WakeAtFinalization(write_end)
+wake.cycle = wake
+del wake
+thread = threading.Thread(target=model.fit, args=(x, y), kwargs=dict(epochs=50, out=sys.argv[2], verbose=0,
+                          callbacks=[WaitWithoutTheGil()]), daemon=True)
+thread.start()
+waiting.wait()
+print("exiting")
+""")
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["exiting", "woken while finalizing"]  # print's is buffered
+    assert "Fatal Python error" not in result.stderr
+
+
+def test_weights_from_another_thread_while_fit_runs_are_refused(demo, tmp_path):
+    """Another thread's set_weights and get_weights went through the run's TrainingAccess while
+    the engine trained, or after the run had freed it (a segfault): now refused by name. In a
+    subprocess, so that a crash fails the test. The callback holds the run until the other thread
+    has made a whole round of calls that began inside the fit, so the refusals are certain."""
+    result = run_script(demo, tmp_path, """
+model.fit(x, y, epochs=1, batch_size=8, verbose=0)
+weights = model.get_weights()
+rounds, done, refused = threading.Event(), False, set()
+def other():
+    while not done:
+        for call in (lambda: model.set_weights(weights), model.get_weights,
+                     lambda: model.optimizer.learning_rate):
+            try:
+                call()
+            except ValueError as e:
+                refused.add(str(e))
+        rounds.set()
+class WaitForTheOtherThread:
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 0:
+            for _ in range(2):  # the round that ends after the second clear began after the first
+                rounds.clear()
+                rounds.wait()
+thread = threading.Thread(target=other)
+thread.start()
+model.fit(x, y, epochs=3, batch_size=8, verbose=0, callbacks=[WaitForTheOtherThread()])
+done = True
+thread.join()
+print("\\n".join(sorted(refused)))
+""")
+    assert result.returncode == 0, result.stderr
+    another = "fit is running in another thread; call it from one of fit's callbacks"
+    during = {f"{what}: {another}" for what in ("set_weights", "get_weights", "optimizer.learning_rate")}
+    outside = "optimizer.learning_rate is the running fit's: it exists in fit's callbacks only"
+    refused = set(result.stdout.splitlines())
+    assert during <= refused <= during | {outside}
