@@ -196,7 +196,7 @@ def test_bad_data_and_bad_flags_are_one_clear_error(demo, tmp_path):
     bad[2] = bad[2][:-1]
     with pytest.raises(ValueError, match="sample 2"):
         model.fit(bad, labels[:4], out=tmp_path / "a", verbose=0)
-    with pytest.raises(ValueError, match="--lr"):
+    with pytest.raises(ValueError, match="^fit: lr: must be greater than 0"):
         model.fit(lists, labels, out=tmp_path / "b", verbose=0, lr=-1)
     with pytest.raises(ValueError, match="this model has no weights"):
         model.predict(lists)
@@ -461,7 +461,7 @@ def test_label_names_and_class_weights_reach_the_engine_as_values(demo, tmp_path
             tmp_path / "names.txt")
     assert read(tmp_path / "fit" / "last.safetensors") == read(tmp_path / "cli" / "last.safetensors")
     assert sorted(os.listdir(tmp_path / "fit")) == sorted(os.listdir(tmp_path / "cli"))
-    with pytest.raises(ValueError, match="--lr"):
+    with pytest.raises(ValueError, match="^fit: lr: must be greater than 0"):
         new_model(demo, label_names=names).fit(*demo["train"], out=tmp_path / "refused", lr=-1,
                                                class_weight=weights, verbose=0)
     assert not (tmp_path / "refused").exists()

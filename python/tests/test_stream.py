@@ -94,10 +94,21 @@ def test_running_out_early_stops_with_one_warning_saved_as_a_normal_end(demo, tm
 
 def test_a_one_shot_generator_without_steps_per_epoch_trains_one_pass(demo, tmp_path, capfd):
     x, y = demo["train"]
-    new_model(demo).fit(iter(Batches(x, y)), epochs=2, out=tmp_path / "run", **COMMON)
+    hooks = []
+
+    class Epochs:
+        def on_epoch_begin(self, epoch, logs=None):
+            hooks.append(("begin", epoch))
+
+        def on_epoch_end(self, epoch, logs=None):
+            hooks.append(("end", epoch))
+
+    history = new_model(demo).fit(iter(Batches(x, y)), epochs=2, out=tmp_path / "run", callbacks=[Epochs()],
+                                  **COMMON)
     steps = -(-len(y) // SIZE)
     assert [line["step"] for line in metric_lines(tmp_path / "run", "epoch")] == [steps]  # pass 2 is empty
     assert "ran out of data" in capfd.readouterr().err
+    assert hooks == [("begin", 0), ("end", 0)] and history.epoch == [0]  # no epoch begun that cannot end
 
 
 def ragged_dataset(demo):

@@ -269,8 +269,12 @@ void TrainingRun::print_done() const {
 // validating and checkpointing on the way. epoch_done: the epoch's last batch was queued.
 int TrainingRun::train_epoch(bool& epoch_done) {
   source_.start_epoch(position_.epoch, position_.batch_in_epoch);
-  if (observer_) observer_->on_epoch_begin(position_.epoch);
+  bool begun = false;
   while (const Batch* batch = source_.next()) {
+    // The epoch begins with its first batch: a stream that has run out begins no epoch it
+    // cannot end (each on_epoch_begin has its on_epoch_end).
+    if (observer_ && !begun) observer_->on_epoch_begin(position_.epoch);
+    begun = true;
     if (observer_) observer_->on_train_batch_begin(position_.batch_in_epoch);
     engine_->enqueue_train_step(*batch, learning_rate(position_.step));
     ++position_.step;
