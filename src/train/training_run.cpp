@@ -443,10 +443,17 @@ std::string TrainingRun::where_text() const {
   return cat("epoch ", position_.epoch + 1, "/", epochs, "  step ", position_.step, "/", total_steps_);
 }
 
+// A metrics.jsonl line of `kind` at the current step: its step, epoch (from 1) and the rate the
+// last step took (the keys sort: the line's bytes do not depend on the order they are added).
+nlohmann::json TrainingRun::metrics_line(const char* kind) const {
+  return {{"kind", kind}, {"step", position_.step}, {"epoch", position_.epoch + 1},
+          {"lr", learning_rate(position_.step - 1)}};
+}
+
 void TrainingRun::end_epoch() {
-  nlohmann::json line{{"kind", "epoch"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
-                      {"loss", position_.epoch_totals.mean_loss()}, {"accuracy", position_.epoch_totals.accuracy()},
-                      {"lr", learning_rate(position_.step - 1)}};
+  nlohmann::json line = metrics_line("epoch");
+  line["loss"] = position_.epoch_totals.mean_loss();
+  line["accuracy"] = position_.epoch_totals.accuracy();
   position_.epoch_totals = RunningTotals{};
   ++position_.epoch;
   position_.batch_in_epoch = 0;
@@ -464,8 +471,7 @@ void TrainingRun::end_epoch() {
 // best.safetensors nor early stopping nor the plateau sees it; its metrics line, written after
 // the state, is one a resume cuts), so a resume continues to the bits of an uninterrupted run.
 void TrainingRun::end_cut_epoch() {
-  nlohmann::json line{{"kind", "valid"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
-                      {"lr", learning_rate(position_.step - 1)}};
+  nlohmann::json line = metrics_line("valid");
   if (valid_) {
     validate_step(*engine_, *valid_, o_.batch_size, comm_, position_.step, line, progress_, observer_);
     metrics_.write(line);
@@ -477,8 +483,7 @@ void TrainingRun::end_cut_epoch() {
 }
 
 void TrainingRun::validate_between_epochs() {
-  nlohmann::json line{{"kind", "valid"}, {"step", position_.step}, {"epoch", position_.epoch + 1},
-                      {"lr", learning_rate(position_.step - 1)}};
+  nlohmann::json line = metrics_line("valid");
   validate(line, nullptr);
   metrics_.write(line);
 }

@@ -98,6 +98,7 @@ class TrainingRun final : private TrainingAccess {
   int end_epoch_and_poll();
   void end_cut_epoch();
   void validate_between_epochs();
+  nlohmann::json metrics_line(const char* kind) const;
   void validate(nlohmann::json& line, TrainingObserver* observer);
   void save() { saves_.save(*engine_, params_, optimizer_, o_, position_, metrics_.lines()); }
 
