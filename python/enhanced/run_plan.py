@@ -13,28 +13,28 @@ from .safetensors import read_metadata, unwritable_folder
 # The run's length and order when neither the caller nor a resumed run gives them: enhanced-train's.
 DEFAULTS = {"epochs": 1, "batch_size": 64, "seed": 0}
 
-# enhanced-train's flags that fit gives from its own arguments, or that have no place in fit.
+# How fit spells enhanced-train's flags (underscores for dashes) where the keyword is not the
+# flag's own name (--batch-size is batch_size, --lr is lr).
+_KEYWORD_OF_FLAG = {"data": "x", "valid": "validation_data", "resume": "resume=True", "overwrite": "overwrite=True",
+                    "no_shuffle": "shuffle=False", "class_weights": "class_weight", "quiet": "verbose=0"}
+
+# enhanced-train's flags that fit gives from its own arguments, or that have no place in fit, and
+# what to use instead where that is more than the keyword of _KEYWORD_OF_FLAG.
 _OWN = {"data": "the training data is x", "valid": "the validation data is validation_data",
-        "out": None, "resume": None, "epochs": None, "batch_size": None, "seed": None, "no_shuffle": "shuffle=False",
-        "class_weights": "class_weight", "label_names": "Model(label_names=...)",
-        "init_from": "Model.load(checkpoint).fit(...) continues from a checkpoint", "quiet": "verbose=0",
+        "out": None, "resume": None, "epochs": None, "batch_size": None, "seed": None, "no_shuffle": None,
+        "class_weights": None, "label_names": "Model(label_names=...)",
+        "init_from": "Model.load(checkpoint).fit(...) continues from a checkpoint", "quiet": None,
         "help": "docs/python.md", "vocab_size": "Model(...)", "num_labels": "Model(...)",
         "embedding_dim": "Model(...)", "hidden": "Model(...)", "blend": "Model(...)", "pool": "Model(...)",
         "pretrained": "Model(pretrained=...)"}
-
-
-# How fit spells the flags an engine message may name, where the keyword is not the flag's name
-# (--batch-size is batch_size, --lr is lr).
-_KEYWORD_OF_FLAG = {"data": "x", "valid": "validation_data", "resume": "resume=True", "overwrite": "overwrite=True",
-                    "no-shuffle": "shuffle=False", "class-weights": "class_weight", "quiet": "verbose=0"}
 
 
 def in_keywords(message):
     """An engine message (which names enhanced-train's flags) as fit, predict and evaluate's
     caller reads it: each --flag named as its keyword."""
     def keyword(match):
-        flag = match.group(1)
-        return _KEYWORD_OF_FLAG.get(flag, flag.replace("-", "_"))
+        name = match.group(1).replace("-", "_")
+        return _KEYWORD_OF_FLAG.get(name, name)
     return re.sub(r"(?<![\w/.-])--([a-z][a-z0-9-]*)", keyword, message)
 
 
@@ -60,7 +60,7 @@ def check_controls(controls, flag_names, switch_names):
     switches = {name.replace("-", "_") for name in switch_names}
     for name, value in controls.items():
         if name not in allowed:
-            hint = _OWN.get(name)
+            hint = _OWN.get(name) or (_KEYWORD_OF_FLAG.get(name) if name in _OWN else None)
             raise ValueError(f"fit: unknown keyword argument '{name}'" + (f" (use {hint})" if hint else "") +
                              "; fit takes x, y, validation_data, epochs, batch_size, callbacks, out, seed, shuffle, "
                              "verbose, resume, class_weight and enhanced-train's training controls (docs/python.md)")

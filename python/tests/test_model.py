@@ -522,18 +522,25 @@ model.fit(x, y, epochs=2, batch_size=16, seed=3, lr=0.01, out=sys.argv[2], verbo
     assert read(tmp_path / "run" / "last.safetensors") == read(whole / "last.safetensors")
 
 
+# A script's end: fit in a daemon thread with the callback `callback`, then the main thread ends
+# once the event `event` is set.
+def daemon_fit_then_exit(callback, event):
+    return f"""
+thread = threading.Thread(target=model.fit, args=(x, y), kwargs=dict(epochs=50, out=sys.argv[2], verbose=0,
+                          callbacks=[{callback}()]), daemon=True)
+thread.start()
+{event}.wait()
+print("exiting")
+"""
+
+
 def test_python_exiting_while_fit_runs_in_a_daemon_thread_exits_cleanly(demo, tmp_path):
     result = run_script(demo, tmp_path, """
 started = threading.Event()
 class Started:
     def on_train_batch_end(self, batch, logs=None):
         started.set()
-thread = threading.Thread(target=model.fit, args=(x, y), kwargs=dict(epochs=50, out=sys.argv[2], verbose=0,
-                          callbacks=[Started()]), daemon=True)
-thread.start()
-started.wait()
-print("exiting")
-""")
+""" + daemon_fit_then_exit("Started", "started"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "exiting"
     assert "terminate called" not in result.stderr
@@ -564,12 +571,7 @@ gc.disable()
 wake = WakeAtFinalization(write_end)
 wake.cycle = wake
 del wake
-thread = threading.Thread(target=model.fit, args=(x, y), kwargs=dict(epochs=50, out=sys.argv[2], verbose=0,
-                          callbacks=[WaitWithoutTheGil()]), daemon=True)
-thread.start()
-waiting.wait()
-print("exiting")
-""")
+""" + daemon_fit_then_exit("WaitWithoutTheGil", "waiting"))
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == ["exiting", "woken while finalizing"]  # print's is buffered
     assert "Fatal Python error" not in result.stderr
