@@ -13,6 +13,7 @@
 
 #include "layers/cpu/blas.h"
 #include "layers/cpu/lstm_bf16.h"
+#include "layers/cpu/lstm_pool.h"
 #include "layers/cpu/lstm_pointwise.h"
 #include "layers/cpu/lstm_steps.h"
 #include "layers/cpu/packing_clock.h"
@@ -71,6 +72,9 @@ struct DirectionWorkspace {
   uint16_t* bf16 = nullptr;         // lstm_bf16's buffers (the fast path)
   Real* step_gates = nullptr;       // (B, 4H) a forward that saves nothing: one step's gates
   Real* step_cells = nullptr;       // (2, B, H) and two steps' cells
+  Real* pool_row = nullptr;         // (H) the fused max-pool's row: h where y is not written, dL/dh's pooled part
+  Real* pool_max = nullptr;         // (B, T) feature mode's maxima of the reverse direction
+  int32_t* pool_index = nullptr;    // (B, T) and their channels
 };
 
 // Elements of Real per direction; with base, also carves direction `direction` of the workspace
@@ -89,7 +93,7 @@ size_t carve_direction(DirectionWorkspace<Real>* out, Real* base, int direction,
       G4, state, state, std::max(positions * W, positions * input + in_reals(positions * W, sizeof(uint16_t)) + 16),
       G4 * W, G4,
       in_reals(lstm_bf16::workspace_size(batch, input, hidden), sizeof(uint16_t)), static_cast<size_t>(batch) * G4,
-      2 * state};
+      2 * state, static_cast<size_t>(hidden), positions, in_reals(positions, sizeof(int32_t))};
   const size_t per_direction = carve_parts(base, sizes, 16);
   if (out == nullptr) return per_direction;
   Real* parts[std::size(sizes)];
@@ -99,6 +103,7 @@ size_t carve_direction(DirectionWorkspace<Real>* out, Real* base, int direction,
   out->operand_bf16 = reinterpret_cast<uint16_t*>(parts[5] + (positions * input + 15) / 16 * 16);
   out->product = parts[6], out->dbias_sum = parts[7], out->bf16 = reinterpret_cast<uint16_t*>(parts[8]);
   out->step_gates = parts[9], out->step_cells = parts[10];
+  out->pool_row = parts[11], out->pool_max = parts[12], out->pool_index = reinterpret_cast<int32_t*>(parts[13]);
   return per_direction;
 }
 
@@ -307,11 +312,13 @@ inline void pointwise_forward(float* gates, float* cell, float* h, uint16_t* h_n
 
 // One direction's forward: per step, x_t into its operand rows (whose h_{t-1} the step before
 // wrote; zero at the first step), its gates = project(operand), then the pointwise pass per row,
-// which writes h into the next step's operand rows; bias_sum (4H) = b_ih + b_hh.
+// which writes h into the next step's operand rows and out's, whose pool takes it at once;
+// bias_sum (4H) = b_ih + b_hh.
 template <class Real, class Project, class Rows>
-void forward_direction(Project& project, const Rows& rows, Real* y, const Real* x, const Real* bias_sum,
-                       int direction, int batch, int seq_len, int input, int hidden, bool round) {
-  const int H = hidden, C = 2 * hidden;
+void forward_direction(Project& project, const Rows& rows, const lstm_pool::HOutput<Real>& out, const Real* x,
+                       const Real* bias_sum, int direction, int batch, int seq_len, int input, int hidden,
+                       bool round) {
+  const int H = hidden;
   const size_t ld = rows.operand_ld();
   for (int step = 0; step < seq_len; ++step) {
     const int t = step_time(direction, step, seq_len), t_prev = previous_time(direction, t);
@@ -324,8 +331,10 @@ void forward_direction(Project& project, const Rows& rows, Real* y, const Real* 
     for (int b = 0; b < batch; ++b) {
       const size_t p = static_cast<size_t>(b) * seq_len + t;
       const Real* c_prev = step > 0 ? rows.cell_at(b, t_prev, step - 1) : nullptr;
-      pointwise_forward(rows.gates_at(b, t, step), rows.cell_at(b, t, step), y + p * C + direction * H,
-                        next ? next + b * ld : nullptr, c_prev, bias_sum, H, round);
+      Real* h = out.at(p, direction, H);
+      pointwise_forward(rows.gates_at(b, t, step), rows.cell_at(b, t, step), h, next ? next + b * ld : nullptr,
+                        c_prev, bias_sum, H, round);
+      if (out.pool.max) out.pool.take(b, t, step, h);
     }
   }
 }
@@ -334,29 +343,44 @@ void forward_direction(Project& project, const Rows& rows, Real* y, const Real* 
 // operand in saved_operand (B, T, D + H), or one step's in step_operand (B, D + H).
 template <class Real, class Op, class Project>
 void forward_direction(Project& project, const BiLstmState<Real>& saved, const DirectionWorkspace<Real>& workspace,
-                       Op* saved_operand, Op* step_operand, Real* y, const Real* x, const Real* bias_sum,
-                       int direction, int batch, int seq_len, int input, int hidden, bool round) {
+                       Op* saved_operand, Op* step_operand, const lstm_pool::HOutput<Real>& out, const Real* x,
+                       const Real* bias_sum, int direction, int batch, int seq_len, int input, int hidden,
+                       bool round) {
   const int width = input + hidden;
   if (saved.gates == nullptr) {
     const StepRows<Real, Op> rows{workspace.step_gates, workspace.step_cells, step_operand, batch, hidden, width};
-    forward_direction(project, rows, y, x, bias_sum, direction, batch, seq_len, input, hidden, round);
+    forward_direction(project, rows, out, x, bias_sum, direction, batch, seq_len, input, hidden, round);
   } else {
     const SavedRows<Real, Op> rows{saved.gates, saved.cell, saved_operand, direction, seq_len, hidden, width};
-    forward_direction(project, rows, y, x, bias_sum, direction, batch, seq_len, input, hidden, round);
+    forward_direction(project, rows, out, x, bias_sum, direction, batch, seq_len, input, hidden, round);
   }
+}
+
+// Where direction `direction` puts h and its maxima (pooled null: none): feature mode's forward
+// direction straight into pooled and argmax, the reverse one into its workspace until
+// combine_features.
+template <class Real>
+lstm_pool::HOutput<Real> h_output(Real* y, Real* pooled, int32_t* argmax, PoolMode mode,
+                                  const DirectionWorkspace<Real>& workspace, int direction, int seq_len, int hidden) {
+  lstm_pool::DirectionPool<Real> pool{pooled, argmax, mode, direction, seq_len, hidden};
+  if (pooled && mode == PoolMode::feature && direction == 1)
+    pool.max = workspace.pool_max, pool.index = workspace.pool_index;
+  return {y, workspace.pool_row, pool};
 }
 
 }  // namespace
 
 template <class Real>
-void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real* weight_ih, const Real* weight_hh,
-                    const Real* bias_ih, const Real* bias_hh, int batch, int seq_len, int input, int hidden,
-                    int threads, Precision precision) {
+void bilstm_maxpool_forward(Real* pooled, int32_t* argmax, Real* y, BiLstmState<Real>& saved, const Real* x,
+                            const Real* weight_ih, const Real* weight_hh, const Real* bias_ih, const Real* bias_hh,
+                            int batch, int seq_len, int input, int hidden, PoolMode mode, int threads,
+                            Precision precision) {
   const Arithmetic arithmetic = arithmetic_for<Real>(precision);
   const int G4 = 4 * hidden;
   in_two_parts(threads, [&](int direction) {
     const DirectionWorkspace<Real> workspace =
         direction_workspace(saved.workspace, direction, batch, seq_len, input, hidden);
+    const lstm_pool::HOutput<Real> out = h_output(y, pooled, argmax, mode, workspace, direction, seq_len, hidden);
     Real* bias_sum = workspace.bias_sum;  // b_ih + b_hh, added in the pointwise pass
     for (int j = 0; j < G4; ++j) bias_sum[j] = bias_ih[direction * G4 + j] + bias_hh[direction * G4 + j];
     const Real* w_ih = weight_ih + static_cast<size_t>(direction) * G4 * input;
@@ -366,7 +390,7 @@ void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real
         const bf16_gemm::TileSession tiles;  // AMX: the tiles configured once for the 400 steps
         const lstm_bf16::Workspace buffers = lstm_bf16::carve_workspace(workspace.bf16, batch, input, hidden);
         lstm_bf16::StepProjection project(buffers, w_ih, w_hh, input, hidden);
-        forward_direction(project, saved, workspace, workspace.operand_bf16, buffers.step_operand, y, x, bias_sum,
+        forward_direction(project, saved, workspace, workspace.operand_bf16, buffers.step_operand, out, x, bias_sum,
                           direction, batch, seq_len, input, hidden, true);
         return;
       }
@@ -374,9 +398,22 @@ void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real
     StepProjection<Real> project(workspace, w_ih, w_hh, input, hidden, arithmetic);
     Real* step_operand = workspace.operand;  // the double path (the gradient checks) has no packed_other
     if constexpr (std::is_same<Real, float>::value) step_operand = workspace.packed_other;
-    forward_direction(project, saved, workspace, workspace.operand, step_operand, y, x, bias_sum, direction, batch,
-                      seq_len, input, hidden, rounds(arithmetic));
+    forward_direction(project, saved, workspace, workspace.operand, step_operand, out, x, bias_sum, direction,
+                      batch, seq_len, input, hidden, rounds(arithmetic));
   });
+  if (pooled && mode == PoolMode::feature) {
+    const DirectionWorkspace<Real> reverse = direction_workspace(saved.workspace, 1, batch, seq_len, input, hidden);
+    lstm_pool::combine_features(pooled, argmax, reverse.pool_max, reverse.pool_index,
+                                static_cast<size_t>(batch) * seq_len, hidden);
+  }
+}
+
+template <class Real>
+void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real* weight_ih, const Real* weight_hh,
+                    const Real* bias_ih, const Real* bias_hh, int batch, int seq_len, int input, int hidden,
+                    int threads, Precision precision) {
+  bilstm_maxpool_forward(static_cast<Real*>(nullptr), nullptr, y, saved, x, weight_ih, weight_hh, bias_ih, bias_hh,
+                         batch, seq_len, input, hidden, PoolMode::feature, threads, precision);
 }
 
 namespace {
@@ -396,12 +433,12 @@ void add_product(Real* dw_ih, Real* dw_hh, const Real* product, bool transposed,
 }
 
 // One direction's backward: per step (T-1 down to 0) the pointwise pass per row
-// (products.pointwise: writing the gate gradients over the gates and carrying dc and dh); then
-// products(step, dgates rows (T * 8H apart), dh_recurrent), which must leave dh_recurrent for the
-// step before.
-template <class Real, class Products>
+// (products.pointwise: writing the gate gradients over the gates and carrying dc and dh, where
+// dh = dh_out(b, t), the row (H) of dL/dy, + dh_recurrent); then products(step, dgates rows
+// (T * 8H apart), dh_recurrent), which must leave dh_recurrent for the step before.
+template <class Real, class Products, class DhOut>
 void backward_direction(Products& products, Real* gates, Real* dc_carry, Real* dh_recurrent, Real* dbias_sum,
-                        const Real* cell, const Real* dy, int direction, int batch, int seq_len, int hidden) {
+                        const Real* cell, const DhOut& dh_out, int direction, int batch, int seq_len, int hidden) {
   const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
   for (int step = seq_len - 1; step >= 0; --step) {
     const int t = step_time(direction, step, seq_len), t_prev = previous_time(direction, t);
@@ -409,7 +446,7 @@ void backward_direction(Products& products, Real* gates, Real* dc_carry, Real* d
       const size_t p = static_cast<size_t>(b) * seq_len + t;
       const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
       products.pointwise(b, gates + p * G8 + direction * G4, dc_carry + static_cast<size_t>(b) * H, dbias_sum,
-                         cell + p * C + direction * H, c_prev, dy + p * C + direction * H,
+                         cell + p * C + direction * H, c_prev, dh_out(b, t),
                          dh_recurrent + static_cast<size_t>(b) * H, H);
     }
     products(step, gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<size_t>(seq_len) * G8,
@@ -446,16 +483,14 @@ struct FastProducts {
   void operator()(int step, float*, size_t, float* dh_recurrent) const { step_products(step, dh_recurrent); }
 };
 
-}  // namespace
-
-// y and x are the CUDA twin's inputs (cuDNN's); here the weight gradients read the step operands
+// The backward of bilstm_backward and bilstm_maxpool_backward: dh_of(direction, workspace), the
+// direction's dh_out for backward_direction. The weight gradients read the step operands
 // [x_t | h_{t-1}] that the forward kept in saved.workspace (a forward that saves nothing, run in
 // between, leaves them alone).
-template <class Real>
-void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh,
-                     BiLstmState<Real>& saved, [[maybe_unused]] const Real* y, const Real* dy,
-                     [[maybe_unused]] const Real* x, const Real* weight_ih, const Real* weight_hh, int batch,
-                     int seq_len, int input, int hidden, int threads, Precision precision) {
+template <class Real, class DhOf>
+void backward_layer(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh,
+                    BiLstmState<Real>& saved, const DhOf& dh_of, const Real* weight_ih, const Real* weight_hh,
+                    int batch, int seq_len, int input, int hidden, int threads, Precision precision) {
   const Arithmetic arithmetic = arithmetic_for<Real>(precision);
   bool fast = false;
   if constexpr (std::is_same<Real, float>::value) fast = arithmetic == Arithmetic::bf16_fast;
@@ -476,6 +511,7 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
     std::memset(dc_carry, 0, state * sizeof(Real));
     const Real* w_ih = weight_ih + static_cast<size_t>(direction) * G4 * input;
     const Real* w_hh = weight_hh + static_cast<size_t>(direction) * G4 * H;
+    const auto dh_out = dh_of(direction, workspace);
     if constexpr (std::is_same<Real, float>::value) {
       if (fast) {
         const bf16_gemm::TileSession tiles;
@@ -483,15 +519,15 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
                                               workspace.operand_bf16, direction == 0 ? dx : operand, product,
                                               direction, batch, seq_len, input, H);
         FastProducts products{step_products};
-        backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, dy, direction, batch,
+        backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, dh_out, direction, batch,
                            seq_len, H);
       }
     }
     if (!fast) {
       const RecurrentBackward<Real> recurrent(workspace, w_hh, H, arithmetic);
       RecurrentProducts<Real> products{recurrent, batch, H, rounds(arithmetic)};
-      backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, dy, direction, batch, seq_len,
-                         H);
+      backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, dh_out, direction, batch,
+                         seq_len, H);
       // dW (4H, D + H) = dgates^T (4H, P) [x | h_{t-1}] (P, D + H), the operand the forward saved: one GEMM, K = P.
       gemm(true, false, G4, W, positions, Real(1), gates + direction * G4, G8, operand, W, Real(0), product, W);
     }
@@ -517,6 +553,38 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
   });
 }
 
+}  // namespace
+
+// y and x are the CUDA twin's inputs (cuDNN's); the weight gradients here read what the forward
+// kept in saved.workspace.
+template <class Real>
+void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh,
+                     BiLstmState<Real>& saved, [[maybe_unused]] const Real* y, const Real* dy,
+                     [[maybe_unused]] const Real* x, const Real* weight_ih, const Real* weight_hh, int batch,
+                     int seq_len, int input, int hidden, int threads, Precision precision) {
+  auto dense = [dy, seq_len, hidden](int direction, const DirectionWorkspace<Real>&) {
+    return [dy, seq_len, hidden, direction](int b, int t) {
+      return dy + ((static_cast<size_t>(b) * seq_len + t) * 2 + direction) * hidden;
+    };
+  };
+  backward_layer(dx, dweight_ih, dweight_hh, dbias_ih, dbias_hh, saved, dense, weight_ih, weight_hh, batch, seq_len,
+                 input, hidden, threads, precision);
+}
+
+template <class Real>
+void bilstm_maxpool_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh,
+                             BiLstmState<Real>& saved, const int32_t* argmax, const Real* dpooled,
+                             [[maybe_unused]] const Real* x, const Real* weight_ih, const Real* weight_hh, int batch,
+                             int seq_len, int input, int hidden, PoolMode mode, int threads, Precision precision) {
+  auto pooled = [&](int direction, const DirectionWorkspace<Real>& workspace) {
+    const lstm_pool::DirectionGradient<Real> gradient{workspace.pool_row, argmax, dpooled, mode,
+                                                      direction,         seq_len, hidden};
+    return [gradient](int b, int t) { return gradient.at(b, t); };
+  };
+  backward_layer(dx, dweight_ih, dweight_hh, dbias_ih, dbias_hh, saved, pooled, weight_ih, weight_hh, batch, seq_len,
+                 input, hidden, threads, precision);
+}
+
 template size_t bilstm_workspace_size<float>(int, int, int, int);
 template size_t bilstm_workspace_size<double>(int, int, int, int);
 template void bilstm_forward<float>(float*, BiLstmState<float>&, const float*, const float*, const float*,
@@ -526,6 +594,18 @@ template void bilstm_forward<double>(double*, BiLstmState<double>&, const double
 template void bilstm_backward<float>(float*, float*, float*, float*, float*, BiLstmState<float>&, const float*,
                                      const float*, const float*, const float*, const float*, int, int, int, int, int,
                                      Precision);
+template void bilstm_maxpool_forward<float>(float*, int32_t*, float*, BiLstmState<float>&, const float*,
+                                            const float*, const float*, const float*, const float*, int, int, int,
+                                            int, PoolMode, int, Precision);
+template void bilstm_maxpool_forward<double>(double*, int32_t*, double*, BiLstmState<double>&, const double*,
+                                             const double*, const double*, const double*, const double*, int, int,
+                                             int, int, PoolMode, int, Precision);
+template void bilstm_maxpool_backward<float>(float*, float*, float*, float*, float*, BiLstmState<float>&,
+                                             const int32_t*, const float*, const float*, const float*, const float*,
+                                             int, int, int, int, PoolMode, int, Precision);
+template void bilstm_maxpool_backward<double>(double*, double*, double*, double*, double*, BiLstmState<double>&,
+                                              const int32_t*, const double*, const double*, const double*,
+                                              const double*, int, int, int, int, PoolMode, int, Precision);
 template void bilstm_backward<double>(double*, double*, double*, double*, double*, BiLstmState<double>&,
                                       const double*, const double*, const double*, const double*, const double*, int,
                                       int, int, int, int, Precision);

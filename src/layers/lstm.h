@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
+#include "enhanced/model.h"
 #include "enhanced/precision.h"
 
 namespace enhanced {
@@ -48,5 +50,24 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
                      BiLstmState<Real>& saved, const Real* y, const Real* dy, const Real* x, const Real* weight_ih,
                      const Real* weight_hh, int batch, int seq_len, int input, int hidden, int threads,
                      Precision precision = Precision::fp32);
+
+// The layer with the max-pool fused into it (the CPU engine's; layers/maxpool.h is the reference
+// and the CUDA engine's shape, where cuDNN's backward reads a dense dy). pooled (B, F), argmax
+// (B, F) as maxpool_forward finds them in y (F = T or 2H by mode), taken as each direction
+// produces h; y (B, T, 2H) or null: not written (nothing on the CPU reads it again). pooled
+// null: no pooling (bilstm_forward).
+template <class Real>
+void bilstm_maxpool_forward(Real* pooled, int32_t* argmax, Real* y, BiLstmState<Real>& saved, const Real* x,
+                            const Real* weight_ih, const Real* weight_hh, const Real* bias_ih, const Real* bias_hh,
+                            int batch, int seq_len, int input, int hidden, PoolMode mode, int threads,
+                            Precision precision = Precision::fp32);
+
+// bilstm_backward of maxpool_backward's dy, without it: each step's dL/dh takes dpooled (B, F)
+// where argmax (B, F), bilstm_maxpool_forward's, points, as the dense dy would give it, bit for bit.
+template <class Real>
+void bilstm_maxpool_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh,
+                             BiLstmState<Real>& saved, const int32_t* argmax, const Real* dpooled, const Real* x,
+                             const Real* weight_ih, const Real* weight_hh, int batch, int seq_len, int input,
+                             int hidden, PoolMode mode, int threads, Precision precision = Precision::fp32);
 
 }  // namespace enhanced
