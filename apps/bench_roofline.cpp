@@ -20,14 +20,16 @@ PartWork blend_forward_work(const StepShape& s) {
 
 PartWork lstm_forward_work(const StepShape& s) {
   const double P = static_cast<double>(s.batch) * s.config.seq_len, D = s.config.embedding_dim, H = s.config.hidden;
-  // x read; h and c (2H each) and the four gates of both directions (8H) written for the backward.
-  return {2 * P * 8 * H * (D + H) / 1e9, kFloat * P * (D + 12 * H) / 1e9};
+  // x read; c (2H) and the four gates of both directions (8H) written for the backward; h only
+  // pooled (the max-pool is fused in: y is not written), the pooled features counted by the head.
+  return {2 * P * 8 * H * (D + H) / 1e9, kFloat * P * (D + 10 * H) / 1e9};
 }
 
+// Dense and loss: the max-pool runs in the LSTM's forward, which hands over the pooled features.
 PartWork head_forward_work(const StepShape& s) {
-  const double P = static_cast<double>(s.batch) * s.config.seq_len, H = s.config.hidden;
-  const double dense = 2.0 * s.batch * s.config.pooled_features() * s.config.num_labels;
-  return {dense / 1e9, kFloat * P * 2 * H / 1e9};  // the LSTM's output read once
+  const double F = s.config.pooled_features(), L = s.config.num_labels, B = s.batch;
+  const double dense = 2.0 * B * F * L;
+  return {dense / 1e9, kFloat * (B * F + F * L + B * L) / 1e9};  // pooled and W read, logits written
 }
 
 PartWork sum(std::initializer_list<PartWork> parts) {
@@ -50,14 +52,16 @@ PartWork lstm_work(const StepShape& s) {
   const double P = static_cast<double>(s.batch) * s.config.seq_len, D = s.config.embedding_dim, H = s.config.hidden;
   const PartWork forward = lstm_forward_work(s);
   // Twice the forward's GEMM FLOP (the inputs' and the weights' gradients); the saved h, c and
-  // gates and dh (2H) read, dx written.
-  return sum({forward, {2 * forward.gflop, kFloat * P * (14 * H + D) / 1e9}});
+  // gates read, dx written (dL/dh: the pooled gradient, counted by the head).
+  return sum({forward, {2 * forward.gflop, kFloat * P * (12 * H + D) / 1e9}});
 }
 
 PartWork head_work(const StepShape& s) {
-  const double P = static_cast<double>(s.batch) * s.config.seq_len, H = s.config.hidden;
+  const double F = s.config.pooled_features(), L = s.config.num_labels, B = s.batch;
   const PartWork forward = head_forward_work(s);
-  return sum({forward, {2 * forward.gflop, kFloat * P * 2 * H / 1e9}});  // the LSTM output's gradient written
+  // dlogits, pooled and W read again, W's gradient and the pooled gradient written: no (B, T, 2H)
+  // gradient, the LSTM's backward reads the pooled one.
+  return sum({forward, {2 * forward.gflop, kFloat * (B * L + B * F + 2 * F * L + B * F) / 1e9}});
 }
 
 PartWork optimizer_work(const StepShape& s) {

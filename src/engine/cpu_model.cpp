@@ -11,7 +11,6 @@
 #include "layers/dense.h"
 #include "layers/embedding_blend.h"
 #include "layers/lstm.h"
-#include "layers/maxpool.h"
 #include "layers/softmax_xent.h"
 
 namespace enhanced {
@@ -52,14 +51,17 @@ void blend_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Ba
                            batch.cur_word_ids.data(), batch.positions(), c.embedding_dim, c.blend);
 }
 
-// keep: save the gates and cells for lstm_backward (a forward without its backward keeps none).
+// The BiLSTM with the max-pool fused into it: pooled and argmax straight from each step's h, y
+// not written (nothing reads it here). keep: save the gates and cells for lstm_backward (a
+// forward without its backward keeps none).
 template <class Real>
 void lstm_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, int batch, int threads,
                   Precision precision, bool keep = true) {
   const ModelConfig& c = params.config;
   BiLstmState<Real> saved{keep ? a.gates : nullptr, keep ? a.cell : nullptr, a.lstm_workspace};
-  bilstm_forward(a.y, saved, a.x, params.weight_ih, params.weight_hh, params.bias_ih, params.bias_hh, batch, c.seq_len,
-                 c.embedding_dim, c.hidden, threads, precision);
+  bilstm_maxpool_forward(a.pooled, a.argmax, static_cast<Real*>(nullptr), saved, a.x, params.weight_ih,
+                         params.weight_hh, params.bias_ih, params.bias_hh, batch, c.seq_len, c.embedding_dim, c.hidden,
+                         c.pool, threads, precision);
 }
 
 template <class Real>
@@ -67,18 +69,18 @@ void lstm_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Par
                    int threads, Precision precision) {
   const ModelConfig& c = params.config;
   BiLstmState<Real> saved{a.gates, a.cell, a.lstm_workspace};
-  bilstm_backward(a.dx, grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, saved, a.y, a.dy, a.x,
-                  params.weight_ih, params.weight_hh, batch, c.seq_len, c.embedding_dim, c.hidden, threads, precision);
+  bilstm_maxpool_backward(a.dx, grads.weight_ih, grads.weight_hh, grads.bias_ih, grads.bias_hh, saved, a.argmax,
+                          a.dpooled, a.x, params.weight_ih, params.weight_hh, batch, c.seq_len, c.embedding_dim,
+                          c.hidden, c.pool, threads, precision);
 }
 
-// Max-pool, dense and the (class-weighted when class_weights) loss; returns the mean loss (and
-// d loss / d logits with_gradient).
+// Dense and the (class-weighted when class_weights) loss over the pooled features lstm_forward
+// left; returns the mean loss (and d loss / d logits with_gradient).
 template <class Real>
 double head_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, bool with_gradient,
                     const float* class_weights, const LossDenominator* whole, Precision precision) {
   const ModelConfig& c = params.config;
   const int B = batch.size;
-  maxpool_forward(a.pooled, a.argmax, a.y, B, c.seq_len, 2 * c.hidden, c.pool);
   dense_forward(a.logits, a.pooled, params.dense_weight, params.dense_bias, B, c.pooled_features(), c.num_labels,
                 precision, a.dense_workspace);
   double mean_loss = 0;
@@ -93,7 +95,6 @@ void head_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Par
   const ModelConfig& c = params.config;
   dense_backward(a.dpooled, grads.dense_weight, grads.dense_bias, a.dlogits, a.pooled, params.dense_weight, batch,
                  c.pooled_features(), c.num_labels, precision, a.dense_workspace);
-  maxpool_backward(a.dy, a.argmax, a.dpooled, batch, c.seq_len, 2 * c.hidden, c.pool);
 }
 
 }  // namespace
