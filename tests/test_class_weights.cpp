@@ -1,5 +1,6 @@
 // Class weights: scikit-learn's "balanced" rule, the weights file and its errors, and the engine's
-// use of them (the training loss weighted, evaluation's forward not).
+// use of them (the training loss weighted, divided by the total weight or by B, evaluation's
+// forward not), also in a data-parallel step's shards.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,7 +14,9 @@
 #include "data_test_util.h"
 #include "enhanced/common.h"
 #include "enhanced/cpu.h"
+#include "enhanced/data_parallel.h"
 #include "enhanced/engine.h"
+#include "layers/softmax_xent.h"
 #include "train/class_weights.h"
 
 namespace enhanced {
@@ -133,6 +136,76 @@ TEST(ClassWeights, TheEngineWeighsTrainingLossesNotEvaluation) {
   EXPECT_EQ(weighted->forward(batch, nullptr), unweighted) << "evaluation stays unweighted";
   EXPECT_THROW(make_engine(Device::cpu, params, &state, EngineOptions{4, 1, {}, {1.0f, 2.0f}}), Error);
   EXPECT_THROW(make_engine(Device::cpu, params, &state, EngineOptions{4, 1, {}, {1.0f, -2.0f, 1.0f, 1.0f}}), Error);
+}
+
+// Keras' class_weight (ClassWeightMean::batch): the training loss is sum_b w[y_b] * nll_b / B,
+// not torch's / sum_b w[y_b]; evaluation stays unweighted.
+TEST(ClassWeights, TheEngineDividesByTheBatchSizeForKeras) {
+  const ModelConfig config = testing::small_config(BlendMode::mean, PoolMode::feature, 3);
+  const std::vector<Batch> batches = testing::training_batches(config, 1, 21);
+  const Batch& batch = batches[0];
+  ParameterBuffer<float> params(config);
+  initialize_parameters(params, 4);
+  const std::vector<float> weights = {0.5f, 2.0f, 1.0f, 0.25f};
+  OptimizerState state(OptimizerConfig{}, config);
+  EngineOptions options{4, 1, {}, weights};
+  options.class_weight_mean = ClassWeightMean::batch;
+  const std::unique_ptr<Engine> plain = make_engine(Device::cpu, params, &state, EngineOptions{4, 1, {}});
+  const std::unique_ptr<Engine> keras = make_engine(Device::cpu, params, &state, options);
+  std::vector<float> logits(static_cast<size_t>(batch.size) * config.num_labels);
+  const double unweighted = plain->forward(batch, logits.data());
+  std::vector<float> probabilities(logits.size());
+  softmax_probabilities(probabilities.data(), logits.data(), batch.size, config.num_labels);
+  double numerator = 0, weight_sum = 0;
+  for (int b = 0; b < batch.size; ++b) {
+    const double w = weights[batch.labels[b]];
+    numerator -= w * std::log(probabilities[static_cast<size_t>(b) * config.num_labels + batch.labels[b]]);
+    weight_sum += w;
+  }
+  ASSERT_GT(std::fabs(numerator / weight_sum - numerator / batch.size), 1e-3) << "the batch must tell them apart";
+  EXPECT_NEAR(keras->compute_gradients(batch, nullptr), numerator / batch.size, 1e-5);
+  EXPECT_EQ(keras->forward(batch, nullptr), unweighted) << "evaluation stays unweighted";
+}
+
+// A data-parallel step's shards (take_shard over 3 ranks) divide by the whole batch's
+// denominator in either mode: their loss shares sum to the whole batch's loss, and each shard's
+// gradient rows are the whole batch's rows.
+TEST(ClassWeights, ShardsDivideByTheWholeBatchsDenominatorInEitherMode) {
+  Random random(31);
+  const int B = 7, L = 4, T = 3, ranks = 3;
+  const Batch batch = testing::random_batch(B, T, 11, L, random);
+  std::vector<double> logits(static_cast<size_t>(B) * L);
+  for (double& x : logits) x = random.uniform(-3, 3);
+  const std::vector<float> weights = {0.5f, 2.0f, 1.25f, 0.0f};
+  for (const ClassWeightMean mean : {ClassWeightMean::weights, ClassWeightMean::batch}) {
+    SCOPED_TRACE(to_string(mean));
+    std::vector<double> whole_rows(logits.size()), losses(B);
+    double whole_loss = 0;
+    softmax_cross_entropy(whole_rows.data(), losses.data(), &whole_loss, logits.data(), batch.labels.data(),
+                          weights.data(), B, L, nullptr, mean);
+    double shares = 0;
+    for (int rank = 0; rank < ranks; ++rank) {
+      Batch part;
+      LossDenominator whole;
+      const Shard shard = take_shard(part, batch, rank, ranks, weights.data(), &whole, mean);
+      EXPECT_EQ(whole.batch, B);
+      double expected_denominator = B;
+      if (mean == ClassWeightMean::weights) {
+        expected_denominator = 0;
+        for (int b = 0; b < B; ++b) expected_denominator += weights[batch.labels[b]];
+      }
+      EXPECT_EQ(whole.weighted, expected_denominator);
+      std::vector<double> rows(static_cast<size_t>(shard.count) * L), part_losses(shard.count);
+      double share = 0;
+      const double* part_logits = logits.data() + static_cast<size_t>(shard.first) * L;
+      softmax_cross_entropy(rows.data(), part_losses.data(), &share, part_logits, part.labels.data(), weights.data(),
+                            shard.count, L, &whole);
+      shares += share;
+      for (size_t i = 0; i < rows.size(); ++i)
+        EXPECT_EQ(rows[i], whole_rows[static_cast<size_t>(shard.first) * L + i]) << "rank " << rank;
+    }
+    EXPECT_NEAR(shares, whole_loss, 1e-12);
+  }
 }
 
 }  // namespace

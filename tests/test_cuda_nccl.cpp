@@ -48,6 +48,7 @@ struct OneRankCase {
   bool graphs = true;
   PoolMode pool = PoolMode::feature;
   size_t collect_every = 5;  // steps between two reads of the totals
+  ClassWeightMean class_weight_mean = ClassWeightMean::weights;
 };
 
 std::vector<OneRankCase> one_rank_cases() {
@@ -68,6 +69,8 @@ std::vector<OneRankCase> one_rank_cases() {
   // Each step's totals alone: its loss is the whole batch's, read back from the reduced sums.
   cases.push_back({"Adam, class weights, totals every step", adam, {1.0f, 0.5f, 3.0f, 1.0f}, true,
                    PoolMode::feature, 1});
+  cases.push_back({"Adam, class weights divided by B (Keras), totals every step", adam, {1.0f, 0.5f, 3.0f, 1.0f},
+                   true, PoolMode::feature, 1, ClassWeightMean::batch});
   return cases;
 }
 
@@ -82,10 +85,12 @@ void check_one_rank(const OneRankCase& c) {
   CudaOptions options = standard_lstm_options();  // both engines: the same algorithm
   options.graphs = c.graphs;
   Communicator alone;
-  EngineOptions ranked_options = testing::gpu_options(options, c.class_weights);
+  EngineOptions plain_options = testing::gpu_options(options, c.class_weights);
+  plain_options.class_weight_mean = c.class_weight_mean;
+  EngineOptions ranked_options = plain_options;
   ranked_options.communicator = &alone;
   ranked_options.exchange_alone = true;
-  testing::EngineRun plain(Device::cuda, initial, c.optimizer, testing::gpu_options(options, c.class_weights));
+  testing::EngineRun plain(Device::cuda, initial, c.optimizer, plain_options);
   testing::EngineRun ranked(Device::cuda, initial, c.optimizer, ranked_options);
   for (size_t step = 0; step < batches.size(); ++step) {
     const float lr = c.optimizer.learning_rate * (1.0f - 0.02f * static_cast<float>(step));

@@ -281,9 +281,13 @@ TEST(CudaParity, SoftmaxCrossEntropyMatchesCpu) {
   SKIP_WITHOUT_GPU();
   Gpu gpu;
   Random random(10);
-  // Unweighted, and with class weights (torch CrossEntropyLoss(weight=); class 0 weighs 0).
-  for (const auto& [B, L, weighted] : {std::tuple{4, 5, false}, std::tuple{1, 1, false}, std::tuple{3, 2, false},
-                                       std::tuple{4, 5, true}, std::tuple{9, 3, true}}) {
+  // Unweighted, and with class weights (class 0 weighs 0), divided by their sum (torch
+  // CrossEntropyLoss(weight=)) or by B (Keras' class_weight).
+  const ClassWeightMean torch = ClassWeightMean::weights, keras = ClassWeightMean::batch;
+  for (const auto& [B, L, weighted, mean] :
+       {std::tuple{4, 5, false, torch}, std::tuple{1, 1, false, torch}, std::tuple{3, 2, false, torch},
+        std::tuple{4, 5, true, torch}, std::tuple{9, 3, true, torch}, std::tuple{4, 5, true, keras},
+        std::tuple{9, 3, true, keras}}) {
     const std::vector<double> logits = random_floats(static_cast<size_t>(B) * L, random, 8.0);
     std::vector<int32_t> labels(B);
     for (int32_t& l : labels) l = static_cast<int32_t>(random.below(L));
@@ -292,14 +296,15 @@ TEST(CudaParity, SoftmaxCrossEntropyMatchesCpu) {
     const float* host_weights = weighted ? weights.data() : nullptr;
     std::vector<double> dlogits(logits.size()), losses(B);
     double loss = 0;
-    softmax_cross_entropy(dlogits.data(), losses.data(), &loss, logits.data(), labels.data(), host_weights, B, L);
+    softmax_cross_entropy(dlogits.data(), losses.data(), &loss, logits.data(), labels.data(), host_weights, B, L,
+                          nullptr, mean);
     auto d_logits = to_device(to_float(logits), gpu.stream);
     auto d_labels = to_device(labels, gpu.stream);
     auto d_weights = to_device(weights, gpu.stream);
     DeviceBuffer<float> d_dlogits(dlogits.size()), d_losses(B);
     DeviceBuffer<double> d_loss(1);
     cuda::softmax_cross_entropy(d_dlogits.data(), d_losses.data(), d_loss.data(), d_logits.data(), d_labels.data(),
-                                weighted ? d_weights.data() : nullptr, B, L, nullptr, gpu.stream);
+                                weighted ? d_weights.data() : nullptr, B, L, nullptr, mean, gpu.stream);
     // exp/log in float: a few ulp each, over L terms: 1e-5 relative is ample.
     EXPECT_NEAR(to_host(d_loss, 1, gpu.stream)[0], loss, 1e-5 * std::max(1.0, loss));
     expect_relative(to_host(d_losses, B, gpu.stream), losses, 1e-5, "sample losses");

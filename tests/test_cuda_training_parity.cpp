@@ -34,7 +34,16 @@ struct ScheduledCase {
   const char* name;
   OptimizerConfig optimizer;
   std::vector<float> class_weights = {};
+  ClassWeightMean class_weight_mean = ClassWeightMean::weights;
 };
+
+// The engines' options for a case: batches of up to 4, its class weights and their mean.
+EngineOptions case_options(const ScheduledCase& c, Device device, const CudaOptions& cuda) {
+  EngineOptions options = device == Device::cpu ? EngineOptions{4, 1, {}, c.class_weights}
+                                                : testing::gpu_options(cuda, c.class_weights);
+  options.class_weight_mean = c.class_weight_mean;
+  return options;
+}
 
 // The same batches and rates through the CPU engine and the CUDA engine with graphs on; the
 // totals are read every 10 steps, as the trainer does.
@@ -45,8 +54,8 @@ void check_scheduled(const ScheduledCase& c) {
   initialize_parameters(initial, 13);
   CudaOptions options;
   options.graphs = true;
-  testing::EngineRun cpu(Device::cpu, initial, c.optimizer, EngineOptions{4, 1, {}, c.class_weights});
-  testing::EngineRun gpu(Device::cuda, initial, c.optimizer, testing::gpu_options(options, c.class_weights));
+  testing::EngineRun cpu(Device::cpu, initial, c.optimizer, case_options(c, Device::cpu, options));
+  testing::EngineRun gpu(Device::cuda, initial, c.optimizer, case_options(c, Device::cuda, options));
   for (size_t step = 0; step < batches.size(); ++step) {
     const float lr = rate_of(c.optimizer.learning_rate, step);
     cpu.engine->enqueue_train_step(batches[step], lr);
@@ -72,7 +81,7 @@ void check_scheduled(const ScheduledCase& c) {
   // From the same weights: compute_gradients is weighted like the steps, forward is not.
   ParameterBuffer<float> same = cpu.params;
   const std::unique_ptr<Engine> fresh =
-      make_engine(Device::cuda, same, nullptr, testing::gpu_options(options, c.class_weights));
+      make_engine(Device::cuda, same, nullptr, case_options(c, Device::cuda, options));
   const double cpu_gradients_loss = cpu.engine->compute_gradients(batches[0], nullptr);
   const double cpu_forward_loss = cpu.engine->forward(batches[0], nullptr);
   EXPECT_NEAR(fresh->compute_gradients(batches[0], nullptr), cpu_gradients_loss,
@@ -138,8 +147,11 @@ TEST(CudaTrainingParity, ClassWeightedTrainingMatchesCpu) {
   sgd.learning_rate = 0.05f;
   sgd.momentum = 0.9f;
   const std::vector<float> weights = {0.5f, 2.0f, 0.0f, 1.25f};
+  const ClassWeightMean keras = ClassWeightMean::batch;
   for (const ScheduledCase& c : {ScheduledCase{"adam, weighted", adam, weights},
-                                 ScheduledCase{"sgd+momentum, weighted", sgd, weights}})
+                                 ScheduledCase{"sgd+momentum, weighted", sgd, weights},
+                                 ScheduledCase{"adam, weighted, Keras' batch mean", adam, weights, keras},
+                                 ScheduledCase{"sgd+momentum, weighted, Keras' batch mean", sgd, weights, keras}})
     check_scheduled(c);
 }
 

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "enhanced/class_weight_mean.h"
 #include "enhanced/common.h"
 #include "enhanced/device.h"
 #include "enhanced/model.h"
@@ -43,6 +44,7 @@ TEST(EnumNames, EveryTableRoundTripsAndRefusesOtherNames) {
   expect_table_round_trips<RnnAlgorithm>(rnn_algorithms(), parse_rnn_algorithm);
   expect_table_round_trips<ScheduleKind>(schedule_kinds(), parse_schedule_kind);
   expect_table_round_trips<MonitorMetric>(monitor_metrics(), parse_monitor_metric);
+  expect_table_round_trips<ClassWeightMean>(class_weight_means(), parse_class_weight_mean);
   for (const EnumName<Device>& row : devices()) EXPECT_STREQ(to_string(row.value), row.name);
 }
 

@@ -276,5 +276,62 @@ TEST(SoftmaxCrossEntropy, ClassWeightedMatchesFiniteDifferencesAndTheDefinition)
   for (double g : dlogits) EXPECT_EQ(g, 0.0);
 }
 
+// Keras' class_weight (ClassWeightMean::batch): per-sample weights w[y_b] under the
+// "sum_over_batch_size" reduction, sum_b w[y_b] * nll_b / B; its gradient against central
+// differences in double, its value against that formula, and, for a batch whose weights do not
+// sum to B, different from torch's.
+TEST(SoftmaxCrossEntropy, KerasBatchMeanMatchesFiniteDifferencesAndTheDefinition) {
+  Random random(9);
+  const int B = 5, L = 4;
+  std::vector<double> logits = random_vector(B * L, random, 3.0);
+  const std::vector<int32_t> labels = {0, 3, 2, 2, 1};
+  const std::vector<float> weights = {0.5f, 2.0f, 1.5f, 0.0f};  // class 3 weighs nothing; they sum to 5.5
+  const auto batch_mean = ClassWeightMean::batch;
+  auto loss = [&] {
+    double out = 0;
+    softmax_cross_entropy<double>(nullptr, nullptr, &out, logits.data(), labels.data(), weights.data(), B, L, nullptr,
+                                  batch_mean);
+    return out;
+  };
+  std::vector<double> dlogits(logits.size()), losses(B);
+  double keras = 0;
+  softmax_cross_entropy(dlogits.data(), losses.data(), &keras, logits.data(), labels.data(), weights.data(), B, L,
+                        nullptr, batch_mean);
+  check_tensor(loss, logits.data(), dlogits.data(), logits.size(), "dlogits", random);
+  double numerator = 0, weight_sum = 0;
+  for (int b = 0; b < B; ++b) {
+    numerator += weights[labels[b]] * losses[b];
+    weight_sum += weights[labels[b]];
+  }
+  ASSERT_NE(weight_sum, static_cast<double>(B)) << "the batch must tell the two denominators apart";
+  EXPECT_NEAR(keras, numerator / B, 1e-12);
+  double torch = 0;
+  softmax_cross_entropy<double>(nullptr, nullptr, &torch, logits.data(), labels.data(), weights.data(), B, L);
+  EXPECT_NEAR(torch, numerator / weight_sum, 1e-12) << "ClassWeightMean::weights stays the default";
+  // Gradient rows: w[y_b] * (softmax - onehot) / B, straight from the softmax.
+  std::vector<double> probabilities(logits.size());
+  softmax_forward(probabilities.data(), logits.data(), B, L);
+  for (int b = 0; b < B; ++b)
+    for (int l = 0; l < L; ++l) {
+      const double onehot = l == labels[b] ? 1.0 : 0.0;
+      EXPECT_NEAR(dlogits[b * L + l], weights[labels[b]] * (probabilities[b * L + l] - onehot) / B, 1e-12)
+          << "row " << b << " label " << l;
+    }
+  // Weights of 1 are the unweighted mean (the denominator is B either way).
+  const std::vector<float> ones(L, 1.0f);
+  double unit = 0, plain = 0;
+  softmax_cross_entropy<double>(nullptr, nullptr, &unit, logits.data(), labels.data(), ones.data(), B, L, nullptr,
+                                batch_mean);
+  softmax_cross_entropy<double>(nullptr, nullptr, &plain, logits.data(), labels.data(), nullptr, B, L);
+  EXPECT_NEAR(unit, plain, 1e-12);
+  // Only weight-0 samples: loss 0 and no gradient, as Keras' 0 / B.
+  const std::vector<int32_t> nothing = {3, 3, 3, 3, 3};
+  double zero = 1;
+  softmax_cross_entropy(dlogits.data(), losses.data(), &zero, logits.data(), nothing.data(), weights.data(), B, L,
+                        nullptr, batch_mean);
+  EXPECT_EQ(zero, 0.0);
+  for (double g : dlogits) EXPECT_EQ(g, 0.0);
+}
+
 }  // namespace
 }  // namespace enhanced

@@ -20,10 +20,12 @@ TEST(RunOptions, NewFieldsRoundTripExactly) {
   o.optimizer.weight_decay = 0.1f;  // not exact in binary: the hexadecimal text keeps its bits
   o.optimizer.weight_decay_embedding = true;
   o.class_weights = "balanced";
+  o.class_weight_mean = ClassWeightMean::batch;
   const TrainOptions back = resumed_options(TrainOptions{}, run_options_text(o), "state");
   EXPECT_EQ(back.optimizer.weight_decay, 0.1f);
   EXPECT_TRUE(back.optimizer.weight_decay_embedding);
   EXPECT_EQ(back.class_weights, "balanced");
+  EXPECT_EQ(back.class_weight_mean, ClassWeightMean::batch);
   EXPECT_EQ(back.data_path, (std::filesystem::current_path() / "train.ebin").string());  // recorded canonical
 }
 
@@ -31,7 +33,7 @@ TEST(RunOptions, StateRecordedBeforeTheNewFieldsResumesWithTheirDefaults) {
   TrainOptions o;
   o.data_path = "train.ebin";
   nlohmann::json recorded = nlohmann::json::parse(run_options_text(o));
-  for (const char* key : {"weight_decay", "weight_decay_embedding", "class_weights"}) {
+  for (const char* key : {"weight_decay", "weight_decay_embedding", "class_weights", "class_weight_mean"}) {
     ASSERT_TRUE(recorded.contains(key)) << key;
     recorded.erase(key);
   }
@@ -39,6 +41,7 @@ TEST(RunOptions, StateRecordedBeforeTheNewFieldsResumesWithTheirDefaults) {
   EXPECT_EQ(back.optimizer.weight_decay, 0.0f);
   EXPECT_FALSE(back.optimizer.weight_decay_embedding);
   EXPECT_EQ(back.class_weights, "");
+  EXPECT_EQ(back.class_weight_mean, ClassWeightMean::weights) << "older runs divide by the weights";
   EXPECT_EQ(back.data_path, (std::filesystem::current_path() / "train.ebin").string());
 }
 

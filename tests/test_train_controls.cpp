@@ -343,6 +343,34 @@ TEST_F(TrainControls, ClassWeightsAreRecordedSoAResumeKeepsThemWhateverBecameOfT
   EXPECT_TRUE(read_bytes(dir("weighted-whole") / "last.safetensors") == read_bytes(dir("weighted-cut") / "last.safetensors"));
 }
 
+// --class-weight-mean batch (Keras' denominator) trains something else than the default, is
+// recorded, and a resume keeps it: without the flag it continues bit for bit, with another value
+// it is refused by name.
+TEST_F(TrainControls, ClassWeightMeanIsRecordedAndFixedOnResume) {
+  const fs::path weights = dir("mean-weights.txt");
+  std::ofstream(weights) << "0.25 3 1 0.5\n";
+  const std::string run = flags() + "--optimizer sgd --lr 0.1 --class-weights " + weights.string() + " ";
+  ASSERT_EQ(run_app("enhanced-train", run + "--steps 8" + out("mean-weights")).exit_code, 0);
+  const std::string keras = run + "--class-weight-mean batch ";
+  ASSERT_EQ(run_app("enhanced-train", keras + "--steps 8" + out("mean-batch-whole")).exit_code, 0);
+  ASSERT_EQ(run_app("enhanced-train", keras + "--steps 3" + out("mean-batch-cut")).exit_code, 0);
+  EXPECT_FALSE(read_bytes(dir("mean-weights") / "last.safetensors") ==
+               read_bytes(dir("mean-batch-whole") / "last.safetensors"));
+  const auto other = run_app("enhanced-train", "--resume --quiet --steps 8 --class-weight-mean weights" +
+                                                   out("mean-batch-cut"));
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(line_starting(other.output, "error: ").find("--class-weight-mean weights conflicts with the run being "
+                                                        "resumed, which has class_weight_mean = batch"),
+            std::string::npos) << other.output;
+  const auto resumed = run_app("enhanced-train", "--resume --quiet --steps 8" + out("mean-batch-cut"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(read_bytes(dir("mean-batch-whole") / "last.safetensors") ==
+              read_bytes(dir("mean-batch-cut") / "last.safetensors"));
+  const auto bad = run_app("enhanced-train", keras + "--steps 1 --class-weight-mean sum" + out("mean-bad"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(line_starting(bad.output, "error: ").find("--class-weight-mean"), std::string::npos) << bad.output;
+}
+
 TEST_F(TrainControls, ARunWhoseLastStepsComeAfterItsLastValidationSaysSo) {
   const auto short_run = run_app("enhanced-train", flags() + "--steps 3" + out("short"));
   ASSERT_EQ(short_run.exit_code, 0) << short_run.output;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "enhanced/batch.h"
+#include "enhanced/class_weight_mean.h"
 
 namespace enhanced {
 
@@ -24,9 +25,9 @@ struct LossDenominator;  // src/steps/softmax_xent_steps.h
 // Rank `rank`'s part of a data-parallel step's `batch` over `ranks`, the one rule the CPU engine,
 // the CUDA engine and evaluation shard by: its samples (shard_of, returned), sliced into `out`
 // (empty when it has none), and, when `whole` is not null, the whole batch's loss denominators:
-// its size and its total class weight (class_weights nullable: unweighted, the size), summed in
-// its sample order as one process sums them.
+// its size and its weighted mean's denominator as `mean` divides (class_weights nullable:
+// unweighted, the size), its total class weight summed in its sample order as one process sums it.
 Shard take_shard(Batch& out, const Batch& batch, int rank, int ranks, const float* class_weights = nullptr,
-                 steps::LossDenominator* whole = nullptr);
+                 steps::LossDenominator* whole = nullptr, ClassWeightMean mean = ClassWeightMean::weights);
 
 }  // namespace enhanced

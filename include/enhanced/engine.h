@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "enhanced/batch.h"
+#include "enhanced/class_weight_mean.h"
 #include "enhanced/communicator.h"
 #include "enhanced/device.h"
 #include "enhanced/model.h"
@@ -32,10 +33,12 @@ struct EngineOptions {
   int max_batch = 64;  // largest batch any call may pass
   int threads = 1;     // CPU threads (configure_cpu_threads' result, enhanced/cpu.h)
   CudaOptions cuda;    // the CUDA engine's options (ignored on the CPU)
-  // The training loss's class weights, L non-negative finite numbers (empty: unweighted), with
-  // torch's CrossEntropyLoss(weight=) semantics. They weigh training steps and compute_gradients;
-  // forward (evaluation) stays unweighted, as Keras' class_weight leaves the validation loss.
+  // The training loss's class weights, L non-negative finite numbers (empty: unweighted). They
+  // weigh training steps and compute_gradients; forward (evaluation) stays unweighted, as Keras'
+  // class_weight leaves the validation loss. class_weight_mean: what their weighted sum is divided
+  // by (enhanced/class_weight_mean.h): the total weight (torch's CrossEntropyLoss(weight=)) or B.
   std::vector<float> class_weights;
+  ClassWeightMean class_weight_mean = ClassWeightMean::weights;
   // The ranks of a data-parallel run (docs/distributed.md), not owned; null or of size 1: this
   // process alone. With more ranks, a training step takes the whole batch, computes this rank's
   // part of it (shard_of) and leaves every rank with the whole batch's loss, gradient and update.

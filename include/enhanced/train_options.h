@@ -41,6 +41,9 @@ struct TrainOptions {
   // The weights themselves, resolved once when the run starts and recorded in the run state, so
   // that a resume trains with them whatever has become of the file or the data since.
   std::vector<float> class_weight_values;
+  // --class-weight-mean: what the weighted loss's sum is divided by (enhanced/class_weight_mean.h):
+  // the total weight (torch's, the default) or the batch's size (Keras', Model.fit's class_weight).
+  ClassWeightMean class_weight_mean = ClassWeightMean::weights;
   uint64_t seed = 0;
   bool shuffle = true;
   bool drop_last = false;

@@ -23,8 +23,8 @@ from .checkpoint import (ModelConfig, check_label_names, load_checkpoint, parame
 from .fit_hooks import History, Bridge, Progress, sigterm_interrupts
 from .keras_interface import (KerasInterface, check_callbacks, check_keras_keywords, split_parameters,
                               split_validation)
-from .run_plan import (boolean, check_controls, check_same_labels, class_weight_values, keyword_errors, plan,
-                       recorded_options, resolve_out)
+from .run_plan import (boolean, check_controls, check_same_labels, class_weight_mean_words, class_weight_values,
+                       keyword_errors, plan, recorded_options, resolve_out)
 from .stream import Stream, gathered, is_batches, is_dense_array, labels_for
 
 def _core():
@@ -356,6 +356,7 @@ class Model(KerasInterface):
             words = _run_words(out, given, controls) + (["--resume"] if resume else self._model_words())
             if isinstance(weights, str):
                 words += ["--class-weights", weights]
+            words += class_weight_mean_words(weights, resume, controls)
             run = plan(given, recorded, controls)
             if isinstance(train, Stream):
                 train.limit = _stream_batches(train, run, controls)

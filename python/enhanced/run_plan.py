@@ -136,6 +136,16 @@ def class_weight_values(class_weight, num_labels):
     return weights
 
 
+def class_weight_mean_words(class_weight, resume, controls):
+    """Keras' meaning of class_weight for a new run: each sample weighs w[y] and the loss is their
+    weighted sum over the batch size (its "sum_over_batch_size"), enhanced-train's
+    --class-weight-mean batch, not its default (torch's, over the weights' sum). A resume keeps the
+    run's recorded mean; a class_weight_mean keyword (a training control) chooses for itself."""
+    if class_weight is None or resume or "class_weight_mean" in controls:
+        return []
+    return ["--class-weight-mean", "batch"]
+
+
 def check_same_labels(recorded, label_names, class_weight):
     """A resume keeps the run's label names and class weights: other ones are refused, by name."""
     names = recorded.get("label_names", [])

@@ -457,8 +457,9 @@ def test_label_names_and_class_weights_reach_the_engine_as_values(demo, tmp_path
     (tmp_path / "weights.txt").write_text("".join(f"{w}\n" for w in weights))
     (tmp_path / "names.txt").write_text("".join(f"{n}\n" for n in names))
     fit(demo, tmp_path / "fit", class_weight=dict(enumerate(weights)), model=dict(label_names=names))
-    cli_run(demo, tmp_path / "cli", "--class-weights", tmp_path / "weights.txt", "--label-names",
-            tmp_path / "names.txt")
+    # fit's class_weight is Keras' (divided by the batch size): enhanced-train's --class-weight-mean batch.
+    cli_run(demo, tmp_path / "cli", "--class-weights", tmp_path / "weights.txt", "--class-weight-mean", "batch",
+            "--label-names", tmp_path / "names.txt")
     assert read(tmp_path / "fit" / "last.safetensors") == read(tmp_path / "cli" / "last.safetensors")
     assert sorted(os.listdir(tmp_path / "fit")) == sorted(os.listdir(tmp_path / "cli"))
     with pytest.raises(ValueError, match="^fit: lr: must be greater than 0"):

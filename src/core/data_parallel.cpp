@@ -33,12 +33,12 @@ void slice_batch(Batch& out, const Batch& in, int first, int count) {
 }
 
 Shard take_shard(Batch& out, const Batch& batch, int rank, int ranks, const float* class_weights,
-                 steps::LossDenominator* whole) {
+                 steps::LossDenominator* whole, ClassWeightMean mean) {
   const Shard mine = shard_of(batch.size, rank, ranks);
   slice_batch(out, batch, mine.first, mine.count);
   if (whole) {
     whole->batch = batch.size;
-    whole->total_weight = steps::total_class_weight(batch.labels.data(), class_weights, batch.size);
+    whole->weighted = steps::loss_denominator(batch.labels.data(), class_weights, batch.size, mean);
   }
   return mine;
 }

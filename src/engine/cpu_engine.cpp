@@ -30,7 +30,7 @@ class CpuEngine final : public Engine {
   CpuEngine(ParameterBuffer<float>& params, OptimizerState* optimizer, const EngineOptions& options)
       : params_(params), optimizer_(optimizer), threads_(options.threads),
         max_batch_(options.max_batch), rnn_algorithm_(options.cuda.rnn_algorithm), precision_(options.precision),
-        class_weights_(options.class_weights),
+        class_weights_(options.class_weights), class_weight_mean_(options.class_weight_mean),
         communicator_(data_parallel_ranks(options)) {
     // An inference engine (enhanced-eval) holds no gradients unless compute_gradients asks
     // (the tests): estimate_memory counts them for training only.
@@ -100,7 +100,7 @@ class CpuEngine final : public Engine {
   // loss; evaluation's stays unweighted), `whole` the loss's denominators of a data-parallel shard.
   double forward_pass(const Batch& batch, bool with_gradient, const LossDenominator* whole = nullptr) {
     return model_forward(activations_, params_, batch, threads_, with_gradient,
-                         with_gradient ? weights_or_null() : nullptr, whole, precision_);
+                         with_gradient ? weights_or_null() : nullptr, whole, precision_, class_weight_mean_);
   }
 
   // grads_ = d loss / d params after forward_pass(batch, true). Gradients start at zero: the
@@ -140,7 +140,8 @@ class CpuEngine final : public Engine {
     // The loss's denominators are the whole batch's (take_shard).
     LossDenominator whole;
     const Shard shard =
-        take_shard(shard_batch_, batch, communicator_->rank(), communicator_->size(), weights_or_null(), &whole);
+        take_shard(shard_batch_, batch, communicator_->rank(), communicator_->size(), weights_or_null(), &whole,
+                   class_weight_mean_);
     double reduced[2] = {0, 0};  // this rank's share of the mean loss, its correct predictions
     if (shard.count > 0) {
       reduced[0] = forward_pass(shard_batch_, true, &whole);
@@ -196,6 +197,7 @@ class CpuEngine final : public Engine {
   RnnAlgorithm rnn_algorithm_;
   Precision precision_;
   std::vector<float> class_weights_;
+  ClassWeightMean class_weight_mean_;
   Communicator* communicator_;  // null: alone
   Activations<float> activations_;
   std::vector<int32_t> rows_;

@@ -78,14 +78,15 @@ void lstm_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Par
 // left; returns the mean loss (and d loss / d logits with_gradient).
 template <class Real>
 double head_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, bool with_gradient,
-                    const float* class_weights, const LossDenominator* whole, Precision precision) {
+                    const float* class_weights, const LossDenominator* whole, Precision precision,
+                    ClassWeightMean class_weight_mean = ClassWeightMean::weights) {
   const ModelConfig& c = params.config;
   const int B = batch.size;
   dense_forward(a.logits, a.pooled, params.dense_weight, params.dense_bias, B, c.pooled_features(), c.num_labels,
                 precision, a.dense_workspace);
   double mean_loss = 0;
   softmax_cross_entropy(with_gradient ? a.dlogits : static_cast<Real*>(nullptr), a.sample_losses, &mean_loss, a.logits,
-                        batch.labels.data(), class_weights, B, c.num_labels, whole);
+                        batch.labels.data(), class_weights, B, c.num_labels, whole, class_weight_mean);
   return mean_loss;
 }
 
@@ -102,7 +103,7 @@ void head_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Par
 template <class Real>
 double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, int threads,
                      bool with_gradient, const float* class_weights, const LossDenominator* whole,
-                     Precision precision) {
+                     Precision precision, ClassWeightMean class_weight_mean) {
   const ModelConfig& c = params.config;
   // The engine checked the batch (check_batch); a pass is at most the activations' capacity.
   if (batch.size > a.capacity || batch.seq_len != c.seq_len)
@@ -110,7 +111,7 @@ double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, 
          " x ", c.seq_len);
   blend_forward(a, params, batch);
   lstm_forward(a, params, batch.size, threads, precision, with_gradient);
-  return head_forward(a, params, batch, with_gradient, class_weights, whole, precision);
+  return head_forward(a, params, batch, with_gradient, class_weights, whole, precision, class_weight_mean);
 }
 
 template <class Real>
@@ -165,9 +166,9 @@ template std::vector<ActivationSlot> cpu_activation_layout<double>(const ModelCo
 template struct Activations<float>;
 template struct Activations<double>;
 template double model_forward<float>(Activations<float>&, const ParameterBuffer<float>&, const Batch&, int, bool,
-                                     const float*, const LossDenominator*, Precision);
+                                     const float*, const LossDenominator*, Precision, ClassWeightMean);
 template double model_forward<double>(Activations<double>&, const ParameterBuffer<double>&, const Batch&, int, bool,
-                                      const float*, const LossDenominator*, Precision);
+                                      const float*, const LossDenominator*, Precision, ClassWeightMean);
 template void model_backward<float>(ParameterBuffer<float>&, Activations<float>&, const ParameterBuffer<float>&,
                                     const Batch&, int, Precision);
 template void model_backward<double>(ParameterBuffer<double>&, Activations<double>&, const ParameterBuffer<double>&,

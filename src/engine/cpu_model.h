@@ -33,14 +33,16 @@ struct Activations : ActivationTensors<Real> {
 };
 
 // Runs the model on `batch`; returns the mean loss (class_weights (L, nullable): the weighted
-// loss of layers/softmax_xent.h). With `with_gradient`, also leaves d loss / d logits in
-// activations.dlogits for backward. whole (nullable): the batch is one rank's part of a step
-// (softmax_cross_entropy's LossDenominator): the loss returned is its share of the whole mean.
+// loss of layers/softmax_xent.h, divided as class_weight_mean says). With `with_gradient`, also
+// leaves d loss / d logits in activations.dlogits for backward. whole (nullable): the batch is
+// one rank's part of a step (softmax_cross_entropy's LossDenominator): the loss returned is its
+// share of the whole mean.
 // precision: the LSTM's and the dense layer's GEMMs' (enhanced/precision.h; double: FP32 only).
 template <class Real>
 double model_forward(Activations<Real>& activations, const ParameterBuffer<Real>& params, const Batch& batch,
                      int threads, bool with_gradient, const float* class_weights = nullptr,
-                     const LossDenominator* whole = nullptr, Precision precision = Precision::fp32);
+                     const LossDenominator* whole = nullptr, Precision precision = Precision::fp32,
+                     ClassWeightMean class_weight_mean = ClassWeightMean::weights);
 
 // grads += d loss / d params (the embedding rows named in the batch only). Requires the
 // matching model_forward(..., with_gradient = true) just before.

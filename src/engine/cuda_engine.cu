@@ -176,6 +176,7 @@ void CudaEngine::allocate(const ModelConfig& c, int max_batch, const EngineOptio
     m.class_weights.resize(options.class_weights.size());
     cuda::copy_to_device(m.class_weights.data(), options.class_weights.data(), options.class_weights.size(), m.s());
   }
+  m.class_weight_mean = options.class_weight_mean;
   allocate_batch_slots(P);
   m.scalars_host.resize(1);
   m.logits_host.resize(pass_batch * L);

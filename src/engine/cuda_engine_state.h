@@ -107,6 +107,7 @@ struct CudaEngineState {
   DeviceBuffer<uint16_t> dense_bf16;
   DeviceBuffer<double> scalars;  // [0] mean loss, [1] gradient norm, [2..258) norm partials
   DeviceBuffer<float> class_weights;  // L, the training loss's (empty: unweighted)
+  ClassWeightMean class_weight_mean = ClassWeightMean::weights;  // what their weighted sum is divided by
   DeviceBuffer<float> clip_scale;
   DeviceBuffer<DeviceTotals> totals;
   PinnedBuffer<DeviceTotals> totals_host;

@@ -197,7 +197,7 @@ void CudaEngineState::forward_pass(const BatchView& b, bool with_gradient) {
   // Training steps and compute_gradients weigh the loss by class; evaluation does not.
   const float* weights = with_gradient && class_weights.size() ? class_weights.data() : nullptr;
   cuda::softmax_cross_entropy(with_gradient ? act.dlogits : nullptr, act.sample_losses, scalars.data(),
-                              act.logits, b.labels, weights, B, c.num_labels, b.whole, s());
+                              act.logits, b.labels, weights, B, c.num_labels, b.whole, class_weight_mean, s());
 }
 
 // The embedding backward sorts room for the most ids a slot holds (the batch's own count is read
@@ -261,7 +261,7 @@ const Batch& CudaEngineState::shard_of_step(const Batch& batch, cuda::LossDenomi
     ENHANCED_CUDA_CHECK(cudaStreamSynchronize(s()));
   }
   take_shard(shard, batch, exchange->rank(), ranks, class_weights_host.empty() ? nullptr : class_weights_host.data(),
-             &whole);
+             &whole, class_weight_mean);
   return shard;
 }
 

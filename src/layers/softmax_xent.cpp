@@ -11,8 +11,9 @@ namespace enhanced {
 template <class Real>
 void softmax_cross_entropy(Real* dlogits, Real* sample_losses, double* mean_loss, const Real* logits,
                            const int32_t* labels, const float* class_weights, int batch, int num_labels,
-                           const LossDenominator* whole) {
-  const double total_weight = whole ? whole->total_weight : steps::total_class_weight(labels, class_weights, batch);
+                           const LossDenominator* whole, ClassWeightMean mean) {
+  const double denominator =
+      whole ? whole->weighted : steps::loss_denominator(labels, class_weights, batch, mean);
   const int share_batch = whole ? whole->batch : batch;
   double total = 0;
   for (int b = 0; b < batch; ++b) {
@@ -26,12 +27,12 @@ void softmax_cross_entropy(Real* dlogits, Real* sample_losses, double* mean_loss
     total += steps::sample_weight(class_weights, labels[b]) * static_cast<double>(loss);
     if (dlogits) {
       Real* grad = dlogits + static_cast<size_t>(b) * num_labels;
-      const Real share = steps::loss_share<Real>(class_weights, labels[b], total_weight, share_batch);
+      const Real share = steps::loss_share<Real>(class_weights, labels[b], denominator, share_batch);
       for (int l = 0; l < num_labels; ++l) grad[l] = std::exp(row[l] - shift - log_sum) * share;
       grad[labels[b]] -= share;
     }
   }
-  *mean_loss = steps::mean_of(total, total_weight);
+  *mean_loss = steps::mean_of(total, denominator);
 }
 
 template <class Real>
@@ -47,9 +48,9 @@ void softmax_forward(Real* probabilities, const Real* logits, int batch, int num
 }
 
 template void softmax_cross_entropy<float>(float*, float*, double*, const float*, const int32_t*, const float*, int,
-                                           int, const LossDenominator*);
+                                           int, const LossDenominator*, ClassWeightMean);
 template void softmax_cross_entropy<double>(double*, double*, double*, const double*, const int32_t*, const float*,
-                                            int, int, const LossDenominator*);
+                                            int, int, const LossDenominator*, ClassWeightMean);
 template void softmax_forward<float>(float*, const float*, int, int);
 template void softmax_forward<double>(double*, const double*, int, int);
 

@@ -12,22 +12,24 @@ namespace enhanced {
 // writes it). dlogits (B, L) = (softmax - onehot) / B when not null; sample_losses (B), each
 // sample's unweighted loss, when not null.
 //
-// class_weights (L, nullable): torch's CrossEntropyLoss(weight=w): mean_loss = sum_b w[y_b] *
-// loss_b / sum_b w[y_b] and dlogits row b = w[y_b] * (softmax - onehot) / sum_b w[y_b], both
-// sums in sample order in double. A batch whose weights sum to 0 has loss 0 and a zero gradient
-// (torch gives 0 / 0 = NaN there; nothing of that batch can be learnt either way). The scalars
-// are steps/softmax_xent_steps.h's, shared with the kernel.
+// class_weights (L, nullable): mean_loss = sum_b w[y_b] * loss_b / N and dlogits row b = w[y_b] *
+// (softmax - onehot) / N, sums in sample order in double, where N (`mean`) is sum_b w[y_b] for
+// ClassWeightMean::weights (torch's CrossEntropyLoss(weight=w)) or B for ClassWeightMean::batch
+// (Keras' class_weight, "sum_over_batch_size"). A batch whose weights sum to 0 has loss 0 and a
+// zero gradient (torch gives 0 / 0 = NaN there; nothing of that batch can be learnt either way).
+// The scalars are steps/softmax_xent_steps.h's, shared with the kernel.
 //
 // whole (nullable): when this batch is one rank's part of a data-parallel step, the whole step's
-// B and sum_b w[y_b] (B unweighted): the shares are then those of the whole batch, and mean_loss
-// this part's share of the whole batch's mean (the ranks' values sum to it). The struct is
-// steps/softmax_xent_steps.h's, the one the CUDA twin reads.
+// B and N (B unweighted; `mean` is then not read): the shares are those of the whole batch, and
+// mean_loss this part's share of the whole batch's mean (the ranks' values sum to it). The
+// struct is steps/softmax_xent_steps.h's, the one the CUDA twin reads.
 using steps::LossDenominator;
 
 template <class Real>
 void softmax_cross_entropy(Real* dlogits, Real* sample_losses, double* mean_loss, const Real* logits,
                            const int32_t* labels, const float* class_weights, int batch, int num_labels,
-                           const LossDenominator* whole = nullptr);
+                           const LossDenominator* whole = nullptr,
+                           ClassWeightMean mean = ClassWeightMean::weights);
 
 // probabilities (B, L) = softmax(logits).
 template <class Real>

@@ -1,5 +1,5 @@
-// --class-weights: the training loss's class weights (EngineOptions::class_weights, torch's
-// CrossEntropyLoss(weight=) semantics), from the training set's labels or from a file.
+// --class-weights: the training loss's class weights (EngineOptions::class_weights; divided as
+// --class-weight-mean says, enhanced/class_weight_mean.h), from the training set's labels or from a file.
 #pragma once
 
 #include <cstdint>

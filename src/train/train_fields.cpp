@@ -132,15 +132,23 @@ std::vector<TrainField> optimizer_fields() {
 
 // The class weights, the data order, the engine as recorded, the run's intervals.
 std::vector<TrainField> run_fields() {
+  const auto weight_mean_names = [] { return names_of(class_weight_means()); };
   NamedField rnn_algorithm{
       [](const TrainOptions& o) { return std::string(to_string(o.engine.cuda.rnn_algorithm)); },
       [](TrainOptions& o, const std::string& name) { o.engine.cuda.rnn_algorithm = parse_rnn_algorithm(name); }};
+  NamedField weight_mean{
+      [](const TrainOptions& o) { return std::string(to_string(o.class_weight_mean)); },
+      [](TrainOptions& o, const std::string& name) { o.class_weight_mean = parse_class_weight_mean(name); }};
   NamedField precision{[](const TrainOptions& o) { return std::string(to_string(o.engine.precision)); },
                        [](TrainOptions& o, const std::string& name) { o.engine.precision = parse_precision(name); }};
   return {
       row("--class-weights", "class_weights", "Weigh the training loss by class: 'balanced' (n / (L * count) over "
           "--data) or a file of L numbers", ENHANCED_MEMBER(class_weights)).no_default_shown().older_runs_lack_it(),
       row("", "class_weight_values", "", ENHANCED_MEMBER(class_weight_values)).not_a_flag().older_runs_lack_it(),
+      // Added with Model.fit's Keras class_weight: runs recorded before it divide by the weights.
+      row("--class-weight-mean", "class_weight_mean", "The weighted loss divides by: 'weights' (the batch's total "
+          "class weight, torch's) or 'batch' (its sample count, Keras')", weight_mean)
+          .choices(weight_mean_names).older_runs_lack_it(),
       row("--seed", "seed", "Seed for initialisation and shuffling", ENHANCED_MEMBER(seed)),
       inverted("--no-shuffle", "shuffle", "Visit samples in file order", ENHANCED_MEMBER(shuffle)),
       row("--drop-last", "drop_last", "Drop the last partial batch of each epoch", ENHANCED_MEMBER(drop_last)),

@@ -77,6 +77,7 @@ void TrainingRun::use_device(int threads) {
          " labels");
   EngineOptions options = engine_options(o_.engine, o_.batch_size, threads);
   options.class_weights = o_.class_weight_values;
+  options.class_weight_mean = o_.class_weight_mean;
   options.communicator = &comm_;
   engine_ = make_engine(o_.engine.device, params_, &optimizer_, options);
   o_.engine.cuda.rnn_algorithm = engine_->rnn_algorithm();  // recorded, so a resume keeps the arithmetic
