@@ -236,5 +236,5 @@ def first_signal_decides(bridge):
         print(f"training terminated (SIGTERM): {interrupt}".rstrip(": "), file=sys.stderr, flush=True)
         raise SystemExit(128 + signal.SIGTERM) from None
     finally:
-        for number, handler in previous.items():  # a signal pending meanwhile meets ours first
-            signal.signal(number, handler)
+        for number, theirs in previous.items():  # a signal pending meanwhile meets ours first
+            signal.signal(number, theirs)

@@ -48,6 +48,9 @@ def _samples_and_labels(x, y, name, steps=None):
         return x, None if y is None else np.asarray(y)
     if is_batches(x):
         _no_y_beside_batches(y, name)
+        if steps is None and is_endless(x):  # evaluate's and predict's x (fit's are checked by _steps)
+            raise ValueError(f"{name}: an endless tf.data.Dataset (cardinality INFINITE, as after repeat()) would "
+                             "be read for ever: give a finite one (ds.take(n))")
         return gathered(x, name, steps)
     if is_dense_array(x):
         raise ValueError(f"{name}: a dense {type(x).__name__} of shape {tuple(x.shape)}: each field of a position "

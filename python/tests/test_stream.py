@@ -211,3 +211,13 @@ def test_an_endless_tf_data_dataset_needs_its_steps_before_any_work(demo, tmp_pa
     history = model.fit(endless_ds, validation_data=endless_ds, steps_per_epoch=2, validation_steps=1, epochs=2,
                         out=out, **COMMON)
     assert len(history.history["val_loss"]) == 2
+
+
+def test_predict_and_evaluate_refuse_an_endless_tf_data_dataset(demo, tmp_path):
+    ds, _ = ragged_dataset(demo)
+    model = new_model(demo)
+    model.fit(Batches(*demo["train"]), out=tmp_path / "run", **COMMON)
+    for call in (lambda: model.predict(ds.batch(16).repeat()), lambda: model.evaluate(ds.batch(16).repeat())):
+        with pytest.raises(ValueError, match="^x: an endless tf.data.Dataset"):
+            call()
+    assert model.predict(ds.batch(16).take(2)).shape == (32, demo["labels"])
