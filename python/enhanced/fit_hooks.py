@@ -2,12 +2,14 @@
 the user's callbacks at Keras' points, in Keras' order, the History, the progress, the poll after
 each step (model.stop_training, Ctrl-C) and SIGTERM as an interrupt."""
 import contextlib
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 
-_CONTINUE, _STOP = 0, 1  # TrainingDecision's carry_on and stop (training_observer.h)
+_CONTINUE, _STOP, _INTERRUPT = 0, 1, 2  # TrainingDecision's carry_on, stop, interrupt (training_observer.h)
 
 
 class History:
@@ -75,7 +77,8 @@ class Bridge:
         self.wants_batch_begin = any(hasattr(c, "on_train_batch_begin") for c in callbacks)
         self.wants_test_batches = any(hasattr(c, hook) for c in callbacks
                                       for hook in ("on_test_batch_begin", "on_test_batch_end"))
-        self.terminated = False  # SIGTERM ended the run (sigterm_interrupts)
+        self.stopped_by = None  # the signal that interrupted the run (first_signal_decides)
+        self.exiting = None  # set: Python exits, the run's temporary folder waits for its end (TemporaryRun)
         self.narrate = progress.verbose != 0  # the engine's own lines (engine:, model:, done:) follow verbose
         self.failure = None  # why the run stopped on an error it reports itself (a non-finite loss)
         self.final_weights = None  # the live weights after on_train_end, where a callback set them
@@ -158,6 +161,8 @@ class Bridge:
         self.failure = reason
 
     def poll(self):
+        if self.exiting is not None and self.exiting.is_set():
+            return _INTERRUPT  # Python is exiting: the run saves and ends, no callback more (TemporaryRun)
         return _STOP if self.model.stop_training else _CONTINUE
 
     @contextlib.contextmanager
@@ -175,26 +180,61 @@ class Bridge:
                     callback.flush()
 
 
+class TemporaryRun:
+    """fit(out=None)'s folder and its removal (Model._temporary_out): with the model, at exit, or
+    at the next fit(out=None). While Python's exit functions run, a daemon thread's fit trains on
+    and its engine writes into the folder: removed then, the folder could get a new file as it
+    goes, and stay. So at exit a run still in the folder is told to end (the bridge's poll
+    interrupts it after its step: it saves and returns quietly) and waited for, at most
+    EXIT_WAIT seconds (a callback that never returns), before the folder goes."""
+    EXIT_WAIT = 10.0
+
+    def __init__(self):
+        self.path = tempfile.mkdtemp(prefix="enhanced-run-")
+        self.exiting = threading.Event()  # the bridge's poll reads it
+        self.idle = threading.Event()  # set when no fit uses the folder: the fit that made it sets it
+
+    def remove(self):
+        if not self.idle.is_set():  # at exit, with its fit in another thread
+            self.exiting.set()
+            self.idle.wait(self.EXIT_WAIT)
+        shutil.rmtree(self.path, True)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM during fit: to the run, an interrupt (saved as Ctrl-C saves it)."""
 
 
+# The signals fit takes over, each only where Python's default for it stands.
+_DEFAULT_HANDLERS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
+
+
 @contextlib.contextmanager
-def sigterm_interrupts(bridge):
-    """SIGTERM during fit interrupts the run as Ctrl-C does, where Python's default (ending the
-    process at once, unsaved) stands and fit runs in the main thread (where Python's handlers
-    run); enhanced-train saves on either signal. The handler is put back after the run."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+def first_signal_decides(bridge):
+    """SIGINT or SIGTERM during fit interrupts the run (the step reached is saved), as
+    enhanced-train takes either; the first one decides how fit ends: KeyboardInterrupt for
+    SIGINT, SystemExit(143) for SIGTERM (enhanced-train's status), and a later one (a Ctrl-C while
+    the save runs) is ignored. In the main thread only (where Python's handlers run), each signal
+    where Python's default for it stands; the handlers are put back when fit ends."""
+    taken = [number for number, default in _DEFAULT_HANDLERS if signal.getsignal(number) is default]
+    if threading.current_thread() is not threading.main_thread() or not taken:
         yield
         return
 
     def handler(signum, frame):
-        bridge.terminated = True
-        raise Terminated()
+        if bridge.stopped_by is not None:
+            return  # the first signal decided already
+        bridge.stopped_by = signum
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
-    signal.signal(signal.SIGTERM, handler)
+    previous = {number: signal.signal(number, handler) for number in taken}
     try:
         yield
+    except KeyboardInterrupt as interrupt:
+        if bridge.stopped_by != signal.SIGTERM:
+            raise
+        print(f"training terminated (SIGTERM): {interrupt}".rstrip(": "), file=sys.stderr, flush=True)
+        raise SystemExit(128 + signal.SIGTERM) from None
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for number, theirs in previous.items():  # a signal pending meanwhile meets ours first
+            signal.signal(number, theirs)

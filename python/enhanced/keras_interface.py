@@ -15,6 +15,7 @@ import numpy as np
 
 from . import ebin
 from .checkpoint import load_checkpoint, parameter_shapes, save_checkpoint
+from .safetensors import excerpt
 from .stream import labels_for
 
 # Keras' callbacks that need what the engine does not have, and what to use instead.
@@ -55,6 +56,17 @@ def check_keras_keywords(initial_epoch, sample_weight):
                          "continue a run, fit(x, y, out=run, resume=True)")
     if sample_weight is not None:
         raise ValueError("sample_weight: enhanced.Model.fit weighs samples by their label only: give class_weight")
+
+
+def file_path(value, name):
+    """A file's path as a str: a str or os.PathLike; bytes (a path's raw bytes, or an image of
+    the file) or anything else is a ValueError naming `name`."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise ValueError(f"{name}: a path given as bytes ({excerpt(repr(bytes(value)))}); give it as a str "
+                         "or os.PathLike (os.fsdecode(path))")
+    if not isinstance(value, (str, os.PathLike)) or not isinstance(os.fspath(value), str):
+        raise ValueError(f"{name}: expected a file's path (a str or os.PathLike), got {type(value).__name__}")
+    return os.fspath(value)
 
 
 def _csr_rows(csr, start, stop):
@@ -234,7 +246,7 @@ class KerasInterface:
     def load_weights(self, filepath, **kwargs):
         """Weights from a `.safetensors` checkpoint, a `.weights.h5` or a `.keras` file of this
         model's shape (Keras' LSTM bias is the engine's two summed: bias_ih 0, bias_hh the sum)."""
-        path = os.fspath(filepath)
+        path = file_path(filepath, "load_weights: filepath")
         if path.endswith(".safetensors"):
             config, tensors = load_checkpoint(path)
             if config != self.config:
@@ -247,9 +259,14 @@ class KerasInterface:
 
     @staticmethod
     def _target(filepath, overwrite, endings, method):
-        path = os.fspath(filepath)
+        """The path save or save_weights writes, checked: a str ending with one of `endings`, in
+        a folder that exists (Keras' save makes none either)."""
+        path = file_path(filepath, f"{method}: filepath")
         if not path.endswith(endings):
             raise ValueError(f"{method}: {path}: the name must end with {' or '.join(endings)}")
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise ValueError(f"{method}: {path}: the folder {folder} does not exist (or is no folder)")
         if not overwrite and os.path.exists(path):
             raise ValueError(f"{method}: {path} exists (overwrite=False)")
         return path

@@ -9,8 +9,6 @@ read as it is; an iterable of (x, y) batches such as a tf.data.Dataset is stream
 batch (stream.py), each batch one step, as Keras reads it."""
 import os
 import shutil
-import signal
-import sys
 import tempfile
 import threading
 import weakref
@@ -20,12 +18,13 @@ import numpy as np
 from . import ebin
 from .checkpoint import (ModelConfig, check_label_names, load_checkpoint, parameter_shapes,
                          read_config_and_label_names, save_checkpoint)
-from .fit_hooks import History, Bridge, Progress, sigterm_interrupts
-from .keras_interface import (KerasInterface, check_callbacks, check_keras_keywords, split_parameters,
-                              split_validation)
-from .run_plan import (boolean, check_controls, check_same_labels, class_weight_mean_words, class_weight_values,
-                       keyword_errors, plan, recorded_options, resolve_out)
-from .stream import Stream, gathered, is_batches, is_dense_array, labels_for
+from .fit_hooks import History, Bridge, Progress, TemporaryRun, first_signal_decides
+from .keras_interface import (KerasInterface, check_callbacks, check_keras_keywords, file_path,
+                              split_parameters, split_validation)
+from .run_plan import (boolean, check_controls, check_same_labels, check_same_model, class_weight_mean_words,
+                       class_weight_values, keyword_errors, plan, recorded_options, resolve_out)
+from .stream import Stream, gathered, is_batches, is_dense_array, is_endless, labels_for
+
 
 def _core():
     try:
@@ -50,6 +49,9 @@ def _samples_and_labels(x, y, name, steps=None):
         return x, None if y is None else np.asarray(y)
     if is_batches(x):
         _no_y_beside_batches(y, name)
+        if steps is None and is_endless(x):  # evaluate's and predict's x (fit's are checked by _steps)
+            raise ValueError(f"{name}: an endless tf.data.Dataset (cardinality INFINITE, as after repeat()) would "
+                             "be read for ever: give a finite one (ds.take(n))")
         return gathered(x, name, steps)
     if is_dense_array(x):
         raise ValueError(f"{name}: a dense {type(x).__name__} of shape {tuple(x.shape)}: each field of a position "
@@ -75,13 +77,32 @@ def data_image(x, y=None, name="x", steps=None):
     """(data, name, T) for the engine: an .ebin path as it is, else the .ebin image of x and y as
     bytes (ebin.write_ebin's bytes, without the file); T the samples' positions (None: unknown).
     An iterable of batches is gathered: its first `steps` batches, or one pass."""
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        file_path(x, name)  # a path's bytes: refused by name
     if isinstance(x, (str, os.PathLike)):
+        x = file_path(x, name)
         if y is not None:
             raise ValueError(f"{name} is a file: its labels are in it, give no y")
-        return os.fspath(x), os.fspath(x), _file_seq_len(x)
+        return x, x, _file_seq_len(x)
     samples, labels = _samples_and_labels(x, y, name, steps)
     image = ebin.image_bytes(samples, labels)
     return image, f"<{name}: {samples.num_samples} samples in memory>", samples.seq_len
+
+
+# The first bytes of the files Keras saves: a .keras zip archive, an HDF5 .h5 / .weights.h5.
+_KERAS_MAGICS = (b"PK\x03\x04", b"\x89HDF\r\n\x1a\n")
+
+
+def _is_keras_file(path):
+    """A Keras model or weights file (by its name or first bytes), not an engine checkpoint."""
+    if path.endswith((".keras", ".h5")):
+        return True
+    try:
+        with open(path, "rb") as f:
+            start = f.read(8)
+    except OSError:
+        return False  # load_checkpoint says why it cannot be read
+    return start.startswith(_KERAS_MAGICS)
 
 
 def _validation_parts(validation_data):
@@ -91,6 +112,8 @@ def _validation_parts(validation_data):
             raise ValueError(f"validation_data: expected (x, y), got a tuple of {len(validation_data)} "
                              "(sample weights are not supported)")
         return validation_data
+    if isinstance(validation_data, (bytes, bytearray, memoryview)):
+        file_path(validation_data, "validation_data")  # a path's bytes: refused by name
     if isinstance(validation_data, (str, os.PathLike)) or is_batches(validation_data):
         return validation_data, None
     raise ValueError(f"validation_data: expected (x, y), an .ebin path or an iterable of (x, y) batches, "
@@ -125,9 +148,10 @@ def _stream_batches(train, run, controls):
     return run["epochs"] * train.steps_per_epoch or None
 
 
-def _steps(x, steps_per_epoch, validation_steps, validation_data):
+def _steps(x, steps_per_epoch, validation_steps, validation_data, run_steps):
     """fit's steps_per_epoch and validation_steps, checked: positive integers, each where Keras
-    gives it a meaning here (a stream of batches; an iterable validation_data)."""
+    gives it a meaning here (a stream of batches; an iterable validation_data), and given where
+    the iterable never ends (run_steps: the steps=N control, which ends the run itself)."""
     steps = {"steps_per_epoch": None if steps_per_epoch is None else _integer(steps_per_epoch, "steps_per_epoch", 1),
              "validation_steps": None if validation_steps is None else
              _integer(validation_steps, "validation_steps", 1)}
@@ -137,6 +161,12 @@ def _steps(x, steps_per_epoch, validation_steps, validation_data):
     valid_x = validation_data[0] if isinstance(validation_data, tuple) and validation_data else validation_data
     if steps["validation_steps"] is not None and not is_batches(valid_x):
         raise ValueError("validation_steps: only for validation_data given as an iterable of (x, y) batches")
+    if steps["steps_per_epoch"] is None and run_steps is None and is_endless(x):
+        raise ValueError("steps_per_epoch: x is an endless tf.data.Dataset (cardinality INFINITE, as after "
+                         "repeat()): give steps_per_epoch (or steps=N), else its first epoch never ends")
+    if steps["validation_steps"] is None and is_endless(valid_x):
+        raise ValueError("validation_steps: validation_data is an endless tf.data.Dataset (cardinality INFINITE, "
+                         "as after repeat()): give validation_steps, the batches each validation takes")
     return steps
 
 
@@ -189,9 +219,10 @@ def _run_words(out, given, controls):
     return words
 
 
-def _check_engine_arguments(batch_size, threads, device, precision):
-    """predict's and evaluate's batch_size, threads (0: every core, as the apps'), device and
-    precision (their values the engine checks, by name)."""
+def _check_engine_arguments(batch_size, threads, device, precision, verbose):
+    """predict's and evaluate's batch_size, threads (0: every core, as the apps'), device,
+    precision (their values the engine checks, by name) and Keras' verbose (they show nothing)."""
+    _verbosity(verbose)
     _integer(batch_size, "batch_size", 1, 2**31 - 1)
     _integer(threads, "threads", 0, 4096)
     for value, name in ((device, "device"), (precision, "precision")):
@@ -222,15 +253,22 @@ class Model(KerasInterface):
         self.stop_training = False
         self.run_dir = None
         self._temporary_run = None  # fit(out=None)'s folder's clean-up (_temporary_out)
+        self._temporary = None  # that folder (a TemporaryRun)
         self._fitting = False  # a fit is running (fit refuses a second one)
 
     @classmethod
     def load(cls, path):
         """The model of a checkpoint (enhanced-train's, or fit's), its weights copied in."""
+        path = file_path(path, "Model.load: path")
+        if _is_keras_file(path):
+            raise ValueError(f"Model.load: {path} is a Keras file; Model.load takes an engine checkpoint "
+                             "(.safetensors: a run's last.safetensors or best.safetensors, or model.save("
+                             "'m.safetensors')); from a Keras model write one with "
+                             "enhanced.keras.checkpoint_from_keras(keras_model, 'm.safetensors')")
         config, _ = load_checkpoint(path)
         model = cls(config.vocab_size, config.num_labels, config.seq_len, config.embedding_dim, config.hidden,
                     config.blend, config.pool)
-        model._take_weights(os.fspath(path))
+        model._take_weights(path)
         return model
 
     def _private_path(self, name):
@@ -335,18 +373,20 @@ class Model(KerasInterface):
         self._fit_thread = threading.get_ident()  # the one thread that may use the run's access
         try:
             verbose = _verbosity(verbose)
+            resume = boolean(resume, "resume")
             check_keras_keywords(initial_epoch, sample_weight)
             callbacks = check_callbacks(callbacks)
             x, y, validation_data = split_validation(x, y, validation_data, validation_split)
             check_controls(controls, _core().train_flag_names(), _core().train_flag_names(switches_only=True))
             given = _given(epochs, batch_size, seed, shuffle)
-            steps = _steps(x, steps_per_epoch, validation_steps, validation_data)
+            steps = _steps(x, steps_per_epoch, validation_steps, validation_data, controls.get("steps"))
             weights = class_weight_values(class_weight, self.config.num_labels)
             if is_batches(x):
                 _check_stream_arguments(given, resume, weights, controls)
             out = resolve_out(out, resume)
             recorded = recorded_options(out) if resume else None
             if resume:
+                check_same_model(self.config, out, recorded)
                 check_same_labels(recorded, self.label_names, weights)
             train, train_name, valid, valid_name = self._data(x, y, validation_data, resume, steps)
             if isinstance(train, Stream):
@@ -364,32 +404,42 @@ class Model(KerasInterface):
             history = History({**run, "out": out, "steps": epoch_steps},
                               {"verbose": verbose, "epochs": run["epochs"], "steps": epoch_steps})
             bridge = Bridge(self, callbacks, history, Progress(verbose, run["epochs"], epoch_steps))
-            try:
-                with sigterm_interrupts(bridge), bridge.flushing(), keyword_errors():
-                    status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge,
-                                           self.label_names or [], weights if isinstance(weights, list) else [])
-            except BaseException:
-                self._access = None
-                self._take_run_weights(out, bridge)  # what the run trained, as a Keras model keeps it
-                raise
-            finally:
-                self._access = None
-                if isinstance(train, Stream):
-                    train.close()
-            self._after_run(out, status, bridge, isinstance(train, Stream))
+            if self._temporary is not None and self._temporary.path == out:
+                bridge.exiting = self._temporary.exiting  # at exit, the run ends before its folder goes
+            with first_signal_decides(bridge):
+                self._run(words, train, train_name, valid, valid_name, bridge, weights, out)
             return history
         finally:
             self._fit_thread = None
             self._fitting = False
+            if self._temporary is not None:
+                self._temporary.idle.set()  # its folder may go now
+
+    def _run(self, words, train, train_name, valid, valid_name, bridge, weights, out):
+        """The engine's run, then its end as Keras' fit ends (_after_run)."""
+        try:
+            with bridge.flushing(), keyword_errors():
+                status = _core().train([str(w) for w in words], train, train_name, valid, valid_name, bridge,
+                                       self.label_names or [], weights if isinstance(weights, list) else [])
+        except BaseException:
+            self._access = None
+            self._take_run_weights(out, bridge)  # what the run trained, as a Keras model keeps it
+            raise
+        finally:
+            self._access = None
+            if isinstance(train, Stream):
+                train.close()
+        self._after_run(out, status, bridge, isinstance(train, Stream))
 
     def _temporary_out(self):
-        """fit(out=None)'s folder: a new temporary one, removed with the model (or at exit) or when
-        the next fit(out=None) replaces it; the model's weights are its own copy (_take_weights)."""
+        """fit(out=None)'s folder: a new temporary one, removed with the model (or at exit, after
+        a fit still training into it from a daemon thread has ended: TemporaryRun) or when the
+        next fit(out=None) replaces it; the model's weights are its own copy (_take_weights)."""
         if self._temporary_run is not None:
             self._temporary_run()
-        out = tempfile.mkdtemp(prefix="enhanced-run-")
-        self._temporary_run = weakref.finalize(self, shutil.rmtree, out, True)
-        return out
+        self._temporary = TemporaryRun()
+        self._temporary_run = weakref.finalize(self, self._temporary.remove)
+        return self._temporary.path
 
     def _take_run_weights(self, out, bridge):
         """As Keras' fit leaves the model at its last weights: out/last.safetensors becomes the
@@ -414,13 +464,12 @@ class Model(KerasInterface):
         self.run_dir = out
         self._take_run_weights(out, bridge)
         if status == _core().INTERRUPTED:
+            if bridge.exiting is not None and bridge.exiting.is_set():
+                return  # Python exits (TemporaryRun): the run ends quietly, its folder goes next
             then = ("Model.load(its last.safetensors).fit(...) continues from its weights (a stream cannot be "
                     "replayed)" if streamed else "fit(..., resume=True) continues")
-            text = f"the step reached is saved in {out}; {then}"
-            if bridge.terminated:  # as enhanced-train ends on SIGTERM, after the save: exit status 143
-                print(f"training terminated (SIGTERM): {text}", file=sys.stderr, flush=True)
-                raise SystemExit(128 + signal.SIGTERM)
-            raise KeyboardInterrupt(f"training interrupted: {text}")
+            # On SIGTERM, first_signal_decides ends it as enhanced-train does, with exit status 143.
+            raise KeyboardInterrupt(f"the step reached is saved in {out}; {then}")
         if status != 0:
             metrics = os.path.join(out, "metrics.jsonl")
             where = f"; its metrics are in {metrics}" if os.path.exists(metrics) else ""
@@ -431,7 +480,7 @@ class Model(KerasInterface):
 
     def evaluate(self, x, y=None, batch_size=64, device="auto", threads=0, precision="fp32", verbose=0):
         """{loss, accuracy, macro_f1} on a labelled set (enhanced-eval's numbers)."""
-        _check_engine_arguments(batch_size, threads, device, precision)
+        _check_engine_arguments(batch_size, threads, device, precision, verbose)
         data, name, _ = data_image(x, y, "x")
         with keyword_errors():
             result = _core().evaluate(self._weights(), data, name, int(batch_size), device, int(threads), precision)
@@ -439,7 +488,7 @@ class Model(KerasInterface):
 
     def predict(self, x, batch_size=64, logits=False, device="auto", threads=0, precision="fp32", verbose=0):
         """(N, L) softmax probabilities (enhanced-predict's), or the logits with logits=True."""
-        _check_engine_arguments(batch_size, threads, device, precision)
+        _check_engine_arguments(batch_size, threads, device, precision, verbose)
         logits = boolean(logits, "logits")
         data, name, _ = data_image(x, None, "x")
         with keyword_errors():

@@ -2,12 +2,14 @@
 controls by name), the output folder, the class weights, and on a resume the run's recorded plan,
 which fills in every keyword the caller did not give (as enhanced-train --resume does)."""
 import contextlib
+import dataclasses
 import json
 import os
 import re
 
 import numpy as np
 
+from .checkpoint import read_config_and_label_names
 from .safetensors import read_metadata, unwritable_folder
 
 # The run's length and order when neither the caller nor a resumed run gives them: enhanced-train's.
@@ -162,6 +164,23 @@ def check_same_labels(recorded, label_names, class_weight):
     if not same:
         raise ValueError(f"class_weight: {class_weight} differs from the run being resumed's {theirs}; "
                          "a resumed run keeps its class weights")
+
+
+def check_same_model(config, out, recorded):
+    """A resume continues the run's model: a Model of another shape is refused before any work,
+    naming the first setting that differs (ModelConfig's order), the model's value and the run's.
+    The run's: its recorded options, and its checkpoint's seq_len (the data's T, not an option)."""
+    theirs = {key: recorded[key] for key in ("vocab_size", "num_labels", "embedding_dim", "hidden", "blend", "pool")
+              if key in recorded}
+    last = os.path.join(out, "last.safetensors")
+    if os.path.isfile(last):
+        theirs["seq_len"] = read_config_and_label_names(last)[0].seq_len
+    for field in dataclasses.fields(config):
+        mine = getattr(config, field.name)
+        if field.name in theirs and theirs[field.name] != mine:
+            raise ValueError(f"{field.name}: the model's is {mine!r}, the run being resumed in {out} has "
+                             f"{theirs[field.name]!r}; a resumed run keeps its model (Model.load(its "
+                             "last.safetensors) is that model)")
 
 
 def plan(given, recorded, controls):

@@ -27,6 +27,17 @@ def is_batches(x):
     return hasattr(x, "__iter__")
 
 
+def is_endless(x):
+    """A tf.data.Dataset that never ends (its cardinality INFINITE, as after repeat()). Other
+    iterables (a generator) cannot say: False."""
+    if not type(x).__module__.startswith("tensorflow") or not hasattr(x, "cardinality"):
+        return False
+    try:
+        return int(x.cardinality()) == -1  # tf.data.INFINITE_CARDINALITY
+    except (TypeError, ValueError):
+        return False
+
+
 def labels_for(y, num_samples, name="x"):
     """y as the labels of the num_samples samples of `name` (fit's x, or validation_data's); a
     count that differs is a ValueError naming y."""

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from enhanced import callbacks
+from enhanced import Model, callbacks
 
-from test_model import FLAGS, demo, new_model  # noqa: F401 (demo is a fixture)
+from test_model import FLAGS, demo, new_model, run_script  # noqa: F401 (demo is a fixture)
 
 
 def quick_fit(demo, out, **options):
@@ -126,3 +126,108 @@ def test_a_file_that_is_no_ebin_is_named_as_such(demo, tmp_path):
 def test_a_class_weight_that_is_no_collection_is_refused(demo, tmp_path, class_weight):
     with pytest.raises(ValueError, match="^class_weight must be"):
         quick_fit(demo, tmp_path / "run", class_weight=class_weight)
+
+
+def test_keywords_of_another_type_are_refused_by_name(demo, tmp_path):
+    model, _ = quick_fit(demo, tmp_path / "run")
+    x, y = demo["valid"]
+    with pytest.raises(ValueError, match="^resume must be True or False, got 'yes'"):
+        model.fit(*demo["train"], out=tmp_path / "run", resume="yes", verbose=0)
+    for call in (lambda: model.predict(x, verbose="loud"), lambda: model.evaluate(x, y, verbose="loud")):
+        with pytest.raises(ValueError, match="^verbose must be 'auto', 0, 1 or 2, got 'loud'"):
+            call()
+
+
+def test_paths_that_cannot_be_read_or_written_are_named(demo, tmp_path):
+    model, _ = quick_fit(demo, tmp_path / "run")
+    missing = tmp_path / "no" / "such"
+    for call, name in ((lambda: model.save(missing / "m.keras"), "save"),
+                       (lambda: model.save(missing / "m.safetensors"), "save"),
+                       (lambda: model.save_weights(missing / "m.weights.h5"), "save_weights")):
+        with pytest.raises(ValueError, match=rf"^{name}: .*m\.[a-z.5]+: the folder .*such does not exist"):
+            call()
+    path = os.fsencode(tmp_path / "run" / "last.safetensors")
+    with pytest.raises(ValueError, match=r"^x: a path given as bytes \(b'/"):
+        model.fit(os.fsencode(demo["dir"] / "train.ebin"), out=tmp_path / "other", verbose=0)
+    with pytest.raises(ValueError, match=r"^Model.load: path: a path given as bytes"):
+        type(model).load(path)
+    with pytest.raises(ValueError, match=r"^validation_data: a path given as bytes"):
+        model.fit(*demo["train"], validation_data=path, out=tmp_path / "other", verbose=0)
+    assert not (tmp_path / "other").exists()
+
+
+def test_model_load_of_a_keras_file_says_how_to_get_a_checkpoint(demo, tmp_path):
+    model, _ = quick_fit(demo, tmp_path / "run")
+    model.save(tmp_path / "m.keras")
+    model.save_weights(tmp_path / "m.weights.h5")
+    os.rename(tmp_path / "m.keras", tmp_path / "m.bin")  # known by its first bytes too
+    for name in ("m.bin", "m.weights.h5"):
+        with pytest.raises(ValueError, match=rf"^Model.load: .*{name} is a Keras file; .*checkpoint_from_keras"):
+            type(model).load(tmp_path / name)
+
+
+@pytest.mark.parametrize("setting, value", [("hidden", 8), ("embedding_dim", 4), ("blend", "scalar-mean"),
+                                            ("pool", "time"), ("vocab_size", None), ("num_labels", None),
+                                            ("seq_len", None)])
+def test_a_resume_of_a_model_of_another_shape_is_refused_before_any_work(demo, tmp_path, setting, value):
+    quick_fit(demo, tmp_path / "run")
+    before = {name: (tmp_path / "run" / name).read_bytes() for name in os.listdir(tmp_path / "run")}
+    shape = dict(vocab_size=demo["vocab"], num_labels=demo["labels"], seq_len=demo["seq_len"],
+                 embedding_dim=FLAGS["embedding_dim"], hidden=FLAGS["hidden"])
+    theirs = shape.get(setting, {"blend": "mean", "pool": "feature"}.get(setting))
+    shape[setting] = value if value is not None else theirs + 1
+    with pytest.raises(ValueError, match=rf"^{setting}: the model's is {shape[setting]!r}, the run being resumed "
+                                         rf"in .* has {theirs!r}"):
+        Model(**shape).fit(*demo["train"], out=tmp_path / "run", resume=True, verbose=0)
+    after = {name: (tmp_path / "run" / name).read_bytes() for name in os.listdir(tmp_path / "run")}
+    assert after == before
+
+
+def test_sigterm_then_ctrl_c_during_the_save_still_ends_with_143(demo, tmp_path):
+    """The first signal decides: a Ctrl-C that lands while the run saves after a SIGTERM (back in
+    fit's own code, out of the engine) is ignored, and the process ends as terminated."""
+    result = run_script(demo, tmp_path, """
+main = threading.main_thread().ident
+def ctrl_c_once_fit_runs_its_own_code():
+    while sys._current_frames()[main].f_code.co_name != "fit":
+        time.sleep(0.0005)
+    os.kill(os.getpid(), signal.SIGINT)
+class Term:
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 2:
+            threading.Thread(target=ctrl_c_once_fit_runs_its_own_code, daemon=True).start()
+            os.kill(os.getpid(), signal.SIGTERM)
+model.fit(x, y, epochs=2, batch_size=16, seed=3, lr=0.01, out=sys.argv[2], verbose=0, callbacks=[Term()])
+""")
+    assert result.returncode == 143, result.stderr
+    assert "training terminated (SIGTERM): the step reached is saved in" in result.stderr
+    assert os.path.exists(tmp_path / "run" / "optimizer.safetensors")
+
+
+def test_python_exiting_while_a_daemon_fits_without_out_leaves_no_folder(demo, tmp_path):
+    """Exit functions run while a daemon thread's fit trains on: the temporary folder was removed
+    as the engine went on saving into it (a save every step here; an exit function run after the
+    removal gives it time), so a file could land in it as it went and keep it. The run now ends
+    before its folder goes."""
+    for attempt in range(2):
+        result = run_script(demo, tmp_path, f"""
+import atexit, tempfile
+atexit.register(time.sleep, 0.5)  # runs after the model's clean-up: the daemon trains meanwhile
+tempfile.tempdir = {str(tmp_path / str(attempt))!r}
+os.mkdir(tempfile.tempdir)
+started = threading.Event()
+class Started:
+    def on_train_batch_end(self, batch, logs=None):
+        if not os.path.isdir(model.history.params["out"]):
+            os.write(1, b"trained with its folder removed\\n")
+        started.set()
+thread = threading.Thread(target=model.fit, args=(x, y), kwargs=dict(epochs=50, verbose=0, checkpoint_every=1,
+                          callbacks=[Started()]), daemon=True)
+thread.start()
+started.wait()
+print("exiting", flush=True)
+""")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == ["exiting"]
+        assert "Traceback" not in result.stderr and "error" not in result.stderr.lower()
+        assert os.listdir(tmp_path / str(attempt)) == []

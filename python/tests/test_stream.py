@@ -196,3 +196,28 @@ def test_the_next_batch_is_read_while_the_engine_trains_the_current_one(demo, tm
     waiting = WaitForTheSecond()
     new_model(demo).fit(batches(), epochs=1, callbacks=[waiting], out=tmp_path / "run", **COMMON)
     assert waiting.seen is True
+
+
+def test_an_endless_tf_data_dataset_needs_its_steps_before_any_work(demo, tmp_path):
+    """Keras would loop for ever on the first epoch, or gather the validation set for ever."""
+    ds, _ = ragged_dataset(demo)
+    endless_ds, out = ds.batch(16).repeat(), tmp_path / "run"
+    model = new_model(demo)
+    with pytest.raises(ValueError, match="^validation_steps: validation_data is an endless"):
+        model.fit(Batches(*demo["train"]), validation_data=endless_ds, out=out, **COMMON)
+    with pytest.raises(ValueError, match="^steps_per_epoch: x is an endless"):
+        model.fit(endless_ds, out=out, **COMMON)
+    assert not out.exists()
+    history = model.fit(endless_ds, validation_data=endless_ds, steps_per_epoch=2, validation_steps=1, epochs=2,
+                        out=out, **COMMON)
+    assert len(history.history["val_loss"]) == 2
+
+
+def test_predict_and_evaluate_refuse_an_endless_tf_data_dataset(demo, tmp_path):
+    ds, _ = ragged_dataset(demo)
+    model = new_model(demo)
+    model.fit(Batches(*demo["train"]), out=tmp_path / "run", **COMMON)
+    for call in (lambda: model.predict(ds.batch(16).repeat()), lambda: model.evaluate(ds.batch(16).repeat())):
+        with pytest.raises(ValueError, match="^x: an endless tf.data.Dataset"):
+            call()
+    assert model.predict(ds.batch(16).take(2)).shape == (32, demo["labels"])
