@@ -123,8 +123,11 @@ TEST(Bf16Packing, PackingConvertedRowsInStepsGivesTheWholeOperandsPacking) {
 
 TEST(Bf16Packing, TransposeMovesEveryElementAndNothingElse) {
   Random random(11);
-  for (int trial = 0; trial < 20; ++trial) {
-    const int rows = 1 + static_cast<int>(random.below(70)), columns = 1 + static_cast<int>(random.below(50));
+  for (int trial = 0; trial < 24; ++trial) {
+    // Random shapes, then whole 32 x 32 blocks with ragged edges (the LSTM's 64 x 160 and more).
+    const bool blocks = trial >= 20;
+    const int rows = blocks ? 64 + (trial - 20) * 3 : 1 + static_cast<int>(random.below(70));
+    const int columns = blocks ? 160 + (trial - 20) * 5 : 1 + static_cast<int>(random.below(50));
     const size_t ld_source = columns + random.below(3), ld_dst = rows + random.below(3);
     std::vector<uint16_t> source(rows * ld_source);
     for (uint16_t& v : source) v = static_cast<uint16_t>(random.below(0xffff));

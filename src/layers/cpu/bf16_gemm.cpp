@@ -210,13 +210,78 @@ void round_floats(float* dst, const float* source, size_t n) {
   }
 }
 
+namespace {
+
+constexpr int kTransposeBlock = 32;  // a whole block: 32 rows of 32 elements, one ZMM each
+constexpr int kTransposeRounds = 5;  // log2(32)
+
+// VPERMT2W's lanes for each round of transpose_block (half = 16, 8, 4, 2, 1): [round][0] makes the
+// first row of a pair, [round][1] the second; lanes 0-31 pick the first row's, 32-63 the second's.
+struct TransposeIndex {
+  alignas(64) uint16_t lanes[kTransposeRounds][2][kTransposeBlock];
+};
+constexpr TransposeIndex transpose_index() {
+  TransposeIndex index{};
+  for (int round = 0, half = kTransposeBlock / 2; round < kTransposeRounds; ++round, half /= 2)
+    for (int j = 0; j < kTransposeBlock; ++j) {
+      const bool upper = (j & half) != 0;
+      index.lanes[round][0][j] = static_cast<uint16_t>(upper ? 32 + j - half : j);
+      index.lanes[round][1][j] = static_cast<uint16_t>(upper ? 32 + j : j + half);
+    }
+  return index;
+}
+constexpr TransposeIndex kTransposeIndex = transpose_index();
+
+// dst's 32 x 32 block = source's transposed, in registers: five rounds, each swapping the
+// off-diagonal sub-blocks of half the size between rows `half` apart, then the rows stored.
+// Only moves: the bits are source's.
+__attribute__((target("avx512f,avx512bw"))) void transpose_block(uint16_t* dst, size_t ld_dst,
+                                                                  const uint16_t* source, size_t ld_source) {
+  __m512i row[kTransposeBlock];
+#pragma GCC unroll 32
+  for (int r = 0; r < kTransposeBlock; ++r) row[r] = _mm512_loadu_si512(source + r * ld_source);
+#pragma GCC unroll 5
+  for (int round = 0; round < kTransposeRounds; ++round) {
+    const int half = kTransposeBlock / 2 >> round;
+    const __m512i low = _mm512_load_si512(kTransposeIndex.lanes[round][0]);
+    const __m512i high = _mm512_load_si512(kTransposeIndex.lanes[round][1]);
+#pragma GCC unroll 32
+    for (int r = 0; r < kTransposeBlock; ++r) {
+      if ((r & half) != 0) continue;
+      const __m512i first = row[r], second = row[r + half];
+      row[r] = _mm512_permutex2var_epi16(first, low, second);
+      row[r + half] = _mm512_permutex2var_epi16(first, high, second);
+    }
+  }
+#pragma GCC unroll 32
+  for (int c = 0; c < kTransposeBlock; ++c) _mm512_storeu_si512(dst + c * ld_dst, row[c]);
+}
+
+void transpose_scalar(uint16_t* dst, size_t ld_dst, const uint16_t* source, size_t ld_source, int r0, int r_end,
+                      int c0, int c_end) {
+  for (int c = c0; c < c_end; ++c)
+    for (int r = r0; r < r_end; ++r) dst[c * ld_dst + r] = source[r * ld_source + c];
+}
+
+}  // namespace
+
+// Whole 32 x 32 blocks in registers where the CPU has AVX512-BW (every CPU with AVX512-BF16, so
+// the fast path's), the ragged edges and other CPUs element by element in 16 x 16 blocks.
 void transpose(uint16_t* dst, size_t ld_dst, const uint16_t* source, size_t ld_source, int rows, int columns) {
+  static const bool wide = __builtin_cpu_supports("avx512bw");
   constexpr int kBlock = 16;  // a 16 x 16 block's rows and columns both stay in cache lines
+  int whole_rows = 0, whole_columns = 0;
+  if (wide) {
+    whole_rows = rows / kTransposeBlock * kTransposeBlock, whole_columns = columns / kTransposeBlock * kTransposeBlock;
+    for (int r0 = 0; r0 < whole_rows; r0 += kTransposeBlock)
+      for (int c0 = 0; c0 < whole_columns; c0 += kTransposeBlock)
+        transpose_block(dst + c0 * ld_dst + r0, ld_dst, source + r0 * ld_source + c0, ld_source);
+  }
   for (int r0 = 0; r0 < rows; r0 += kBlock)
     for (int c0 = 0; c0 < columns; c0 += kBlock) {
       const int r_end = std::min(rows, r0 + kBlock), c_end = std::min(columns, c0 + kBlock);
-      for (int c = c0; c < c_end; ++c)
-        for (int r = r0; r < r_end; ++r) dst[c * ld_dst + r] = source[r * ld_source + c];
+      if (r_end <= whole_rows && c_end <= whole_columns) continue;  // done in registers
+      transpose_scalar(dst, ld_dst, source, ld_source, r0, r_end, c0, c_end);
     }
 }
 
