@@ -452,11 +452,14 @@ class Model(KerasInterface):
         last = os.path.join(out, "last.safetensors")
         if os.path.exists(last):
             self._take_weights(last)
-        if bridge is not None and bridge.final_weights is not None and self._weights_path is not None:
+        if bridge is None or bridge.final_weights is None:
+            return
+        if self._weights_path is not None:  # else a new model raised before the run's first save: none to compare
             taken = np.concatenate([t.reshape(-1) for t in self.get_weights()])
-            if not np.array_equal(taken, bridge.final_weights):
-                arrays = split_parameters(bridge.final_weights, self.config)
-                self._own_tensors(dict(zip(parameter_shapes(self.config), arrays)))
+            if np.array_equal(taken, bridge.final_weights):
+                return
+        arrays = split_parameters(bridge.final_weights, self.config)
+        self._own_tensors(dict(zip(parameter_shapes(self.config), arrays)))
 
     def _after_run(self, out, status, bridge, streamed):
         """The model takes the run's weights (_take_run_weights); an interrupt or a failed run
