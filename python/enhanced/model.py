@@ -22,7 +22,8 @@ from .fit_hooks import History, Bridge, Progress, TemporaryRun, first_signal_dec
 from .keras_interface import (KerasInterface, check_callbacks, check_keras_keywords, file_path,
                               split_parameters, split_validation)
 from .run_plan import (boolean, check_controls, check_same_labels, check_same_model, class_weight_mean_words,
-                       class_weight_values, keyword_errors, plan, recorded_options, resolve_out)
+                       class_weight_values, keyword_errors, memory_set_name, plan, recorded_options,
+                       resolve_out, resumed_validation)
 from .stream import Stream, gathered, is_batches, is_dense_array, is_endless, labels_for
 
 
@@ -86,7 +87,7 @@ def data_image(x, y=None, name="x", steps=None):
         return x, x, _file_seq_len(x)
     samples, labels = _samples_and_labels(x, y, name, steps)
     image = ebin.image_bytes(samples, labels)
-    return image, f"<{name}: {samples.num_samples} samples in memory>", samples.seq_len
+    return image, memory_set_name(name, samples.num_samples), samples.seq_len
 
 
 # The first bytes of the files Keras saves: a .keras zip archive, an HDF5 .h5 / .weights.h5.
@@ -388,6 +389,8 @@ class Model(KerasInterface):
             if resume:
                 check_same_model(self.config, out, recorded)
                 check_same_labels(recorded, self.label_names, weights)
+                if validation_data is None:
+                    validation_data = resumed_validation(recorded, out)
             train, train_name, valid, valid_name = self._data(x, y, validation_data, resume, steps)
             if isinstance(train, Stream):
                 given["batch_size"] = train.batch_size  # the engine's batch capacity: the stream's first batch
