@@ -234,8 +234,9 @@ def _check_engine_arguments(batch_size, threads, device, precision, verbose):
 def _check_inference_keywords(method, unknown, sample_weight, callbacks):
     """predict's and evaluate's keywords the engine has no meaning for, refused by name (as fit's)."""
     if unknown:
-        raise ValueError(f"{method}: unknown keyword argument '{next(iter(unknown))}'; {method} takes Keras' arguments and device, "
-                         "threads, precision" + (", logits" if method == "predict" else "") + " (docs/python.md)")
+        own = "logits, device, threads, precision" if method == "predict" else "device, threads, precision"
+        raise ValueError(f"{method}: unknown keyword argument '{next(iter(unknown))}'; {method} takes Keras' "
+                         f"arguments and {own} (docs/python.md)")
     if sample_weight is not None:
         raise ValueError(f"sample_weight: {method} weighs every sample alike (enhanced-eval's numbers)")
     if callbacks:
