@@ -47,6 +47,12 @@ void lay_out_sections(DatasetHeader& h);
 
 // A mapped dataset. Opening validates the header, the section bounds, the offsets (monotone,
 // in range) and every id and label (non-negative), so readers can trust it afterwards.
+// The name of a set that is no file (a set held in memory, a stream of batches, as the Python
+// package names them: "<x: 16 samples in memory>"): in angle brackets.
+inline bool is_memory_name(const std::string& name) {
+  return name.size() >= 2 && name.front() == '<' && name.back() == '>';
+}
+
 class Dataset {
  public:
   // `name`: what errors and path() call the set when it is not `path` (a temporary converted
@@ -55,7 +61,8 @@ class Dataset {
   // A dataset held in memory: `image` is the bytes of an .ebin file (the exact layout, as
   // python/enhanced/ebin.py writes it), checked as open() checks a file, with the same errors
   // naming `name` where open()'s name the path. `name` is also path(): what a training run
-  // records as its data (docs/python.md says what a resume does with it).
+  // records as its data (docs/python.md says what a resume does with it); a name in angle
+  // brackets (is_memory_name) is recorded as it is, never made a path.
   static Dataset from_bytes(std::vector<uint8_t> image, const std::string& name);
   // The same checks over bytes the caller owns: no copy is taken, so the caller keeps them alive
   // and unchanged while the Dataset is used (Model.fit's image stays the one copy of the data; a

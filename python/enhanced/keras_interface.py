@@ -205,18 +205,23 @@ class KerasInterface:
 
     def set_weights(self, weights):
         """Replaces the weights (get_weights' layout); during fit, the engine's from the next step on
-        (from fit's callbacks; from another thread, a ValueError)."""
+        (from fit's callbacks; from another thread, a ValueError). A value that is not finite (NaN,
+        inf) is a ValueError naming the array, before anything changes."""
         access = self._fit_access("set_weights")
         shapes = parameter_shapes(self.config)
         weights = list(weights)
         if len(weights) != len(shapes):
             raise ValueError(f"set_weights: expected {len(shapes)} arrays ({', '.join(shapes)}), got {len(weights)}")
         arrays = {}
-        for (name, shape), value in zip(shapes.items(), weights):
+        for index, ((name, shape), value) in enumerate(zip(shapes.items(), weights)):
             value = np.asarray(value)
             if value.shape != tuple(shape):
                 raise ValueError(f"set_weights: {name} has shape {list(value.shape)}, the model's is {list(shape)}")
             arrays[name] = np.ascontiguousarray(value, dtype=np.float32)
+            if not np.isfinite(arrays[name]).all():
+                bad = int(np.flatnonzero(~np.isfinite(arrays[name]))[0])
+                raise ValueError(f"set_weights: array {index} ({name}) holds a value that is not finite "
+                                 f"({arrays[name].reshape(-1)[bad]} at flat index {bad}); weights must be finite")
         if access is not None:
             access.write_parameters(np.concatenate([a.reshape(-1) for a in arrays.values()]))
             self._weights_set_in_fit = True

@@ -22,7 +22,8 @@ from .fit_hooks import History, Bridge, Progress, TemporaryRun, first_signal_dec
 from .keras_interface import (KerasInterface, check_callbacks, check_keras_keywords, file_path,
                               split_parameters, split_validation)
 from .run_plan import (boolean, check_controls, check_same_labels, check_same_model, class_weight_mean_words,
-                       class_weight_values, keyword_errors, plan, recorded_options, resolve_out)
+                       class_weight_values, keyword_errors, memory_set_name, plan, recorded_options,
+                       resolve_out, resumed_validation)
 from .stream import Stream, gathered, is_batches, is_dense_array, is_endless, labels_for
 
 
@@ -86,7 +87,7 @@ def data_image(x, y=None, name="x", steps=None):
         return x, x, _file_seq_len(x)
     samples, labels = _samples_and_labels(x, y, name, steps)
     image = ebin.image_bytes(samples, labels)
-    return image, f"<{name}: {samples.num_samples} samples in memory>", samples.seq_len
+    return image, memory_set_name(name, samples.num_samples), samples.seq_len
 
 
 # The first bytes of the files Keras saves: a .keras zip archive, an HDF5 .h5 / .weights.h5.
@@ -230,6 +231,30 @@ def _check_engine_arguments(batch_size, threads, device, precision, verbose):
             raise ValueError(f"{name} must be a str, got {value!r}")
 
 
+def _check_inference_keywords(method, unknown, sample_weight, callbacks):
+    """predict's and evaluate's keywords the engine has no meaning for, refused by name (as fit's)."""
+    if unknown:
+        own = "logits, device, threads, precision" if method == "predict" else "device, threads, precision"
+        raise ValueError(f"{method}: unknown keyword argument '{next(iter(unknown))}'; {method} takes Keras' "
+                         f"arguments and {own} (docs/python.md)")
+    if sample_weight is not None:
+        raise ValueError(f"sample_weight: {method} weighs every sample alike (enhanced-eval's numbers)")
+    if callbacks:
+        raise ValueError(f"callbacks: {method} calls no callbacks (the engine runs it in one call); give none")
+
+
+def _inference_steps(x, steps):
+    """Keras' steps of predict and evaluate: the batches drawn from an iterable of (x, y) batches;
+    refused by name for data in memory or a file (read whole, as enhanced-predict reads it)."""
+    if steps is None:
+        return None
+    steps = _integer(steps, "steps", 1)
+    if not is_batches(x):
+        raise ValueError("steps: only for x given as an iterable of (x, y) batches (the batches to draw); data in "
+                         "memory or a file is read whole")
+    return steps
+
+
 class Model(KerasInterface):
     """The ragged-blend BiLSTM classifier (docs/model.md), trained by the C++ engine in this
     process. fit/evaluate/predict follow Keras; every training control of enhanced-train is a
@@ -329,10 +354,13 @@ class Model(KerasInterface):
             words += ["--pretrained", self.pretrained]
         return words
 
-    def _check_seq_len(self, seq_len, resume):
+    def _check_seq_len(self, seq_len, resume=False):
+        """x's T (None: unknown) is the model's seq_len; the error names what the user knows: the
+        model's seq_len and the checkpoint its weights came from (Model.load's, fit's)."""
         if not resume and seq_len is not None and seq_len != self.config.seq_len:
+            source = f" (its weights come from {self.checkpoint})" if self.checkpoint else ""
             raise ValueError(f"x: its samples have T = {seq_len} positions, but the model's seq_len is "
-                             f"{self.config.seq_len}")
+                             f"{self.config.seq_len}{source}")
 
     def _data(self, x, y, validation_data, resume, steps):
         """The training and validation sets for the engine: (train, name, valid, valid name); train
@@ -352,9 +380,9 @@ class Model(KerasInterface):
         valid, valid_name, _ = data_image(vx, vy, "validation_data", steps["validation_steps"])
         return train, train_name, valid, valid_name
 
-    def fit(self, x=None, y=None, validation_data=None, epochs=None, batch_size=None, callbacks=None, out=None,
-            seed=None, shuffle=None, verbose=1, resume=False, class_weight=None, validation_split=0.0,
-            initial_epoch=0, sample_weight=None, steps_per_epoch=None, validation_steps=None, **controls):
+    def fit(self, x=None, y=None, batch_size=None, epochs=None, verbose="auto", callbacks=None, validation_split=0.0,
+            validation_data=None, shuffle=None, class_weight=None, sample_weight=None, initial_epoch=0,
+            steps_per_epoch=None, validation_steps=None, *, out=None, seed=None, resume=False, **controls):
         """Trains in this process, from the model's weights where it has them (Model.load, or an
         earlier fit) with fresh optimizer moments, else from a new initialisation; returns a History
         (one value per epoch of loss, accuracy, lr and, with validation_data, val_loss,
@@ -365,7 +393,9 @@ class Model(KerasInterface):
         (each batch one step; steps_per_epoch: an epoch is that many batches of one iterator that
         goes on across epochs, else a pass). `controls`: enhanced-train's training controls by name.
         validation_split: Keras' (the last fraction of x and y); initial_epoch (other than 0) and
-        sample_weight are refused by name, as are Keras callbacks the engine cannot serve."""
+        sample_weight are refused by name, as are Keras callbacks the engine cannot serve. The
+        positional parameters are Keras' (x, y, batch_size, epochs, verbose, ...); the engine's
+        own (out, seed, resume, the controls) are keywords only."""
         if self._fitting:  # a callback's fit would take the running fit's weights and access
             raise ValueError("fit: this model is training already (fit called from one of its callbacks, or from "
                              "another thread); a model trains one run at a time")
@@ -388,6 +418,8 @@ class Model(KerasInterface):
             if resume:
                 check_same_model(self.config, out, recorded)
                 check_same_labels(recorded, self.label_names, weights)
+                if validation_data is None:
+                    validation_data = resumed_validation(recorded, out)
             train, train_name, valid, valid_name = self._data(x, y, validation_data, resume, steps)
             if isinstance(train, Stream):
                 given["batch_size"] = train.batch_size  # the engine's batch capacity: the stream's first batch
@@ -452,11 +484,14 @@ class Model(KerasInterface):
         last = os.path.join(out, "last.safetensors")
         if os.path.exists(last):
             self._take_weights(last)
-        if bridge is not None and bridge.final_weights is not None and self._weights_path is not None:
+        if bridge is None or bridge.final_weights is None:
+            return
+        if self._weights_path is not None:  # else a new model raised before the run's first save: none to compare
             taken = np.concatenate([t.reshape(-1) for t in self.get_weights()])
-            if not np.array_equal(taken, bridge.final_weights):
-                arrays = split_parameters(bridge.final_weights, self.config)
-                self._own_tensors(dict(zip(parameter_shapes(self.config), arrays)))
+            if np.array_equal(taken, bridge.final_weights):
+                return
+        arrays = split_parameters(bridge.final_weights, self.config)
+        self._own_tensors(dict(zip(parameter_shapes(self.config), arrays)))
 
     def _after_run(self, out, status, bridge, streamed):
         """The model takes the run's weights (_take_run_weights); an interrupt or a failed run
@@ -478,19 +513,30 @@ class Model(KerasInterface):
 
     # ---- inference ----------------------------------------------------------------------------
 
-    def evaluate(self, x, y=None, batch_size=64, device="auto", threads=0, precision="fp32", verbose=0):
-        """{loss, accuracy, macro_f1} on a labelled set (enhanced-eval's numbers)."""
+    def evaluate(self, x, y=None, batch_size=64, verbose="auto", sample_weight=None, steps=None, callbacks=None,
+                 return_dict=None, *, device="auto", threads=0, precision="fp32", **unknown):
+        """{loss, accuracy, macro_f1} on a labelled set (enhanced-eval's numbers); with return_dict=False
+        (given), Keras' list [loss, accuracy, macro_f1]. Keras' positional order; steps: the first
+        `steps` batches of an iterable of batches."""
+        _check_inference_keywords("evaluate", unknown, sample_weight, callbacks)
+        return_dict = True if return_dict is None else boolean(return_dict, "return_dict")
         _check_engine_arguments(batch_size, threads, device, precision, verbose)
-        data, name, _ = data_image(x, y, "x")
+        data, name, seq_len = data_image(x, y, "x", _inference_steps(x, steps))
+        self._check_seq_len(seq_len)
         with keyword_errors():
             result = _core().evaluate(self._weights(), data, name, int(batch_size), device, int(threads), precision)
-        return {key: result[key] for key in ("loss", "accuracy", "macro_f1")}
+        values = {key: result[key] for key in ("loss", "accuracy", "macro_f1")}
+        return values if return_dict else list(values.values())
 
-    def predict(self, x, batch_size=64, logits=False, device="auto", threads=0, precision="fp32", verbose=0):
-        """(N, L) softmax probabilities (enhanced-predict's), or the logits with logits=True."""
+    def predict(self, x, batch_size=64, verbose="auto", steps=None, callbacks=None, *, logits=False, device="auto",
+                threads=0, precision="fp32", **unknown):
+        """(N, L) softmax probabilities (enhanced-predict's), or the logits with logits=True. Keras'
+        positional order; steps: the first `steps` batches of an iterable of batches."""
+        _check_inference_keywords("predict", unknown, None, callbacks)
         _check_engine_arguments(batch_size, threads, device, precision, verbose)
         logits = boolean(logits, "logits")
-        data, name, _ = data_image(x, None, "x")
+        data, name, seq_len = data_image(x, None, "x", _inference_steps(x, steps))
+        self._check_seq_len(seq_len)
         with keyword_errors():
             return _core().predict(self._weights(), data, name, int(batch_size), device, int(threads), precision,
                                    logits)

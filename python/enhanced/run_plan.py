@@ -106,6 +106,30 @@ def recorded_options(out):
         raise ValueError(f"out: {path} holds no readable run_options ({e})") from None
 
 
+def memory_set_name(name, num_samples):
+    """What the engine (and a run's record) calls a set given in memory: in angle brackets, which
+    the engine records as it is, never as a path."""
+    return f"<{name}: {num_samples} samples in memory>"
+
+
+_MEMORY_SET = re.compile(r"<validation_data: (\d+) samples in memory>$")  # memory_set_name's, as recorded
+
+
+def resumed_validation(recorded, out):
+    """validation_data for a resume that gives none: the run's recorded .ebin file, as
+    enhanced-train --resume takes its --valid; None where the run did not validate. A run that
+    validated on a set given in memory is refused: the run does not hold that set."""
+    valid = recorded.get("valid", "")
+    if not valid:
+        return None
+    match = _MEMORY_SET.search(valid)
+    if match:
+        raise ValueError(f"validation_data: the run being resumed in {out} validated on {match.group(1)} samples "
+                         "given in memory each epoch, which it does not hold: pass them again "
+                         "(validation_data=(x_valid, y_valid))")
+    return valid
+
+
 def class_weight_values(class_weight, num_labels):
     """class_weight as the engine takes it: None, a rule ("balanced") or a list of L weights (a dict
     {label: weight}, unnamed labels 1.0, or a sequence of L). Keys must be labels, weights finite

@@ -479,7 +479,8 @@ def test_tensorboard_callback_keeps_its_batches_after_ctrl_c(demo, tmp_path):
     assert [e.step for e in events.Scalars("batch_loss")] == [1, 2, 3]
     # The resumed run's curves go on at step 4, where the interrupted one stopped: no step twice.
     Model.load(tmp_path / "run" / "last.safetensors").fit(*demo["train"], out=tmp_path / "run", resume=True,
-                                                          verbose=0, callbacks=[TensorBoard(tmp_path / "logs")])
+                                                          validation_data=demo["valid"], verbose=0,
+                                                          callbacks=[TensorBoard(tmp_path / "logs")])
     events = EventAccumulator(str(tmp_path / "logs" / "train"))
     events.Reload()
     total = FLAGS["epochs"] * steps_per_epoch(demo)

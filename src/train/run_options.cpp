@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "enhanced/common.h"
+#include "enhanced/dataset.h"
 #include "enhanced/train_fields.h"
 
 namespace enhanced {
@@ -19,9 +20,10 @@ using nlohmann::json;
 // A file's path as recorded: absolute and canonical (symbolic links, "." and ".." resolved), so a
 // resume from any directory finds the file, and two spellings of one file compare equal. A run
 // recorded before paths were canonical holds them as given: saved again (or compared) from its
-// own directory, they resolve as they did. "" (no file) stays "".
+// own directory, they resolve as they did. "" (no file) stays "", and so does the name of a set
+// held in memory ("<x: 16 samples in memory>", Dataset::from_bytes's): it is no file.
 std::string recorded_path(const std::string& path) {
-  if (path.empty()) return path;
+  if (path.empty() || is_memory_name(path)) return path;
   std::error_code error;
   const std::filesystem::path absolute = std::filesystem::absolute(path, error);
   if (error) return path;
