@@ -35,3 +35,44 @@ for when in ("start", "end"):
         "start SIGINT KeyboardInterrupt True True", "start SIGTERM SystemExit 143 True",
         "end SIGINT KeyboardInterrupt True True", "end SIGTERM SystemExit 143 True"], result.stderr
     assert result.stderr.count("training terminated (SIGTERM): the step reached is saved in") == 2
+
+
+def test_ctrl_c_while_main_joins_a_fit_thread_saves_the_run_at_exit(demo, tmp_path):
+    """Ctrl-C in the main thread's join of a non-daemon thread running fit: Python's exit went on
+    under the running fit (the interrupted join no longer waits for it): nothing saved, and
+    nanobind's leak report. At exit the run is now asked to stop, saves and is waited for."""
+    result = run_script(demo, tmp_path, """
+class CtrlCInMain:
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 2 and model.history.epoch == []:
+            os.kill(os.getpid(), signal.SIGINT)  # Python's handler runs in the main thread, in join
+        time.sleep(0.01)
+thread = threading.Thread(target=model.fit, args=(x, y), kwargs=dict(epochs=50, batch_size=16, out=sys.argv[2],
+                          verbose=0, callbacks=[CtrlCInMain()]))
+thread.start()
+try:
+    thread.join()
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+""")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["interrupted"]
+    assert os.path.exists(tmp_path / "run" / "last.safetensors")
+    assert "leaked" not in result.stderr, result.stderr
+
+
+def test_python_exiting_while_a_daemon_fits_saves_it_and_leaks_nothing(demo, tmp_path):
+    """The daemon thread's run went on while the interpreter finalized: nanobind reported its
+    objects (the run's TrainingAccess) as leaked, and its work since the last save was lost."""
+    result = run_script(demo, tmp_path, """
+started = threading.Event()
+class Started:
+    def on_train_batch_end(self, batch, logs=None):
+        started.set()
+threading.Thread(target=model.fit, args=(x, y), kwargs=dict(epochs=50, batch_size=16, out=sys.argv[2], verbose=0,
+                 callbacks=[Started()]), daemon=True).start()
+started.wait()
+""")
+    assert result.returncode == 0, result.stderr
+    assert os.path.exists(tmp_path / "run" / "last.safetensors")
+    assert result.stderr == ""
