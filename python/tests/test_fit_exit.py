@@ -76,3 +76,22 @@ started.wait()
     assert result.returncode == 0, result.stderr
     assert os.path.exists(tmp_path / "run" / "last.safetensors")
     assert result.stderr == ""
+
+
+def test_python_exiting_while_a_daemon_fit_cannot_stop_in_time_reports_no_leak(demo, tmp_path):
+    """A run stuck in a callback past the exit's wait still holds its objects as the interpreter
+    finalizes: nanobind reported them as leaked, though no binding leaked them."""
+    result = run_script(demo, tmp_path, """
+import enhanced.fit_hooks
+enhanced.fit_hooks.EXIT_WAIT = 0.2  # the exit's wait for the run (10 s by default)
+stuck = threading.Event()
+class Stuck:
+    def on_train_batch_end(self, batch, logs=None):
+        stuck.set()
+        time.sleep(60)
+threading.Thread(target=model.fit, args=(x, y), kwargs=dict(epochs=50, batch_size=16, out=sys.argv[2], verbose=0,
+                 callbacks=[Stuck()]), daemon=True).start()
+stuck.wait()
+""")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
