@@ -1,6 +1,7 @@
 """What enhanced.Model.fit hands the engine to call back (python/src/train.cpp's PythonObserver):
 the user's callbacks at Keras' points, in Keras' order, the History, the progress, the poll after
 each step (model.stop_training, Ctrl-C) and SIGTERM as an interrupt."""
+import atexit
 import contextlib
 import shutil
 import signal
@@ -78,7 +79,7 @@ class Bridge:
         self.wants_test_batches = any(hasattr(c, hook) for c in callbacks
                                       for hook in ("on_test_batch_begin", "on_test_batch_end"))
         self.stopped_by = None  # the signal that interrupted the run (first_signal_decides)
-        self.exiting = None  # set: Python exits, the run's temporary folder waits for its end (TemporaryRun)
+        self.ended = threading.Event()  # set when the run has ended (running_fit), waited for at exit
         self.narrate = progress.verbose != 0  # the engine's own lines (engine:, model:, done:) follow verbose
         self.failure = None  # why the run stopped on an error it reports itself (a non-finite loss)
         self.final_weights = None  # the live weights after on_train_end, where a callback set them
@@ -161,8 +162,8 @@ class Bridge:
         self.failure = reason
 
     def poll(self):
-        if self.exiting is not None and self.exiting.is_set():
-            return _INTERRUPT  # Python is exiting: the run saves and ends, no callback more (TemporaryRun)
+        if _exiting.is_set():
+            return _INTERRUPT  # Python is exiting: the run saves and ends, no callback more (stop_at_exit)
         return _STOP if self.model.stop_training else _CONTINUE
 
     @contextlib.contextmanager
@@ -180,24 +181,60 @@ class Bridge:
                     callback.flush()
 
 
+# At Python's exit (its exit functions run after the non-daemon threads are joined), a fit still
+# running in another thread (a daemon thread's, or a non-daemon one that a Ctrl-C in the main
+# thread's join left behind) would train on while the interpreter finalizes under it: its work
+# lost, its objects never released. So stop_at_exit asks each to end (the bridge's poll interrupts
+# it after its step: it saves and returns quietly) and waits for it, at most EXIT_WAIT seconds in
+# all (a callback that never returns), and only then removes fit(out=None)'s folders, so that
+# nothing lands in one as it goes.
+EXIT_WAIT = 10.0
+_exiting = threading.Event()  # the bridges' poll reads it
+_running = set()  # the bridges of the fits running now
+_temporaries = set()  # the TemporaryRun folders not yet removed
+
+
+@contextlib.contextmanager
+def running_fit(bridge):
+    """fit's run, known to stop_at_exit while it lasts."""
+    _running.add(bridge)
+    try:
+        yield
+    finally:
+        _running.discard(bridge)
+        bridge.ended.set()
+
+
+def exiting():
+    """Whether Python's exit stopped the runs (fit then ends quietly)."""
+    return _exiting.is_set()
+
+
+@atexit.register
+def stop_at_exit():
+    _exiting.set()
+    deadline = time.monotonic() + EXIT_WAIT
+    for bridge in list(_running):
+        bridge.ended.wait(max(0.0, deadline - time.monotonic()))
+    if _running:
+        # A run that could not stop in time (a callback that does not return) still holds its
+        # objects (its TrainingAccess) as the interpreter finalizes under it: nanobind would report
+        # them as leaked, which no reference counting of the bindings caused. Its report is off.
+        sys.modules["enhanced._core"].set_leak_warnings(False)
+    for temporary in list(_temporaries):
+        temporary.remove()
+
+
 class TemporaryRun:
-    """fit(out=None)'s folder and its removal (Model._temporary_out): with the model, at exit, or
-    at the next fit(out=None). While Python's exit functions run, a daemon thread's fit trains on
-    and its engine writes into the folder: removed then, the folder could get a new file as it
-    goes, and stay. So at exit a run still in the folder is told to end (the bridge's poll
-    interrupts it after its step: it saves and returns quietly) and waited for, at most
-    EXIT_WAIT seconds (a callback that never returns), before the folder goes."""
-    EXIT_WAIT = 10.0
+    """fit(out=None)'s folder and its removal (Model._temporary_out): with the model, at the next
+    fit(out=None), or at exit after the fits still running have ended (stop_at_exit)."""
 
     def __init__(self):
         self.path = tempfile.mkdtemp(prefix="enhanced-run-")
-        self.exiting = threading.Event()  # the bridge's poll reads it
-        self.idle = threading.Event()  # set when no fit uses the folder: the fit that made it sets it
+        _temporaries.add(self)
 
     def remove(self):
-        if not self.idle.is_set():  # at exit, with its fit in another thread
-            self.exiting.set()
-            self.idle.wait(self.EXIT_WAIT)
+        _temporaries.discard(self)
         shutil.rmtree(self.path, True)
 
 

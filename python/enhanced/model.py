@@ -18,7 +18,7 @@ import numpy as np
 from . import ebin
 from .checkpoint import (ModelConfig, check_label_names, load_checkpoint, parameter_shapes,
                          read_config_and_label_names, save_checkpoint)
-from .fit_hooks import History, Bridge, Progress, TemporaryRun, first_signal_decides
+from .fit_hooks import History, Bridge, Progress, TemporaryRun, exiting, first_signal_decides, running_fit
 from .keras_interface import (KerasInterface, check_callbacks, check_keras_keywords, file_path,
                               split_parameters, split_validation)
 from .run_plan import (boolean, check_controls, check_same_labels, check_same_model, class_weight_mean_words,
@@ -436,16 +436,12 @@ class Model(KerasInterface):
             history = History({**run, "out": out, "steps": epoch_steps},
                               {"verbose": verbose, "epochs": run["epochs"], "steps": epoch_steps})
             bridge = Bridge(self, callbacks, history, Progress(verbose, run["epochs"], epoch_steps))
-            if self._temporary is not None and self._temporary.path == out:
-                bridge.exiting = self._temporary.exiting  # at exit, the run ends before its folder goes
-            with first_signal_decides(bridge):
+            with running_fit(bridge), first_signal_decides(bridge):
                 self._run(words, train, train_name, valid, valid_name, bridge, weights, out)
             return history
         finally:
             self._fit_thread = None
             self._fitting = False
-            if self._temporary is not None:
-                self._temporary.idle.set()  # its folder may go now
 
     def _run(self, words, train, train_name, valid, valid_name, bridge, weights, out):
         """The engine's run, then its end as Keras' fit ends (_after_run)."""
@@ -465,12 +461,13 @@ class Model(KerasInterface):
 
     def _temporary_out(self):
         """fit(out=None)'s folder: a new temporary one, removed with the model (or at exit, after
-        a fit still training into it from a daemon thread has ended: TemporaryRun) or when the
+        a fit still training into it from another thread has ended: fit_hooks.stop_at_exit) or when the
         next fit(out=None) replaces it; the model's weights are its own copy (_take_weights)."""
         if self._temporary_run is not None:
             self._temporary_run()
         self._temporary = TemporaryRun()
         self._temporary_run = weakref.finalize(self, self._temporary.remove)
+        self._temporary_run.atexit = False  # at exit, stop_at_exit removes it after the runs have ended
         return self._temporary.path
 
     def _take_run_weights(self, out, bridge):
@@ -497,10 +494,12 @@ class Model(KerasInterface):
         """The model takes the run's weights (_take_run_weights); an interrupt or a failed run
         raises, as enhanced-train exits."""
         self.run_dir = out
+        if status == _core().INTERRUPTED and exiting():
+            # Python exits (stop_at_exit): the run ends quietly, saved in out; the model, about to
+            # go, takes no private copy of its weights (a folder made then would stay).
+            return
         self._take_run_weights(out, bridge)
         if status == _core().INTERRUPTED:
-            if bridge.exiting is not None and bridge.exiting.is_set():
-                return  # Python exits (TemporaryRun): the run ends quietly, its folder goes next
             then = ("Model.load(its last.safetensors).fit(...) continues from its weights (a stream cannot be "
                     "replayed)" if streamed else "fit(..., resume=True) continues")
             # On SIGTERM, first_signal_decides ends it as enhanced-train does, with exit status 143.

@@ -76,6 +76,8 @@ NB_MODULE(_core, m) {
   });
   m.def("version", [] { return std::string(version_string()); });
   m.attr("INTERRUPTED") = kInterruptedExit;
+  // Off at exit where a fit could not stop in time (fit_hooks.stop_at_exit): see there.
+  m.def("set_leak_warnings", [](bool on) { nb::set_leak_warnings(on); });
   m.def("train_flag_names", &python::train_flag_names, nb::arg("switches_only") = false);
   python::bind_training_access(m);
   // The model's names from the engine's tables (enhanced/model.h); checkpoint.py's copies are

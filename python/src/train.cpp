@@ -42,9 +42,13 @@ class PythonObserver final : public TrainingObserver {
 
   // The bridge holds the run's TrainingAccess (Model.get_weights, set_weights, optimizer during
   // fit) until the run takes it back (None).
+  // A Ctrl-C (or SIGTERM) landing in it interrupts the run as in any hook, and the call is made
+  // again: the access must be given and taken back (the first signal decides: a handler raises once).
   void set_access(TrainingAccess* access) override {
     PythonCall gil;
-    bridge_.attr("set_access")(access ? nb::cast(access, nb::rv_policy::reference) : nb::none());
+    nb::object value = access ? nb::cast(access, nb::rv_policy::reference) : nb::none();
+    const auto give = [&] { bridge_.attr("set_access")(value); };
+    if (!interruptible(give)) interruptible(give);
   }
   void on_train_begin() override { call("on_train_begin"); }
   // Only where a callback has the hook: no GIL taken before each step otherwise.
@@ -79,8 +83,9 @@ class PythonObserver final : public TrainingObserver {
       PyErr_Clear();  // fit raises KeyboardInterrupt again, after the save
       interrupted_ = true;
     }
-    if (interrupted_) return TrainingDecision::interrupt;
-    return static_cast<TrainingDecision>(nb::cast<int>(bridge_.attr("poll")()));
+    int decision = static_cast<int>(TrainingDecision::interrupt);
+    if (!interrupted_) interruptible([&] { decision = nb::cast<int>(bridge_.attr("poll")()); });
+    return interrupted_ ? TrainingDecision::interrupt : static_cast<TrainingDecision>(decision);
   }
 
  private:
@@ -90,17 +95,25 @@ class PythonObserver final : public TrainingObserver {
     return value;
   }
 
-  // A Ctrl-C that Python's handler raises inside a callback (it runs at the next bytecode) is the
-  // same interrupt: swallowed here, the run saves at the next poll. Other errors end the run.
-  template <class... Args>
-  void call(const char* method, const Args&... args) {
-    PythonCall gil;
+  // Every call into Python: a Ctrl-C that Python's handler raises inside it (it runs at the next
+  // bytecode; SIGTERM's fit_hooks.Terminated is one) is the same interrupt: swallowed here, the
+  // run saves at the next poll. Other errors end the run. False where it was interrupted.
+  template <class F>
+  bool interruptible(F&& f) {
     try {
-      bridge_.attr(method)(logs_of(args)...);
+      f();
+      return true;
     } catch (nb::python_error& e) {
       if (!e.matches(PyExc_KeyboardInterrupt)) throw;
       interrupted_ = true;
+      return false;
     }
+  }
+
+  template <class... Args>
+  void call(const char* method, const Args&... args) {
+    PythonCall gil;
+    interruptible([&] { bridge_.attr(method)(logs_of(args)...); });
   }
 
   nb::object bridge_;

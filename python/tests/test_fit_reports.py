@@ -212,7 +212,7 @@ def test_python_exiting_while_a_daemon_fits_without_out_leaves_no_folder(demo, t
     for attempt in range(2):
         result = run_script(demo, tmp_path, f"""
 import atexit, tempfile
-atexit.register(time.sleep, 0.5)  # runs after the model's clean-up: the daemon trains meanwhile
+atexit.register(time.sleep, 0.5)  # an exit function: the daemon trains on meanwhile
 tempfile.tempdir = {str(tmp_path / str(attempt))!r}
 os.mkdir(tempfile.tempdir)
 started = threading.Event()
