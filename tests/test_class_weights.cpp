@@ -111,6 +111,23 @@ TEST(ClassWeightsApp, ADeviceOrAHugeFileIsRefusedBeforeItIsRead) {
   fs::remove_all(dir);
 }
 
+// The batch's class-weighted sum of losses and its sum of weights, by hand from the logits.
+struct WeightedSums {
+  double weighted_nll = 0, weights = 0;
+};
+WeightedSums weighted_sums(const std::vector<float>& logits, const Batch& batch, const std::vector<float>& weights,
+                           int num_labels) {
+  std::vector<float> probabilities(logits.size());
+  softmax_probabilities(probabilities.data(), logits.data(), batch.size, num_labels);
+  WeightedSums sums;
+  for (int b = 0; b < batch.size; ++b) {
+    const double w = weights[batch.labels[b]];
+    sums.weighted_nll -= w * std::log(probabilities[static_cast<size_t>(b) * num_labels + batch.labels[b]]);
+    sums.weights += w;
+  }
+  return sums;
+}
+
 TEST(ClassWeights, TheEngineWeighsTrainingLossesNotEvaluation) {
   const ModelConfig config = testing::small_config(BlendMode::mean, PoolMode::feature, 3);
   const std::vector<Batch> batches = testing::training_batches(config, 1, 21);
@@ -123,16 +140,8 @@ TEST(ClassWeights, TheEngineWeighsTrainingLossesNotEvaluation) {
   const std::unique_ptr<Engine> weighted = make_engine(Device::cpu, params, &state, EngineOptions{4, 1, {}, weights});
   std::vector<float> logits(static_cast<size_t>(batch.size) * config.num_labels);
   const double unweighted = plain->forward(batch, logits.data());
-  // The weighted mean from the unweighted per-sample losses, by hand.
-  std::vector<float> probabilities(logits.size());
-  softmax_probabilities(probabilities.data(), logits.data(), batch.size, config.num_labels);
-  double numerator = 0, denominator = 0;
-  for (int b = 0; b < batch.size; ++b) {
-    const double w = weights[batch.labels[b]];
-    numerator -= w * std::log(probabilities[static_cast<size_t>(b) * config.num_labels + batch.labels[b]]);
-    denominator += w;
-  }
-  EXPECT_NEAR(weighted->compute_gradients(batch, nullptr), numerator / denominator, 1e-5);
+  const WeightedSums sums = weighted_sums(logits, batch, weights, config.num_labels);
+  EXPECT_NEAR(weighted->compute_gradients(batch, nullptr), sums.weighted_nll / sums.weights, 1e-5);
   EXPECT_EQ(weighted->forward(batch, nullptr), unweighted) << "evaluation stays unweighted";
   EXPECT_THROW(make_engine(Device::cpu, params, &state, EngineOptions{4, 1, {}, {1.0f, 2.0f}}), Error);
   EXPECT_THROW(make_engine(Device::cpu, params, &state, EngineOptions{4, 1, {}, {1.0f, -2.0f, 1.0f, 1.0f}}), Error);
@@ -154,16 +163,10 @@ TEST(ClassWeights, TheEngineDividesByTheBatchSizeForKeras) {
   const std::unique_ptr<Engine> keras = make_engine(Device::cpu, params, &state, options);
   std::vector<float> logits(static_cast<size_t>(batch.size) * config.num_labels);
   const double unweighted = plain->forward(batch, logits.data());
-  std::vector<float> probabilities(logits.size());
-  softmax_probabilities(probabilities.data(), logits.data(), batch.size, config.num_labels);
-  double numerator = 0, weight_sum = 0;
-  for (int b = 0; b < batch.size; ++b) {
-    const double w = weights[batch.labels[b]];
-    numerator -= w * std::log(probabilities[static_cast<size_t>(b) * config.num_labels + batch.labels[b]]);
-    weight_sum += w;
-  }
-  ASSERT_GT(std::fabs(numerator / weight_sum - numerator / batch.size), 1e-3) << "the batch must tell them apart";
-  EXPECT_NEAR(keras->compute_gradients(batch, nullptr), numerator / batch.size, 1e-5);
+  const WeightedSums sums = weighted_sums(logits, batch, weights, config.num_labels);
+  ASSERT_GT(std::fabs(sums.weighted_nll / sums.weights - sums.weighted_nll / batch.size), 1e-3)
+      << "the batch must tell them apart";
+  EXPECT_NEAR(keras->compute_gradients(batch, nullptr), sums.weighted_nll / batch.size, 1e-5);
   EXPECT_EQ(keras->forward(batch, nullptr), unweighted) << "evaluation stays unweighted";
 }
 
