@@ -128,14 +128,19 @@ WeightedSums weighted_sums(const std::vector<float>& logits, const Batch& batch,
   return sums;
 }
 
-TEST(ClassWeights, TheEngineWeighsTrainingLossesNotEvaluation) {
+// A small model, one training batch and four class weights, for the engine's weighted loss.
+class WeightedEngine : public ::testing::Test {
+ protected:
   const ModelConfig config = testing::small_config(BlendMode::mean, PoolMode::feature, 3);
   const std::vector<Batch> batches = testing::training_batches(config, 1, 21);
   const Batch& batch = batches[0];
-  ParameterBuffer<float> params(config);
-  initialize_parameters(params, 4);
+  ParameterBuffer<float> params{config};
+  OptimizerState state{OptimizerConfig{}, config};
   const std::vector<float> weights = {0.5f, 2.0f, 1.0f, 0.25f};
-  OptimizerState state(OptimizerConfig{}, config);
+  void SetUp() override { initialize_parameters(params, 4); }
+};
+
+TEST_F(WeightedEngine, WeighsTrainingLossesNotEvaluation) {
   const std::unique_ptr<Engine> plain = make_engine(Device::cpu, params, &state, EngineOptions{4, 1, {}});
   const std::unique_ptr<Engine> weighted = make_engine(Device::cpu, params, &state, EngineOptions{4, 1, {}, weights});
   std::vector<float> logits(static_cast<size_t>(batch.size) * config.num_labels);
@@ -149,14 +154,7 @@ TEST(ClassWeights, TheEngineWeighsTrainingLossesNotEvaluation) {
 
 // Keras' class_weight (ClassWeightMean::batch): the training loss is sum_b w[y_b] * nll_b / B,
 // not torch's / sum_b w[y_b]; evaluation stays unweighted.
-TEST(ClassWeights, TheEngineDividesByTheBatchSizeForKeras) {
-  const ModelConfig config = testing::small_config(BlendMode::mean, PoolMode::feature, 3);
-  const std::vector<Batch> batches = testing::training_batches(config, 1, 21);
-  const Batch& batch = batches[0];
-  ParameterBuffer<float> params(config);
-  initialize_parameters(params, 4);
-  const std::vector<float> weights = {0.5f, 2.0f, 1.0f, 0.25f};
-  OptimizerState state(OptimizerConfig{}, config);
+TEST_F(WeightedEngine, DividesByTheBatchSizeForKeras) {
   EngineOptions options{4, 1, {}, weights};
   options.class_weight_mean = ClassWeightMean::batch;
   const std::unique_ptr<Engine> plain = make_engine(Device::cpu, params, &state, EngineOptions{4, 1, {}});
