@@ -6,13 +6,10 @@ import tensorflow as tf
 
 import enhanced
 import enhanced.keras
+from toy_data import ragged
 
-rng = np.random.default_rng(0)
-def ragged(n, T=16, V=300):  # (n, T, 3, None): identifier ids, auxiliary ids, [current word]
-    rows = [[[rng.integers(1, V, rng.integers(0, 4)).tolist(), [], [int(rng.integers(1, V))]] for _ in range(T)]
-            for _ in range(n)]
-    return tf.ragged.constant(rows, dtype=tf.int64), np.array([row[0][2][0] % 3 for row in rows])
-(x, y), (xv, yv) = ragged(768), ragged(256)
+rng = np.random.default_rng(0)  # toy_data.ragged: a tf.RaggedTensor (n, T=16, 3, None) and labels
+(x, y), (xv, yv) = ragged(768, rng), ragged(256, rng)
 
 model = enhanced.Model(vocab_size=300, num_labels=3, seq_len=16, hidden=16, label_names=["red", "green", "blue"])
 history = model.fit(x, y, validation_data=(xv, yv), epochs=4, batch_size=32, lr=0.01, verbose=2)

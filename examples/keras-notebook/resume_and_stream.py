@@ -6,13 +6,10 @@ import numpy as np
 import tensorflow as tf
 
 import enhanced
+from toy_data import ragged
 
-rng = np.random.default_rng(0)
-def ragged(n, T=16, V=300):  # (n, T, 3, None): identifier ids, auxiliary ids, [current word]
-    rows = [[[rng.integers(1, V, rng.integers(0, 4)).tolist(), [], [int(rng.integers(1, V))]] for _ in range(T)]
-            for _ in range(n)]
-    return tf.ragged.constant(rows, dtype=tf.int64), np.array([row[0][2][0] % 3 for row in rows])
-(x, y), (xv, yv) = ragged(512), ragged(128)
+rng = np.random.default_rng(0)  # toy_data.ragged: a tf.RaggedTensor (n, T=16, 3, None) and labels
+(x, y), (xv, yv) = ragged(512, rng), ragged(128, rng)
 shape = dict(vocab_size=300, num_labels=3, seq_len=16, hidden=16)
 
 # 1. fit again continues from the weights the model holds, as a Keras model's does.
