@@ -23,6 +23,10 @@ class BatchSource {
   // Whether the data ended before the epoch's planned batches (or a pass gave none): the run
   // stops after this epoch, as Keras stops when its input runs out.
   virtual bool ran_out() const { return false; }
+  // Whether the last next() returned nullptr because the host was interrupted while it made the
+  // batch (a Ctrl-C inside the user's generator): the run saves the step reached and ends as an
+  // interrupt, not as the data's end.
+  virtual bool interrupted() const { return false; }
 };
 
 }  // namespace enhanced

@@ -20,6 +20,9 @@ class BatchImages {
   // of the data. new_pass: start the data again first (Python's iter(x) again). The bytes stay
   // valid and unchanged until the next call.
   virtual std::span<const uint8_t> next_image(bool new_pass) = 0;
+  // Whether the empty span just returned means an interrupt (Ctrl-C, SIGTERM) while the host
+  // made the batch, rather than the data's end.
+  virtual bool interrupted() const { return false; }
 };
 
 // What every batch must fit: the model's T, vocabulary and labels, and the engine's batch
@@ -47,6 +50,7 @@ class StreamedBatches final : public BatchSource {
   void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
   const Batch* next() override;
   bool ran_out() const override { return ran_out_; }
+  bool interrupted() const override { return images_.interrupted(); }
 
  private:
   Dataset checked(std::span<const uint8_t> image) const;

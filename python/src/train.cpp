@@ -127,7 +127,10 @@ class PythonObserver final : public TrainingObserver {
 // The batches of enhanced.stream.Stream (a generator or a tf.data.Dataset read batch by batch): its
 // next_image(new_pass) returns the next batch's .ebin image (a bytearray), or None at the end of the
 // data, called with the GIL taken from the training thread. The bytes are held (and viewed by
-// the run, not copied) until the next call; its exceptions (a bad batch) end the run as errors.
+// the run, not copied) until the next call; its exceptions (a bad batch, the generator's own) end
+// the run as errors, unchanged, but a Ctrl-C or SIGTERM raised while it waits for the batch (in
+// the user's generator, or waiting for the reading thread) is an interrupt: the run saves the
+// step reached, and fit raises it after the save.
 class PythonBatchImages final : public BatchImages {
  public:
   explicit PythonBatchImages(nb::object stream) : stream_(std::move(stream)) {}
@@ -138,16 +141,25 @@ class PythonBatchImages final : public BatchImages {
 
   std::span<const uint8_t> next_image(bool new_pass) override {
     PythonCall gil;
-    current_ = stream_.attr("next_image")(new_pass);  // the batch before is released here, under the GIL
+    current_ = nb::none();  // the batch before is released here, under the GIL
+    try {
+      current_ = stream_.attr("next_image")(new_pass);
+    } catch (nb::python_error& e) {
+      if (!e.matches(PyExc_KeyboardInterrupt)) throw;  // SIGTERM's fit_hooks.Terminated is one
+      interrupted_ = true;
+      return {};
+    }
     if (current_.is_none()) return {};
     if (!PyByteArray_Check(current_.ptr())) fail("the stream's next_image returned no bytearray");
     return {reinterpret_cast<const uint8_t*>(PyByteArray_AS_STRING(current_.ptr())),
             static_cast<size_t>(PyByteArray_GET_SIZE(current_.ptr()))};
   }
+  bool interrupted() const override { return interrupted_; }
 
  private:
   nb::object stream_;
   nb::object current_;
+  bool interrupted_ = false;
 };
 
 // Parses enhanced-train's flags from `words` with the app's parser; a bad word is a ValueError

@@ -2,7 +2,9 @@
 Python's exit while a fit runs in another thread: the step reached is saved, nothing leaks."""
 import os
 
-from test_model import demo, run_script  # noqa: F401 (demo is a fixture)
+import pytest
+
+from test_model import demo, new_model, run_script  # noqa: F401 (demo is a fixture)
 
 
 def test_a_signal_as_the_run_gives_or_takes_back_its_access_interrupts_it(demo, tmp_path):
@@ -35,6 +37,54 @@ for when in ("start", "end"):
         "start SIGINT KeyboardInterrupt True True", "start SIGTERM SystemExit 143 True",
         "end SIGINT KeyboardInterrupt True True", "end SIGTERM SystemExit 143 True"], result.stderr
     assert result.stderr.count("training terminated (SIGTERM): the step reached is saved in") == 2
+
+
+def test_a_signal_inside_the_users_generator_saves_the_step_reached(demo, tmp_path):
+    """A Ctrl-C or SIGTERM raised in the user's iterable while the engine waits for the next
+    batch escaped fit unsaved (a bare KeyboardInterrupt, out holding metrics.jsonl only). Here the
+    iterable's second pass (epoch 2's, read in fit's thread) sends it: the first epoch is saved."""
+    result = run_script(demo, tmp_path, """
+class Batches:
+    def __init__(self, name):
+        self.name, self.passes = name, 0
+    def __iter__(self):
+        self.passes += 1
+        if self.passes == 2:
+            os.kill(os.getpid(), getattr(signal, self.name))  # handled at the next bytecode, in here
+            sum(range(1000))
+        for start in range(0, 64, 16):
+            yield x[start:start + 16], y[start:start + 16]
+for name in ("SIGINT", "SIGTERM"):
+    out = sys.argv[2] + name
+    try:
+        model.fit(Batches(name), epochs=3, out=out, verbose=0)
+        print(name, "returned")
+    except SystemExit as e:
+        print(name, "SystemExit", e.code, os.path.exists(os.path.join(out, "optimizer.safetensors")))
+    except KeyboardInterrupt as e:
+        print(name, type(e).__name__, "saved in" in str(e), os.path.exists(os.path.join(out, "optimizer.safetensors")))
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        print(name, "epoch ends", sum('"kind":"epoch"' in line.replace(" ", "") for line in f))
+""")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "SIGINT KeyboardInterrupt True True", "SIGINT epoch ends 1",
+        "SIGTERM SystemExit 143 True", "SIGTERM epoch ends 1"], result.stderr
+
+
+def test_an_exception_of_the_users_generator_leaves_fit_unchanged(demo, tmp_path):
+    class Mine(Exception):
+        pass
+
+    def batches():
+        x, y = demo["train"]
+        for start in range(0, 48, 16):
+            yield x[start:start + 16], y[start:start + 16]
+        raise Mine("the user's own")
+
+    with pytest.raises(Mine, match="the user's own") as raised:
+        new_model(demo).fit(batches(), epochs=1, out=tmp_path / "run", verbose=0)
+    assert type(raised.value) is Mine
 
 
 def test_ctrl_c_while_main_joins_a_fit_thread_saves_the_run_at_exit(demo, tmp_path):

@@ -43,6 +43,7 @@ const Batch* StreamedBatches::next() {
     // The end of a pass ends an epoch of passes; before an epoch's planned steps, or as an
     // epoch's first batch, it is the data running out.
     if (image.empty()) {
+      if (images_.interrupted()) return nullptr;  // not the data's end: the run saves and stops
       ran_out_ = steps_per_epoch_ > 0 || in_epoch_ == 0;
       return nullptr;
     }

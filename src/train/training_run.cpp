@@ -295,6 +295,8 @@ int TrainingRun::train_epoch(bool& epoch_done) {
       return 0;
     }
   }
+  // An interrupt while the host made the next batch: the steps taken are saved, as after a step.
+  if (source_.interrupted()) return save_on_interrupt(kInterruptedExit);
   // The source's end: the epoch's, or a stream that ran out within it (Keras ends that epoch too).
   epoch_done = position_.batch_in_epoch > 0;
   return 0;
