@@ -2,6 +2,8 @@
 // order and sizes, equal to the loader's in-order batches of the same set, and checked one by one.
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <vector>
@@ -27,14 +29,24 @@ class VectorImages final : public BatchImages {
   explicit VectorImages(std::vector<std::vector<uint8_t>> images) : images_(std::move(images)) {}
   std::span<const uint8_t> next_image(bool new_pass) override {
     if (new_pass) next_ = 0, ++passes;
-    if (next_ == images_.size()) return {};
+    if (next_ == interrupt_at) {
+      interrupt_at = SIZE_MAX;
+      interrupted_ = true;
+      return {};
+    }
+    interrupted_ = false;
+    if (next_ == images_.size() || passes > one_shot_after) return {};
     return images_[next_++];
   }
+  bool interrupted() const override { return interrupted_; }
   int passes = 0;
+  size_t interrupt_at = SIZE_MAX;  // the index of the image whose read a Ctrl-C interrupts, once
+  int one_shot_after = INT_MAX;    // passes after it give nothing (a generator read again)
 
  private:
   std::vector<std::vector<uint8_t>> images_;
   size_t next_ = 0;
+  bool interrupted_ = false;
 };
 
 class StreamTest : public ::testing::Test {
@@ -142,6 +154,40 @@ TEST_F(StreamTest, AStreamCannotBeReplayedToAResumedPosition) {
   StreamedBatches stream(images, shape(), 3, "x");
   EXPECT_NE(error_of([&] { stream.start_epoch(1, 0); }).find("cannot be replayed"), std::string::npos);
   EXPECT_NE(error_of([&] { stream.start_epoch(0, 2); }).find("cannot be replayed"), std::string::npos);
+}
+
+TEST_F(StreamTest, AValidationStreamBeginsAPassEachEpochAndTakesAtMostItsSteps) {
+  VectorImages images(images_);
+  StreamedBatches stream(images, shape(), 2, "validation_data", true);
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    stream.start_epoch(epoch);
+    std::vector<int32_t> labels;
+    while (const Batch* batch = stream.next()) labels.insert(labels.end(), batch->labels.begin(), batch->labels.end());
+    ASSERT_EQ(labels.size(), 14u) << epoch;  // the same first two batches each time, as Keras's validation_steps
+    for (size_t i = 0; i < labels.size(); ++i) EXPECT_EQ(labels[i], samples_[i].label) << epoch << " " << i;
+  }
+  EXPECT_EQ(images.passes, 3);
+
+  VectorImages once(images_);
+  once.one_shot_after = 1;
+  StreamedBatches one_shot(once, shape(), 0, "validation_data", true);
+  one_shot.start_epoch(0);
+  while (one_shot.next()) {
+  }
+  one_shot.start_epoch(1);
+  EXPECT_EQ(error_of([&] { one_shot.next(); }).rfind("validation_data: its pass 2 gave no batches", 0), 0u);
+}
+
+TEST_F(StreamTest, AnInterruptWhileTheHostMakesABatchIsNotTheDataEnding) {
+  VectorImages images(images_);
+  images.interrupt_at = 2;
+  StreamedBatches stream(images, shape(), 0, "x");
+  stream.start_epoch(0);
+  ASSERT_NE(stream.next(), nullptr);
+  ASSERT_NE(stream.next(), nullptr);
+  EXPECT_EQ(stream.next(), nullptr);
+  EXPECT_TRUE(stream.interrupted());
+  EXPECT_FALSE(stream.ran_out());
 }
 
 }  // namespace

@@ -3,9 +3,11 @@
 // the step's Batch, so the run holds one batch of the data at a time, never the whole set.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "enhanced/batch_source.h"
 #include "enhanced/dataset.h"
@@ -38,14 +40,19 @@ struct StreamShape {
 // of one pass that goes on across epochs (an endless stream works); 0: an epoch is one whole
 // pass, begun anew each epoch. Each batch is checked against the shape, its errors naming
 // "<name>: batch <i>" (i counted from the run's start). A stream cannot start mid-run: a resume
-// is refused.
+// is refused. pass_per_epoch: every epoch is a pass begun anew, of at most steps_per_epoch
+// batches (0: all): a run's validation data, each validation the same batches (Keras's
+// validation_steps); a pass that gives none is an error.
 class StreamedBatches final : public BatchSource {
  public:
-  StreamedBatches(BatchImages& images, StreamShape shape, int64_t steps_per_epoch, std::string name);
+  StreamedBatches(BatchImages& images, StreamShape shape, int64_t steps_per_epoch, std::string name,
+                  bool pass_per_epoch = false);
 
   // The first batch, read at construction: the run's T and batch size before any step.
   const Dataset& first() const { return first_; }
   const std::string& name() const { return name_; }
+  // The first batch's size: the largest any later one may have.
+  int max_batch() const { return shape_.max_batch; }
   int64_t batches_per_epoch() const override { return steps_per_epoch_; }
   void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
   const Batch* next() override;
@@ -59,6 +66,7 @@ class StreamedBatches final : public BatchSource {
   StreamShape shape_;
   int64_t steps_per_epoch_;
   std::string name_;
+  bool pass_per_epoch_;
   Dataset first_;             // the first batch, until its step takes it
   bool first_pending_ = true;
   bool new_pass_ = false;     // the next image starts a new pass
@@ -68,6 +76,24 @@ class StreamedBatches final : public BatchSource {
   int64_t epochs_started_ = 0;
   Batch batch_;
   std::vector<int64_t> rows_;  // 0 .. B-1: a batch's samples in their order
+};
+
+// What a run validates on: a set (in memory or a file), read in file order at the run's batch
+// size, or a host's stream of batches made with pass_per_epoch, a pass each validation, never
+// held whole; or nothing (both null).
+struct ValidationData {
+  ValidationData() = default;
+  ValidationData(std::nullptr_t) {}
+  ValidationData(const Dataset* set_) : set(set_) {}
+  // recorded_as: the name the run records (its errors name the stream's own: "validation_data: batch 3").
+  ValidationData(StreamedBatches* stream_, std::string recorded_as) : stream(stream_), recorded(std::move(recorded_as)) {}
+  explicit operator bool() const { return set || stream; }
+  // What the run records as its validation data (--valid).
+  std::string name() const { return set ? set->path() : recorded; }
+
+  const Dataset* set = nullptr;
+  StreamedBatches* stream = nullptr;
+  std::string recorded;
 };
 
 }  // namespace enhanced

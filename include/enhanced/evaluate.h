@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "enhanced/batch.h"
+#include "enhanced/batch_source.h"
 #include "enhanced/dataset.h"
 #include "enhanced/model.h"
 
@@ -52,6 +53,10 @@ using InferenceBatchFn = std::function<void(const Batch& batch, double mean_loss
 void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch,
                    Communicator* communicator = nullptr, bool labels_used = true,
                    const std::function<void(int64_t batch)>& before_batch = nullptr);
+// The same over the batches of an epoch the caller has begun (batch_source.h: a loader, or a
+// host's stream of batches, each at most the engine's max batch).
+void run_inference(Engine& engine, BatchSource& batches, const InferenceBatchFn& on_batch, Communicator* communicator,
+                   const std::function<void(int64_t batch)>& before_batch);
 
 // What an evaluation tells its caller around each batch (Keras's on_test_batch_begin and
 // on_test_batch_end): the batch's index, and after it the result so far (its loss the mean so
@@ -66,6 +71,9 @@ struct EvalHooks {
 // must be false).
 EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions,
                     Communicator* communicator = nullptr, const EvalHooks* hooks = nullptr);
+// The same over the batches of an epoch the caller has begun (a run's validation).
+EvalResult evaluate(Engine& engine, BatchSource& batches, bool keep_predictions, Communicator* communicator = nullptr,
+                    const EvalHooks* hooks = nullptr);
 
 // Refuses a set with no samples, naming the file and the flag that gave it: its loss and
 // accuracy would be 0 / 0, and a validation set that scores nothing could never pick a best

@@ -79,6 +79,10 @@ class Bridge:
         self.wants_test_batches = any(hasattr(c, hook) for c in callbacks
                                       for hook in ("on_test_batch_begin", "on_test_batch_end"))
         self.stopped_by = None  # the signal that interrupted the run (first_signal_decides)
+        # While a validation stream is read (set by the engine around the read), a signal is
+        # deferred: the validation completes whole, and the run's next poll interrupts it.
+        self.defer_signals = False
+        self.signal_deferred = False
         self.ended = threading.Event()  # set when the run has ended (running_fit), waited for at exit
         self.narrate = progress.verbose != 0  # the engine's own lines (engine:, model:, done:) follow verbose
         self.failure = None  # why the run stopped on an error it reports itself (a non-finite loss)
@@ -162,8 +166,10 @@ class Bridge:
         self.failure = reason
 
     def poll(self):
-        if _exiting.is_set():
-            return _INTERRUPT  # Python is exiting: the run saves and ends, no callback more (stop_at_exit)
+        if _exiting.is_set() or self.signal_deferred:
+            # Python is exiting (stop_at_exit), or a signal came while a validation stream was read:
+            # the run saves and ends, no callback more
+            return _INTERRUPT
         return _STOP if self.model.stop_training else _CONTINUE
 
     @contextlib.contextmanager
@@ -262,6 +268,9 @@ def first_signal_decides(bridge):
         if bridge.stopped_by is not None:
             return  # the first signal decided already
         bridge.stopped_by = signum
+        if bridge.defer_signals:
+            bridge.signal_deferred = True  # the engine's next poll interrupts the run
+            return
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     previous = {number: signal.signal(number, handler) for number in taken}

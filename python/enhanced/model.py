@@ -21,10 +21,10 @@ from .checkpoint import (ModelConfig, check_label_names, load_checkpoint, parame
 from .fit_hooks import History, Bridge, Progress, TemporaryRun, exiting, first_signal_decides, running_fit
 from .keras_interface import (KerasInterface, check_callbacks, check_keras_keywords, file_path,
                               split_parameters, split_validation)
-from .run_plan import (boolean, check_controls, check_same_labels, check_same_model, class_weight_mean_words,
-                       class_weight_values, keyword_errors, memory_set_name, plan, recorded_options,
-                       resolve_out, resumed_validation)
-from .stream import Stream, gathered, is_batches, is_dense_array, is_endless, labels_for
+from .run_plan import (DEFAULTS, boolean, check_controls, check_same_labels, check_same_model,
+                       class_weight_mean_words, class_weight_values, keyword_errors, memory_set_name, plan,
+                       recorded_options, resolve_out, resumed_validation, STREAMED_VALIDATION)
+from .stream import Stream, gathered, is_batches, is_dense_array, is_endless, is_one_shot, labels_for
 
 
 def _core():
@@ -58,7 +58,10 @@ def _samples_and_labels(x, y, name, steps=None):
         raise ValueError(f"{name}: a dense {type(x).__name__} of shape {tuple(x.shape)}: each field of a position "
                          "holds a list of ids of its own length; give a tf.RaggedTensor (N, T, 3, None) (for padded "
                          "ids: tf.RaggedTensor.from_tensor(x, padding=...)), nested lists or a dict of CSR arrays")
-    samples = ebin._samples(x)
+    try:
+        samples = ebin._samples(x)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
     return samples, None if y is None else labels_for(y, samples.num_samples, name)
 
 
@@ -139,6 +142,33 @@ def _epoch_steps(train, run):
         return None
     samples = int(np.frombuffer(train, "<u8", 1, offset=16)[0])  # the header's num_samples
     return samples // run["batch_size"] if run["drop_last"] else -(-samples // run["batch_size"])
+
+
+def _num_samples(train):
+    """The samples of fit's training set (its image in memory, or an .ebin path's header); None
+    where they are not known here (a file the engine will refuse says why itself)."""
+    if isinstance(train, str):
+        try:
+            with open(train, "rb") as f:
+                header = f.read(24)
+        except OSError:
+            return None
+        return int(np.frombuffer(header, "<u8", 1, offset=16)[0]) if len(header) == 24 else None
+    return int(np.frombuffer(train, "<u8", 1, offset=16)[0])
+
+
+def _batch_size_for(given, recorded, train, controls):
+    """The run's batch_size as Keras's fit takes it: the caller's, else a resumed run's, else 32
+    (enhanced-train's is 64); a set smaller than it is one partial batch an epoch, as in Keras: the
+    run's batch_size is then the set's size (the same step; without drop_last, which drops it)."""
+    batch_size = given["batch_size"]
+    if batch_size is None:
+        batch_size = None if recorded else DEFAULTS["batch_size"]
+    samples = _num_samples(train)
+    drop_last = controls.get("drop_last", (recorded or {}).get("drop_last", False))
+    if batch_size is not None and samples and samples < batch_size and not drop_last:
+        batch_size = samples
+    return batch_size
 
 
 def _stream_batches(train, run, controls):
@@ -354,12 +384,12 @@ class Model(KerasInterface):
             words += ["--pretrained", self.pretrained]
         return words
 
-    def _check_seq_len(self, seq_len, resume=False):
+    def _check_seq_len(self, seq_len, resume=False, name="x"):
         """x's T (None: unknown) is the model's seq_len; the error names what the user knows: the
         model's seq_len and the checkpoint its weights came from (Model.load's, fit's)."""
         if not resume and seq_len is not None and seq_len != self.config.seq_len:
             source = f" (its weights come from {self.checkpoint})" if self.checkpoint else ""
-            raise ValueError(f"x: its samples have T = {seq_len} positions, but the model's seq_len is "
+            raise ValueError(f"{name}: its samples have T = {seq_len} positions, but the model's seq_len is "
                              f"{self.config.seq_len}{source}")
 
     def _data(self, x, y, validation_data, resume, steps):
@@ -371,12 +401,19 @@ class Model(KerasInterface):
             _no_y_beside_batches(y, "x")
             train = Stream(x, "x", steps["steps_per_epoch"])
             train_name, seq_len = "<x: a stream of batches>", train.seq_len
+            self._check_seq_len(seq_len, resume, "x: batch 0")
         else:
             train, train_name, seq_len = data_image(x, y, "x")
-        self._check_seq_len(seq_len, resume)
+            self._check_seq_len(seq_len, resume)
         if validation_data is None:
             return train, train_name, None, ""
         vx, vy = _validation_parts(validation_data)
+        if is_batches(vx) and not is_one_shot(vx):  # read again for each validation: streamed
+            _no_y_beside_batches(vy, "validation_data")
+            valid = Stream(vx, "validation_data", steps["validation_steps"], pass_per_epoch=True)
+            self._check_seq_len(valid.seq_len, resume, "validation_data: batch 0")
+            valid.vocab_size, valid.num_labels = self.config.vocab_size, self.config.num_labels
+            return train, train_name, valid, STREAMED_VALIDATION
         valid, valid_name, _ = data_image(vx, vy, "validation_data", steps["validation_steps"])
         return train, train_name, valid, valid_name
 
@@ -423,6 +460,8 @@ class Model(KerasInterface):
             train, train_name, valid, valid_name = self._data(x, y, validation_data, resume, steps)
             if isinstance(train, Stream):
                 given["batch_size"] = train.batch_size  # the engine's batch capacity: the stream's first batch
+            else:
+                given["batch_size"] = _batch_size_for(given, recorded, train, controls)
             if out is None:
                 out = self._temporary_out()
             words = _run_words(out, given, controls) + (["--resume"] if resume else self._model_words())
@@ -455,8 +494,9 @@ class Model(KerasInterface):
             raise
         finally:
             self._access = None
-            if isinstance(train, Stream):
-                train.close()
+            for data in (train, valid):
+                if isinstance(data, Stream):
+                    data.close()
         self._after_run(out, status, bridge, isinstance(train, Stream))
 
     def _temporary_out(self):
@@ -494,6 +534,8 @@ class Model(KerasInterface):
         """The model takes the run's weights (_take_run_weights); an interrupt or a failed run
         raises, as enhanced-train exits."""
         self.run_dir = out
+        if status == 0 and bridge.signal_deferred:  # it came as the run's last validation was read
+            status = _core().INTERRUPTED
         if status == _core().INTERRUPTED and exiting():
             # Python exits (stop_at_exit): the run ends quietly, saved in out; the model, about to
             # go, takes no private copy of its weights (a folder made then would stay).
@@ -512,7 +554,7 @@ class Model(KerasInterface):
 
     # ---- inference ----------------------------------------------------------------------------
 
-    def evaluate(self, x, y=None, batch_size=64, verbose="auto", sample_weight=None, steps=None, callbacks=None,
+    def evaluate(self, x, y=None, batch_size=32, verbose="auto", sample_weight=None, steps=None, callbacks=None,
                  return_dict=None, *, device="auto", threads=0, precision="fp32", **unknown):
         """{loss, accuracy, macro_f1} on a labelled set (enhanced-eval's numbers); with return_dict=False
         (given), Keras' list [loss, accuracy, macro_f1]. Keras' positional order; steps: the first
@@ -527,7 +569,7 @@ class Model(KerasInterface):
         values = {key: result[key] for key in ("loss", "accuracy", "macro_f1")}
         return values if return_dict else list(values.values())
 
-    def predict(self, x, batch_size=64, verbose="auto", steps=None, callbacks=None, *, logits=False, device="auto",
+    def predict(self, x, batch_size=32, verbose="auto", steps=None, callbacks=None, *, logits=False, device="auto",
                 threads=0, precision="fp32", **unknown):
         """(N, L) softmax probabilities (enhanced-predict's), or the logits with logits=True. Keras'
         positional order; steps: the first `steps` batches of an iterable of batches."""

@@ -12,8 +12,10 @@ import numpy as np
 from .checkpoint import read_config_and_label_names
 from .safetensors import read_metadata, unwritable_folder
 
-# The run's length and order when neither the caller nor a resumed run gives them: enhanced-train's.
-DEFAULTS = {"epochs": 1, "batch_size": 64, "seed": 0}
+# The run's length and order when neither the caller nor a resumed run gives them: Keras's
+# (batch_size 32, which fit passes to enhanced-train, whose own default is 64; epochs 1 and seed 0
+# are enhanced-train's too).
+DEFAULTS = {"epochs": 1, "batch_size": 32, "seed": 0}
 
 # How fit spells enhanced-train's flags (underscores for dashes) where the keyword is not the
 # flag's own name (--batch-size is batch_size, --lr is lr).
@@ -112,6 +114,8 @@ def memory_set_name(name, num_samples):
     return f"<{name}: {num_samples} samples in memory>"
 
 
+# What the engine records as a validation_data read a pass each validation (an iterable of batches).
+STREAMED_VALIDATION = "<validation_data: a stream of batches>"
 _MEMORY_SET = re.compile(r"<validation_data: (\d+) samples in memory>$")  # memory_set_name's, as recorded
 
 
@@ -127,6 +131,9 @@ def resumed_validation(recorded, out):
         raise ValueError(f"validation_data: the run being resumed in {out} validated on {match.group(1)} samples "
                          "given in memory each epoch, which it does not hold: pass them again "
                          "(validation_data=(x_valid, y_valid))")
+    if valid == STREAMED_VALIDATION:
+        raise ValueError(f"validation_data: the run being resumed in {out} validated on a stream of batches, "
+                         "which it does not hold: pass it again (validation_data=the same dataset)")
     return valid
 
 

@@ -1,7 +1,8 @@
 """An iterable of (x, y) batches (a generator, a tf.data.Dataset) as Model.fit reads it, with
 Keras's meaning: each batch the iterable gives is one step, in its order and sizes, read batch by
-batch as the engine trains (Stream), never gathered whole. A validation iterable is gathered
-(gathered): the first validation_steps batches, or one pass."""
+batch as the engine trains (Stream), never gathered whole. A validation iterable that can be read
+again (a tf.data.Dataset) is a Stream too, read a pass each validation (its first validation_steps
+batches, as Keras's); a one-shot iterator (a generator) is gathered once (gathered)."""
 import concurrent.futures
 import itertools
 import os
@@ -91,23 +92,33 @@ def gathered(x, name, steps=None):
     return _concatenate(parts), np.concatenate(labels)
 
 
+def is_one_shot(x):
+    """An iterator (a generator): iter(x) gives x itself, so a second pass finds nothing."""
+    return hasattr(x, "__next__")
+
+
 class Stream:
-    """The training batches of an iterable, handed to the engine one at a time: the extension
+    """The batches of an iterable, handed to the engine one at a time: the extension
     (python/src/train.cpp) calls next_image from the training thread, with the GIL, and holds the
-    bytes it returns until its next call. The batch after it is read and converted on a thread
-    of its own meanwhile, while the engine trains (with the GIL released), so memory holds about
-    two batches of the data, and the conversion overlaps the step.
+    bytes it returns until its next call. Every batch is read and converted on a thread of its
+    own, the next one while the engine trains (with the GIL released), so memory holds about two
+    batches of the data, and the conversion overlaps the step.
 
     steps_per_epoch (0: none): an epoch is that many batches of ONE iterator that goes on across
-    epochs (an endless ds.repeat() works); 0: an epoch is one pass, iter(x) again each epoch. The
-    first batch is read here: its T and size are the run's (seq_len, batch_size). close() ends
-    the thread (fit calls it however the run ends)."""
+    epochs (an endless ds.repeat() works); 0: an epoch is one pass, iter(x) again each epoch.
+    pass_per_epoch (validation data): every epoch is a new pass, of at most steps_per_epoch
+    batches (Keras's validation_steps). The first batch is read here: its T and size are the
+    run's (seq_len, batch_size). close() ends the thread (fit calls it however the run ends).
+    vocab_size and num_labels: the model's, which a validation stream's batches must fit."""
 
-    def __init__(self, data, name, steps_per_epoch=None):
+    def __init__(self, data, name, steps_per_epoch=None, pass_per_epoch=False):
         self.data, self.name = data, name
         self.limit = None  # the batches the run takes, where known: none is read past them
         self.steps_per_epoch = steps_per_epoch or 0
+        self.pass_steps = self.steps_per_epoch if pass_per_epoch else 0  # none read past a pass's
+        self.vocab_size = self.num_labels = None
         self.index = 0  # the next batch's index, counted from the run's start
+        self.in_pass = 1  # batches read of the current pass (the first, below)
         self.iterator = iter(data)
         first = next(self.iterator, None)
         if first is None:
@@ -122,27 +133,45 @@ class Stream:
     def next_image(self, new_pass):
         """The next batch's .ebin image, or None at the end of the data. new_pass: iter(x) again
         first (ignored for the first batch, read already). A bad batch's ValueError is raised
-        here, when the engine asks for that batch."""
+        here, when the engine asks for that batch. A Ctrl-C while this waits for the reading
+        thread leaves the read going: the next call (new_pass False) takes its batch."""
         if self.first is not None:
             image, self.first = self.first, None  # the engine holds it now: no second reference
-        elif new_pass or self._ahead is None:  # a pass ended: nothing was read ahead of it
-            image = self._read(new_pass)
         else:
-            ahead, self._ahead = self._ahead, None
-            image = ahead.result()
-        if image is not None and (self.limit is None or self.index < self.limit):
-            self._ahead = self._reader.submit(self._read, False)
+            if self._ahead is None:  # a pass ended, or its steps were taken: nothing was read ahead
+                self._ahead = self._submit(new_pass)
+            image = self._ahead.result()
+            self._ahead = None
+        if image is not None and (self.limit is None or self.index < self.limit) and \
+                not (self.pass_steps and self.in_pass >= self.pass_steps):
+            self._ahead = self._submit(False)
         return image
+
+    def _submit(self, new_pass):
+        """The next read, on the reading thread; here, in fit's thread, once Python is exiting
+        (concurrent.futures then takes no new work, and fit is asked to stop and save:
+        fit_hooks.stop_at_exit)."""
+        try:
+            return self._reader.submit(self._read, new_pass)
+        except RuntimeError:
+            done = concurrent.futures.Future()
+            try:
+                done.set_result(self._read(new_pass))
+            except BaseException as e:  # raised by result(), in the caller's place, as from the thread
+                done.set_exception(e)
+            return done
 
     def _read(self, new_pass):
         if new_pass:
             self.iterator = iter(self.data)
+            self.in_pass = 0
         batch = next(self.iterator, None)
         if batch is None:
             return None
         samples, labels = batch_samples(batch, self.index, self.name)
         image = _image(samples, labels, self.index, self.name)
         self.index += 1
+        self.in_pass += 1
         return image
 
     def close(self):

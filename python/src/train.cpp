@@ -130,10 +130,15 @@ class PythonObserver final : public TrainingObserver {
 // the run, not copied) until the next call; its exceptions (a bad batch, the generator's own) end
 // the run as errors, unchanged, but a Ctrl-C or SIGTERM raised while it waits for the batch (in
 // the user's generator, or waiting for the reading thread) is an interrupt: the run saves the
-// step reached, and fit raises it after the save.
+// step reached, and fit raises it after the save. A validation's stream (deferring: fit's bridge)
+// is read with the bridge's defer_signals set: fit's signal handler then records the signal
+// instead of raising it, the validation completes whole, and the run's next poll interrupts it
+// (fit_hooks.first_signal_decides); a KeyboardInterrupt raised all the same (a handler of the
+// user's) ends the run as an error does.
 class PythonBatchImages final : public BatchImages {
  public:
-  explicit PythonBatchImages(nb::object stream) : stream_(std::move(stream)) {}
+  explicit PythonBatchImages(nb::object stream, nb::object deferring = nb::none())
+      : stream_(std::move(stream)), deferring_(std::move(deferring)) {}
   ~PythonBatchImages() override {
     PythonCall gil;
     current_.reset();
@@ -142,13 +147,17 @@ class PythonBatchImages final : public BatchImages {
   std::span<const uint8_t> next_image(bool new_pass) override {
     PythonCall gil;
     current_ = nb::none();  // the batch before is released here, under the GIL
+    const bool defers = !deferring_.is_none();
+    if (defers) nb::setattr(deferring_, "defer_signals", nb::bool_(true));
     try {
       current_ = stream_.attr("next_image")(new_pass);
     } catch (nb::python_error& e) {
-      if (!e.matches(PyExc_KeyboardInterrupt)) throw;  // SIGTERM's fit_hooks.Terminated is one
+      if (defers) nb::setattr(deferring_, "defer_signals", nb::bool_(false));
+      if (defers || !e.matches(PyExc_KeyboardInterrupt)) throw;  // SIGTERM's fit_hooks.Terminated is one
       interrupted_ = true;
       return {};
     }
+    if (defers) nb::setattr(deferring_, "defer_signals", nb::bool_(false));
     if (current_.is_none()) return {};
     if (!PyByteArray_Check(current_.ptr())) fail("the stream's next_image returned no bytearray");
     return {reinterpret_cast<const uint8_t*>(PyByteArray_AS_STRING(current_.ptr())),
@@ -158,6 +167,7 @@ class PythonBatchImages final : public BatchImages {
 
  private:
   nb::object stream_;
+  nb::object deferring_;
   nb::object current_;
   bool interrupted_ = false;
 };
@@ -238,10 +248,23 @@ int train(const std::vector<std::string>& words, nb::object train_data, const st
   flags.options.progress = false;        // the bridge shows progress (verbose)
   flags.options.engine = resolve_engine_flags(flags.engine, false);
   // In-memory bytes are viewed where Python holds them (train_data lives through the call): one copy.
-  std::optional<Dataset> valid;
-  if (!valid_data.is_none()) valid.emplace(open_dataset(valid_data, valid_name));
+  // A validation stream (enhanced.stream.Stream) is read a pass each validation, never held whole.
   PythonObserver observer(bridge);
   flags.options.narrate = observer.narrate();
+  std::optional<Dataset> valid_set;
+  std::optional<PythonBatchImages> valid_images;
+  std::optional<StreamedBatches> valid_stream;
+  ValidationData valid;
+  if (nb::hasattr(valid_data, "next_image")) {
+    valid_images.emplace(valid_data, bridge);
+    const StreamShape shape{nb::cast<int>(valid_data.attr("seq_len")), nb::cast<int64_t>(valid_data.attr("vocab_size")),
+                            nb::cast<int>(valid_data.attr("num_labels")), nb::cast<int>(valid_data.attr("batch_size"))};
+    valid = {&valid_stream.emplace(*valid_images, shape, nb::cast<int64_t>(valid_data.attr("steps_per_epoch")),
+                                   nb::cast<std::string>(valid_data.attr("name")), true),
+             valid_name};
+  } else if (!valid_data.is_none()) {
+    valid = &valid_set.emplace(open_dataset(valid_data, valid_name));
+  }
   if (nb::hasattr(train_data, "next_image")) {
     PythonBatchImages images(train_data);
     const StreamShape shape{nb::cast<int>(train_data.attr("seq_len")), flags.options.vocab_size,
@@ -250,12 +273,12 @@ int train(const std::vector<std::string>& words, nb::object train_data, const st
     StreamedBatches stream(images, shape, nb::cast<int64_t>(train_data.attr("steps_per_epoch")),
                            nb::cast<std::string>(train_data.attr("name")));
     EngineWork release;
-    const int code = run_training(flags.options, stream, valid ? &*valid : nullptr, &observer);
+    const int code = run_training(flags.options, stream, valid, &observer);
     return code == 0 && observer.interrupted() ? kInterruptedExit : code;
   }
   const Dataset train = open_dataset(train_data, train_name);
   EngineWork release;
-  const int code = run_training(flags.options, train, valid ? &*valid : nullptr, &observer);
+  const int code = run_training(flags.options, train, valid, &observer);
   return code == 0 && observer.interrupted() ? kInterruptedExit : code;
 }
 

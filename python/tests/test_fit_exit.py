@@ -145,3 +145,31 @@ stuck.wait()
 """)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
+
+
+def test_a_ctrl_c_while_a_validation_stream_is_read_saves_after_that_validation(demo, tmp_path):
+    """The validation in progress completes (its numbers are whole, as a resume replays them), then
+    the run saves and fit raises KeyboardInterrupt."""
+    result = run_script(demo, tmp_path, """
+import json
+class Valid:
+    passes = 0
+    def __iter__(self):
+        Valid.passes += 1
+        for start in range(0, 48, 16):
+            if Valid.passes == 2 and start == 16:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)  # read in fit's reading thread: the main thread waits for it
+            yield x[start:start + 16], y[start:start + 16]
+out = sys.argv[2]
+try:
+    model.fit(x[:64], y[:64], batch_size=16, epochs=3, validation_data=Valid(), out=out, verbose=0)
+    print("returned")
+except KeyboardInterrupt as e:
+    print(type(e).__name__, "saved in" in str(e))
+with open(os.path.join(out, "metrics.jsonl")) as f:
+    lines = [json.loads(line) for line in f]
+print([(line["epoch"], "valid_loss" in line) for line in lines if line["kind"] == "epoch"])
+""")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["KeyboardInterrupt True", "[(1, True), (2, True)]"], result.stderr

@@ -67,7 +67,7 @@ def test_the_engines_refusals_name_fits_keywords(demo, tmp_path):
     x, y = demo["train"]
     few = (x[:10], y[:10])
     with pytest.raises(ValueError, match=r"fewer than batch_size 64 .* give batch_size 10 or less") as caught:
-        new_model(demo).fit(*few, epochs=1, verbose=0, out=tmp_path / "few")
+        new_model(demo).fit(*few, batch_size=64, drop_last=True, epochs=1, verbose=0, out=tmp_path / "few")
     assert "--" not in str(caught.value)
     quick_fit(demo, tmp_path / "run")
     with pytest.raises(ValueError, match=r"pass resume=True to continue it, or overwrite=True") as caught:

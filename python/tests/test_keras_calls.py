@@ -148,3 +148,28 @@ def test_set_weights_refuses_a_value_that_is_not_finite(demo, trained):
     with pytest.raises(ValueError, match=r"^set_weights: array 3"):
         new_model(demo).fit(*demo["train"], epochs=1, batch_size=FLAGS["batch_size"], verbose=0,
                             callbacks=[SetNan()])
+
+
+def test_batch_size_defaults_to_keras_32_in_fit_evaluate_and_predict(demo, tmp_path):
+    x, y = demo["train"]
+    history = new_model(demo).fit(x, y, epochs=1, seed=3, verbose=0, out=tmp_path / "run")
+    assert history.params["steps"] == math.ceil(len(y) / 32)
+    assert recorded_options(str(tmp_path / "run"))["batch_size"] == 32  # enhanced-train's own default is 64
+    for method in (Model.evaluate, Model.predict):
+        assert inspect.signature(method).parameters["batch_size"].default == 32
+
+
+def test_a_set_smaller_than_batch_size_trains_one_partial_batch_an_epoch(demo, tmp_path):
+    """As Keras's fit: 10 samples at batch_size 64 are one step of 10 an epoch (the engine's CLI
+    refuses such a set; with drop_last there would be no step at all, and fit refuses it too)."""
+    x, y = demo["train"]
+    few = (x[:10], y[:10])
+    small = new_model(demo)
+    history = small.fit(*few, batch_size=64, epochs=2, seed=3, verbose=0, out=tmp_path / "small")
+    assert history.params["steps"] == 1 and len(history.history["loss"]) == 2
+    exact = new_model(demo)
+    exact.fit(*few, batch_size=10, epochs=2, seed=3, verbose=0, out=tmp_path / "exact")
+    for mine, theirs in zip(small.get_weights(), exact.get_weights()):
+        assert np.array_equal(mine, theirs)
+    small.fit(*few, resume=True, epochs=3, batch_size=64, verbose=0, out=tmp_path / "small")  # the same rule resumes
+    assert recorded_options(str(tmp_path / "small"))["batch_size"] == 10

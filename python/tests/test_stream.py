@@ -221,3 +221,94 @@ def test_predict_and_evaluate_refuse_an_endless_tf_data_dataset(demo, tmp_path):
         with pytest.raises(ValueError, match="^x: an endless tf.data.Dataset"):
             call()
     assert model.predict(ds.batch(16).take(2)).shape == (32, demo["labels"])
+
+
+class Passes(Batches):
+    """Batches that count the passes begun and, at each validation batch's end, the batches given."""
+
+    def __init__(self, x, y, size=SIZE):
+        super().__init__(x, y, size)
+        self.passes = 0
+
+    def __iter__(self):
+        self.passes += 1
+        return super().__iter__()
+
+
+def test_a_validation_iterable_read_again_is_streamed_with_the_in_memory_numbers(demo, tmp_path):
+    """A re-iterable validation_data (a tf.data.Dataset, a class with __iter__) is read a pass each
+    validation, never gathered: at each validation batch's end at most the next batch has been read."""
+    streamed_valid = Passes(*demo["valid"])
+
+    class Watch:
+        most_ahead = 0
+
+        def on_test_batch_end(self, batch, logs=None):
+            read = streamed_valid.given - (streamed_valid.passes - 1) * -(-len(demo["valid"][1]) // SIZE)
+            self.most_ahead = max(self.most_ahead, read - (batch + 1))
+
+    watch = Watch()
+    streamed = new_model(demo).fit(Batches(*demo["train"]), validation_data=streamed_valid, epochs=2,
+                                   callbacks=[watch], out=tmp_path / "streamed", **COMMON)
+    gathered = new_model(demo).fit(Batches(*demo["train"]), validation_data=demo["valid"], epochs=2,
+                                   out=tmp_path / "memory", **COMMON)
+    assert streamed_valid.passes == 2 and watch.most_ahead <= 1
+    for key in ("val_loss", "val_accuracy", "val_f1", "loss"):
+        assert streamed.history[key] == gathered.history[key], key
+
+
+def test_validation_steps_of_a_validation_stream_reads_no_batch_past_them(demo, tmp_path):
+    """Keras's validation_steps: each validation begins the data again and takes that many batches."""
+    valid = Passes(*demo["valid"])
+    history = new_model(demo).fit(Batches(*demo["train"]), validation_data=valid, validation_steps=2, epochs=3,
+                                  out=tmp_path / "run", **COMMON)
+    assert (valid.passes, valid.given) == (3, 6) and len(history.history["val_loss"]) == 3
+
+
+def test_a_validation_stream_of_batches_larger_than_the_trainings(demo, tmp_path):
+    x, y = demo["valid"]
+    model = new_model(demo)
+    history = model.fit(Batches(*demo["train"]), validation_data=Batches(x, y, size=64), epochs=1,
+                        out=tmp_path / "run", **COMMON)
+    assert history.history["val_loss"][0] == model.evaluate(x, y, batch_size=64, verbose=0)["loss"]
+
+
+def test_a_run_that_validated_on_a_stream_resumes_only_given_it_again(demo, tmp_path):
+    x, y = demo["train"]
+    out = tmp_path / "run"
+    new_model(demo).fit(x, y, validation_data=Batches(*demo["valid"]), epochs=1, batch_size=SIZE, out=out, **COMMON)
+    with pytest.raises(ValueError, match=r"^validation_data: .* validated on a stream of batches"):
+        new_model(demo).fit(x, y, epochs=2, out=out, resume=True, verbose=0)
+    history = new_model(demo).fit(x, y, validation_data=Batches(*demo["valid"]), epochs=2, out=out, resume=True,
+                                  verbose=0)
+    assert len(history.history["val_loss"]) == 1
+
+
+def test_a_validation_batch_of_another_t_is_refused_naming_validation_data(demo, tmp_path):
+    x, y = demo["valid"]
+    short = [sample[:-1] for sample in x]
+    with pytest.raises(ValueError, match=r"^validation_data: batch 0: its samples have T = "):
+        new_model(demo).fit(Batches(*demo["train"]), validation_data=Batches(short, y), out=tmp_path / "run",
+                            **COMMON)
+
+
+def test_a_stream_reads_on_in_fits_thread_once_python_refuses_new_futures(demo):
+    """At Python's exit concurrent.futures takes no new work ("cannot schedule new futures after
+    shutdown") before fit is asked to stop and save: a streaming fit in a daemon thread raised
+    that RuntimeError and saved nothing. The reader shut down stands for it here."""
+    from enhanced.stream import Stream
+    stream = Stream(Batches(*demo["train"]), "x")
+    first = stream.next_image(False)
+    stream._ahead.result()  # the read ahead done, then the executor refuses the next
+    stream._reader.shutdown(wait=True)
+    second, third = stream.next_image(False), stream.next_image(False)
+    assert first and second and third and third != second
+    stream.close()
+
+
+def test_an_empty_x_is_refused_naming_x(demo, tmp_path):
+    with pytest.raises(ValueError, match=r"^x: no samples"):
+        new_model(demo).fit([], np.zeros(0, int), out=tmp_path / "run", **COMMON)
+    with pytest.raises(ValueError, match=r"^x: batch 0: its samples have T = "):
+        x, y = demo["train"]
+        new_model(demo).fit(Batches([sample[:-1] for sample in x], y), out=tmp_path / "run", **COMMON)

@@ -10,8 +10,10 @@
 
 namespace enhanced {
 
-StreamedBatches::StreamedBatches(BatchImages& images, StreamShape shape, int64_t steps_per_epoch, std::string name)
-    : images_(images), shape_(shape), steps_per_epoch_(steps_per_epoch), name_(std::move(name)) {
+StreamedBatches::StreamedBatches(BatchImages& images, StreamShape shape, int64_t steps_per_epoch, std::string name,
+                                 bool pass_per_epoch)
+    : images_(images), shape_(shape), steps_per_epoch_(steps_per_epoch), name_(std::move(name)),
+      pass_per_epoch_(pass_per_epoch) {
   if (steps_per_epoch_ < 0) fail(name_, ": steps an epoch must be positive, got ", steps_per_epoch_);
   if (shape_.max_batch < 1) fail(name_, ": the batch size must be positive, got ", shape_.max_batch);
   const std::span<const uint8_t> image = images_.next_image(true);
@@ -29,7 +31,7 @@ void StreamedBatches::start_epoch(int64_t epoch, int64_t first_batch) {
   ++epochs_started_;
   in_epoch_ = 0;
   // Without steps an epoch, each epoch is a pass of its own (the first one's began at construction).
-  if (steps_per_epoch_ == 0 && epoch > 0) new_pass_ = true;
+  if ((steps_per_epoch_ == 0 || pass_per_epoch_) && epoch > 0) new_pass_ = true;
 }
 
 const Batch* StreamedBatches::next() {
@@ -44,6 +46,9 @@ const Batch* StreamedBatches::next() {
     // epoch's first batch, it is the data running out.
     if (image.empty()) {
       if (images_.interrupted()) return nullptr;  // not the data's end: the run saves and stops
+      if (pass_per_epoch_ && in_epoch_ == 0)
+        fail(name_, ": its pass ", epochs_started_, " gave no batches (it is read again for each validation; a "
+             "one-shot iterator cannot be)");
       ran_out_ = steps_per_epoch_ > 0 || in_epoch_ == 0;
       return nullptr;
     }

@@ -75,19 +75,37 @@ void reduce_over_ranks(EvalResult& result, Communicator& communicator) {
 
 }  // namespace
 
-void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch,
-                   Communicator* communicator, bool labels_used, const std::function<void(int64_t)>& before_batch) {
-  const bool sharded = communicator && communicator->size() > 1;
-  const int L = engine.config().num_labels;
+namespace {
+
+// A set in file order, as every evaluation reads it.
+LoaderOptions file_order(int batch_size, bool labels_used) {
   LoaderOptions options;
   options.batch_size = batch_size;
   options.shuffle = false;
   options.labels = labels_used;
-  BatchLoader loader(dataset, options);
+  return options;
+}
+
+}  // namespace
+
+void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch,
+                   Communicator* communicator, bool labels_used, const std::function<void(int64_t)>& before_batch) {
+  BatchLoader loader(dataset, file_order(batch_size, labels_used));
   loader.start_epoch(0);
-  std::vector<float> logits(static_cast<size_t>(batch_size) * L), probabilities(logits.size());
+  run_inference(engine, loader, on_batch, communicator, before_batch);
+}
+
+void run_inference(Engine& engine, BatchSource& batches, const InferenceBatchFn& on_batch, Communicator* communicator,
+                   const std::function<void(int64_t)>& before_batch) {
+  const bool sharded = communicator && communicator->size() > 1;
+  const int L = engine.config().num_labels;
+  std::vector<float> logits, probabilities;  // grown to the largest batch: no allocation after it
   Batch shard_batch;
-  for (int64_t index = 0; const Batch* whole = loader.next(); ++index) {
+  for (int64_t index = 0; const Batch* whole = batches.next(); ++index) {
+    if (const size_t size = static_cast<size_t>(whole->size) * L; logits.size() < size) {
+      logits.resize(size);
+      probabilities.resize(size);
+    }
     if (before_batch) before_batch(index);
     const Batch* batch = whole;
     if (sharded) {
@@ -102,6 +120,13 @@ void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const
 
 EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool keep_predictions,
                     Communicator* communicator, const EvalHooks* hooks) {
+  BatchLoader loader(dataset, file_order(batch_size, true));
+  loader.start_epoch(0);
+  return evaluate(engine, loader, keep_predictions, communicator, hooks);
+}
+
+EvalResult evaluate(Engine& engine, BatchSource& batches, bool keep_predictions, Communicator* communicator,
+                    const EvalHooks* hooks) {
   const bool sharded = communicator && communicator->size() > 1;
   if (sharded && keep_predictions) fail("internal: a sharded evaluation keeps no predictions");
   if (sharded && hooks) fail("internal: a sharded evaluation takes no hooks");
@@ -130,7 +155,7 @@ EvalResult evaluate(Engine& engine, const Dataset& dataset, int batch_size, bool
     batch_index = index;
     if (hooks && hooks->batch_begin) hooks->batch_begin(index);
   };
-  run_inference(engine, dataset, batch_size, score, communicator, true, begin);
+  run_inference(engine, batches, score, communicator, begin);
   result.loss = loss_sum;
   if (sharded) reduce_over_ranks(result, *communicator);
   result.loss = result.samples ? result.loss / static_cast<double>(result.samples) : 0.0;

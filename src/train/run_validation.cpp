@@ -15,7 +15,7 @@ TrainingLogs test_logs(const EvalResult& result) {
 
 }  // namespace
 
-Validation validate_step(Engine& engine, const Dataset& valid, int batch_size, Communicator& communicator,
+Validation validate_step(Engine& engine, BatchSource& valid, Communicator& communicator,
                          int64_t step, nlohmann::json& line, ProgressLine& progress, TrainingObserver* observer) {
   EvalHooks hooks;
   if (observer) {
@@ -25,7 +25,7 @@ Validation validate_step(Engine& engine, const Dataset& valid, int batch_size, C
     };
     observer->on_test_begin();
   }
-  const EvalResult result = evaluate(engine, valid, batch_size, false, &communicator, observer ? &hooks : nullptr);
+  const EvalResult result = evaluate(engine, valid, false, &communicator, observer ? &hooks : nullptr);
   if (observer) observer->on_test_end(test_logs(result));
   const Validation v{step, result.loss, result.accuracy(), result.macro_f1()};
   line["valid_loss"] = v.loss;

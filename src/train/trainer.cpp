@@ -102,6 +102,13 @@ void prepare_run(PreparedRun& run, TrainOptions options, Communicator& communica
   run.options = std::move(options);
 }
 
+// A validation stream for this training set: its batches are checked as they come against the
+// model's T, vocabulary and labels (its StreamShape); its first batch's T here, before any work.
+void check_validation_stream(const StreamedBatches& valid, const Dataset& train) {
+  if (valid.first().seq_len() != train.seq_len())
+    fail(valid.name(), ": batch 0: T = ", valid.first().seq_len(), " but ", train.path(), " has T = ", train.seq_len());
+}
+
 // A validation set for this training set (whose labels are checked already).
 void check_validation_set(const Dataset& valid, const Dataset& train) {
   check_has_labels(valid, "--valid (validation)");
@@ -132,9 +139,9 @@ BatchLoader training_loader(const TrainOptions& o, const Dataset& train) {
 // shape: the data the model is built and checked on (the training set, or a stream's first batch);
 // train: the whole set where there is one (class weights count its labels).
 int train_prepared(PreparedRun& prepared, BatchSource& source, const Dataset& shape, const Dataset* train,
-                   const Dataset* valid, Communicator& communicator, TrainingObserver* observer) {
+                   ValidationData valid, Communicator& communicator, TrainingObserver* observer) {
   const TrainOptions& options = prepared.options;
-  TrainingRun run(options, model_for_data(prepared, shape, valid), source, train, valid, communicator);
+  TrainingRun run(options, model_for_data(prepared, shape, valid.set), source, train, valid, communicator);
   if (train && source.batches_per_epoch() == 0)
     fail(train->path(), ": no batch to train on (", train->num_samples(), " samples, batch size ", options.batch_size,
          options.drop_last ? ", drop-last on)" : ")");
@@ -161,7 +168,7 @@ int train_prepared(PreparedRun& prepared, BatchSource& source, const Dataset& sh
   return code;
 }
 
-int train_dataset(PreparedRun& prepared, const Dataset& train, const Dataset* valid, Communicator& communicator,
+int train_dataset(PreparedRun& prepared, const Dataset& train, ValidationData valid, Communicator& communicator,
                   TrainingObserver* observer) {
   BatchLoader loader = training_loader(prepared.options, train);
   return train_prepared(prepared, loader, train, &train, valid, communicator, observer);
@@ -190,38 +197,40 @@ int run_training(TrainOptions options, Communicator& communicator) {
   return train_dataset(prepared, train, o.valid_path.empty() ? nullptr : &valid, communicator, nullptr);
 }
 
-int run_training(TrainOptions options, const Dataset& train, const Dataset* valid, TrainingObserver* observer) {
+int run_training(TrainOptions options, const Dataset& train, ValidationData valid, TrainingObserver* observer) {
   Communicator alone;
   return run_training(std::move(options), train, valid, observer, alone);
 }
 
 // The run records the datasets' names (path()) as its data: a resume finds the same names, or
 // says what changed, as it says of a changed --data.
-int run_training(TrainOptions options, const Dataset& train, const Dataset* valid, TrainingObserver* observer,
+int run_training(TrainOptions options, const Dataset& train, ValidationData valid, TrainingObserver* observer,
                  Communicator& communicator) {
   if (communicator.size() > 1)
     fail("datasets given in memory train in one process: a data-parallel run (", communicator.size(),
          " ranks) reads its data from files (--data, --valid)");
   options.data_path = train.path();
-  options.valid_path = valid ? valid->path() : "";
+  options.valid_path = valid.name();
   options.given_flags.insert({"--data", "--valid"});  // the caller's data, whatever a resumed run recorded
   PreparedRun prepared;
   prepare_run(prepared, std::move(options), communicator);
   check_has_labels(train, "--data (training)");
-  if (valid) check_validation_set(*valid, train);
+  if (valid.set) check_validation_set(*valid.set, train);
+  if (valid.stream) check_validation_stream(*valid.stream, train);
   return train_dataset(prepared, train, valid, communicator, observer);
 }
 
-int run_training(TrainOptions options, StreamedBatches& train, const Dataset* valid, TrainingObserver* observer) {
+int run_training(TrainOptions options, StreamedBatches& train, ValidationData valid, TrainingObserver* observer) {
   if (options.vocab_size <= 0 || options.num_labels <= 0)
     fail("a stream of batches trains a model of a given shape: --vocab-size and --num-labels are required");
   if (options.data_path.empty()) options.data_path = train.name();  // the host may name the stream for the record
-  options.valid_path = valid ? valid->path() : "";
+  options.valid_path = valid.name();
   options.given_flags.insert({"--data", "--valid"});
   Communicator alone;
   PreparedRun prepared;
   prepare_run(prepared, std::move(options), alone);
-  if (valid) check_validation_set(*valid, train.first());
+  if (valid.set) check_validation_set(*valid.set, train.first());
+  if (valid.stream) check_validation_stream(*valid.stream, train.first());
   return train_prepared(prepared, train, train.first(), nullptr, valid, alone, observer);
 }
 

@@ -42,12 +42,16 @@ int64_t run_length(const TrainOptions& o, int64_t batches) {
 }  // namespace
 
 TrainingRun::TrainingRun(TrainOptions options, ParameterBuffer<float> params, BatchSource& source,
-                         const Dataset* train, const Dataset* valid, Communicator& communicator)
-    : o_(std::move(options)), params_(std::move(params)), source_(source), train_(train), valid_(valid),
+                         const Dataset* train, ValidationData valid, Communicator& communicator)
+    : o_(std::move(options)), params_(std::move(params)), source_(source), train_(train), valid_data_(valid),
       optimizer_(o_.optimizer, params_.config), comm_(communicator), speaks_(communicator.rank() == 0),
       narrates_(speaks_ && o_.narrate),
       batches_(source.batches_per_epoch()), total_steps_(run_length(o_, batches_)), controls_(o_, total_steps_),
-      saves_(o_.out_dir, communicator, o_.label_names), progress_(o_.progress && speaks_) {}
+      saves_(o_.out_dir, communicator, o_.label_names), progress_(o_.progress && speaks_) {
+  if (valid_data_.set)  // one loader for the run's validations, each in file order at the run's batch size
+    valid_loader_ = std::make_unique<BatchLoader>(*valid_data_.set, LoaderOptions{o_.batch_size, false, 0, false});
+  valid_ = valid_data_.set ? static_cast<BatchSource*>(valid_loader_.get()) : valid_data_.stream;
+}
 
 void TrainingRun::check_controls_fit_the_run() const {
   const ScheduleKind schedule = parse_schedule_kind(o_.lr_schedule);
@@ -75,7 +79,9 @@ void TrainingRun::use_device(int threads) {
   if (!o_.class_weight_values.empty() && o_.class_weight_values.size() != static_cast<size_t>(params_.config.num_labels))
     fail("class weights: ", o_.class_weight_values.size(), " values, but the model has ", params_.config.num_labels,
          " labels");
-  EngineOptions options = engine_options(o_.engine, o_.batch_size, threads);
+  // A validation stream's batches may be larger than the training's: the engine takes either.
+  const int max_batch = std::max(o_.batch_size, valid_data_.stream ? valid_data_.stream->max_batch() : 0);
+  EngineOptions options = engine_options(o_.engine, max_batch, threads);
   options.class_weights = o_.class_weight_values;
   options.class_weight_mean = o_.class_weight_mean;
   options.communicator = &comm_;
@@ -476,7 +482,7 @@ void TrainingRun::end_epoch() {
 void TrainingRun::end_cut_epoch() {
   nlohmann::json line = metrics_line("valid");
   if (valid_) {
-    validate_step(*engine_, *valid_, o_.batch_size, comm_, position_.step, line, progress_, observer_);
+    validate_step(*engine_, begin_validation(), comm_, position_.step, line, progress_, observer_);
     metrics_.write(line);
   }
   line["loss"] = position_.epoch_totals.mean_loss();
@@ -496,9 +502,15 @@ void TrainingRun::validate_between_epochs() {
 // observer (nullable): told Keras's on_test_* hooks (an epoch end's validation).
 void TrainingRun::validate(nlohmann::json& line, TrainingObserver* observer) {
   position_.validations.push_back(
-      validate_step(*engine_, *valid_, o_.batch_size, comm_, position_.step, line, progress_, observer));
+      validate_step(*engine_, begin_validation(), comm_, position_.step, line, progress_, observer));
   controls_.replay(position_.validations);
   if (controls_.monitor().last_is_best) saves_.save_best(*engine_, params_, position_);
+}
+
+// The batches of the next validation: the set from its start, or a stream's next pass.
+BatchSource& TrainingRun::begin_validation() {
+  valid_->start_epoch(validations_begun_++);
+  return *valid_;
 }
 
 }  // namespace enhanced

@@ -9,10 +9,12 @@
 #include <string>
 
 #include "enhanced/batch_source.h"
+#include "enhanced/batch_stream.h"
 #include "enhanced/communicator.h"
 #include "enhanced/dataset.h"
 #include "enhanced/device.h"
 #include "enhanced/engine.h"
+#include "enhanced/loader.h"
 #include "enhanced/progress.h"
 #include "enhanced/safetensors.h"
 #include "enhanced/train_options.h"
@@ -28,9 +30,10 @@ namespace enhanced {
 class TrainingRun final : private TrainingAccess {
  public:
   // source: the steps' batches; train: the whole training set where there is one (null for a
-  // stream, whose epochs may have no known length: the run then counts epochs, not steps).
+  // stream, whose epochs may have no known length: the run then counts epochs, not steps);
+  // valid: what each validation reads (a set in file order, or a pass of a stream).
   TrainingRun(TrainOptions options, ParameterBuffer<float> params, BatchSource& source, const Dataset* train,
-              const Dataset* valid, Communicator& communicator);
+              ValidationData valid, Communicator& communicator);
   // The engine holds references to params_ and optimizer_: a run stays where it was made.
   TrainingRun(const TrainingRun&) = delete;
   TrainingRun& operator=(const TrainingRun&) = delete;
@@ -100,13 +103,17 @@ class TrainingRun final : private TrainingAccess {
   void validate_between_epochs();
   nlohmann::json metrics_line(const char* kind) const;
   void validate(nlohmann::json& line, TrainingObserver* observer);
+  BatchSource& begin_validation();
   void save() { saves_.save(*engine_, params_, optimizer_, o_, position_, metrics_.lines()); }
 
   TrainOptions o_;
   ParameterBuffer<float> params_;
   BatchSource& source_;
   const Dataset* train_;
-  const Dataset* valid_;
+  ValidationData valid_data_;
+  std::unique_ptr<BatchLoader> valid_loader_;  // valid_data_.set in file order
+  BatchSource* valid_ = nullptr;               // what a validation reads: valid_loader_ or the stream
+  int64_t validations_begun_ = 0;
   OptimizerState optimizer_;
   Communicator& comm_;
   bool speaks_;  // rank 0: writes the files, the progress line and the errors
