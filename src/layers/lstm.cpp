@@ -298,6 +298,16 @@ struct StepRows {
   size_t operand_ld() const { return static_cast<size_t>(width); }
 };
 
+// Asks for the cache lines of [p, p + bytes). The backward reads each step's rows of the (B, T, 8H)
+// gates and (B, T, 2H) cells that the forward wrote long before (out of the caches by then), a row
+// of each b, T rows apart: no hardware prefetcher follows 64 such streams, and each row waited on
+// memory. Asked for a step ahead, they are there when the step comes.
+inline void prefetch_lines(const void* p, size_t bytes, bool for_writing = false) {
+  const char* line = static_cast<const char*>(p);
+  for (size_t offset = 0; offset < bytes; offset += 64)
+    for_writing ? __builtin_prefetch(line + offset, 1) : __builtin_prefetch(line + offset);
+}
+
 // The forward's pointwise pass of one row, h also written to the next step's operand row (as the
 // operand's type, rounded to bfloat16 when round).
 template <class Real>
@@ -335,6 +345,11 @@ void forward_direction(Project& project, const Rows& rows, const lstm_pool::HOut
       pointwise_forward(rows.gates_at(b, t, step), rows.cell_at(b, t, step), h, next ? next + b * ld : nullptr,
                         c_prev, bias_sum, H, round);
       if (out.pool.max) out.pool.take(b, t, step, h);
+      if (step + 2 < seq_len) {  // the lines the next step's pass writes first (see prefetch_lines)
+        prefetch_lines(rows.cell_at(b, step_time(direction, step + 1, seq_len), step + 1), H * sizeof(Real), true);
+        prefetch_lines(rows.operand_at(step_time(direction, step + 2, seq_len)) + b * ld + input,
+                       H * sizeof(*operand), true);
+      }
     }
   }
 }
@@ -448,6 +463,12 @@ void backward_direction(Products& products, Real* gates, Real* dc_carry, Real* d
       products.pointwise(b, gates + p * G8 + direction * G4, dc_carry + static_cast<size_t>(b) * H, dbias_sum,
                          cell + p * C + direction * H, c_prev, dh_out(b, t),
                          dh_recurrent + static_cast<size_t>(b) * H, H);
+      if (step > 1) {  // the row's gates and cell before c_prev, for the next step (see prefetch_lines)
+        const size_t p_prev = static_cast<size_t>(b) * seq_len + t_prev;
+        prefetch_lines(gates + p_prev * G8 + direction * G4, G4 * sizeof(Real));
+        prefetch_lines(cell + (static_cast<size_t>(b) * seq_len + previous_time(direction, t_prev)) * C + direction * H,
+                       H * sizeof(Real));
+      }
     }
     products(step, gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<size_t>(seq_len) * G8,
              dh_recurrent);
