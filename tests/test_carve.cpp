@@ -35,22 +35,31 @@ TEST(CarvedPieces, OddSizedPiecesEachStartOnTheBoundaryAndDoNotOverlap) {
 
 TEST(CarvedPieces, FloatAndDoubleActivationsStartOnTheBoundary) {
   const ModelConfig config = testing::small_config(BlendMode::mean, PoolMode::feature);  // D 7, H 5, T 6: odd sizes
-  const std::vector<ActivationSlot> layout = activation_layout(config, 3, 17, 5, false);
-  const size_t count = activation_count(layout);
-  auto check = [&](auto tag) {
-    using Real = decltype(tag);
-    std::unique_ptr<Real, decltype(&std::free)> base(
-        static_cast<Real*>(std::aligned_alloc(kCarveAlignment, carved_count(count, 1) * sizeof(Real))), &std::free);
-    ActivationTensors<Real> act;
-    EXPECT_EQ(act.carve(base.get(), layout), count);
-    for (const Real* at : {act.x, act.gates, act.cell, act.y, act.pooled, act.logits, act.dlogits, act.sample_losses,
-                           act.dpooled, act.dy, act.dx, act.lstm_workspace, act.dense_workspace}) {
-      ASSERT_NE(at, nullptr);
-      EXPECT_TRUE(aligned(at)) << "a piece " << (at - base.get()) << " elements in, element size " << sizeof(Real);
-    }
-  };
-  check(float{});
-  check(double{});
+  for (const LstmRows rows : {LstmRows::fused_pool, LstmRows::dense_output}) {
+    const std::vector<ActivationSlot> layout = activation_layout(config, 3, 17, 5, rows);
+    const size_t count = activation_count(layout);
+    auto check = [&](auto tag) {
+      using Real = decltype(tag);
+      std::unique_ptr<Real, decltype(&std::free)> base(
+          static_cast<Real*>(std::aligned_alloc(kCarveAlignment, carved_count(count, 1) * sizeof(Real))), &std::free);
+      ActivationTensors<Real> act;
+      EXPECT_EQ(act.carve(base.get(), layout), count);
+      const bool fused = rows == LstmRows::fused_pool;
+      using Pieces = std::vector<const Real*>;
+      const Pieces always{act.x,       act.pooled, act.logits, act.dlogits, act.sample_losses,
+                          act.dpooled, act.dx,     act.dense_workspace};
+      const Pieces lstm_state{act.gates, act.cell, act.lstm_workspace}, dense_rows{act.y, act.dy};
+      for (const Pieces& carved : {always, fused ? lstm_state : dense_rows})
+        for (const Real* at : carved) {
+          ASSERT_NE(at, nullptr);
+          EXPECT_TRUE(aligned(at)) << "a piece " << (at - base.get()) << " elements in, element size " << sizeof(Real);
+        }
+      // What the kind does not keep is null, not an alias of the next piece.
+      for (const Real* at : fused ? dense_rows : lstm_state) EXPECT_EQ(at, nullptr);
+    };
+    check(float{});
+    check(double{});
+  }
 }
 
 }  // namespace

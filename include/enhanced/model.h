@@ -124,25 +124,30 @@ struct ActivationSlot {
   size_t numel;
 };
 
+// Which of the LSTM's rows a device's step keeps. dense_output (cuDNN): the LSTM writes y and
+// its backward reads a dense dy, and it keeps its own state for the backward (its reserve
+// space), so there are no gates, cell or LSTM workspace rows. fused_pool (the CPU's): the LSTM
+// keeps its gates, cells and workspace here and pools each h as it is produced, so there are no
+// y or dy rows (B, T, 2H) each.
+enum class LstmRows { dense_output, fused_pool };
+
 // lstm_workspace, dense_workspace: elements the layers use beside their tensors (CPU:
 // bilstm_workspace_size, dense_workspace_size; 0 where the device's layers keep their own).
-// lstm_keeps_state: the LSTM keeps its own state for backward (cuDNN's reserve space), so there
-// are no gates, cell or LSTM workspace rows.
 std::vector<ActivationSlot> activation_layout(const ModelConfig& config, int batch, size_t lstm_workspace,
-                                              size_t dense_workspace, bool lstm_keeps_state);
+                                              size_t dense_workspace, LstmRows lstm_rows);
 
 template <class Real>
 struct ActivationTensors {
   Real* x = nullptr;              // (B, T, D) blended embeddings
   Real* gates = nullptr;          // (B, T, 8H) LSTM gates; overwritten by their gradients in backward
   Real* cell = nullptr;           // (B, T, 2H)
-  Real* y = nullptr;              // (B, T, 2H) BiLSTM output
+  Real* y = nullptr;              // (B, T, 2H) BiLSTM output (LstmRows::dense_output only)
   Real* pooled = nullptr;         // (B, F)
   Real* logits = nullptr;         // (B, L)
   Real* dlogits = nullptr;        // (B, L)
   Real* sample_losses = nullptr;  // (B)
   Real* dpooled = nullptr;        // (B, F)
-  Real* dy = nullptr;             // (B, T, 2H)
+  Real* dy = nullptr;             // (B, T, 2H) (LstmRows::dense_output only)
   Real* dx = nullptr;             // (B, T, D)
   Real* lstm_workspace = nullptr;   // bilstm_workspace_size
   Real* dense_workspace = nullptr;  // dense_workspace_size

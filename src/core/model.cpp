@@ -145,16 +145,25 @@ ParameterBuffer<Real>& ParameterBuffer<Real>::operator=(const ParameterBuffer& o
 }
 
 std::vector<ActivationSlot> activation_layout(const ModelConfig& config, int batch, size_t lstm_workspace,
-                                              size_t dense_workspace, bool lstm_keeps_state) {
+                                              size_t dense_workspace, LstmRows lstm_rows) {
   const size_t P = static_cast<size_t>(batch) * config.seq_len;
   const size_t D = config.embedding_dim, H = config.hidden, L = config.num_labels;
   const size_t F = static_cast<size_t>(batch) * config.pooled_features(), B = static_cast<size_t>(batch);
-  const size_t state = lstm_keeps_state ? 0 : 1;
+  // state: 1 where the gates, cells and LSTM workspace are rows here; dense: 1 where y and dy are.
+  const size_t state = lstm_rows == LstmRows::fused_pool ? 1 : 0, dense = 1 - state;
   using Field = ActivationField;
-  return {{Field::x, P * D},          {Field::gates, state * P * 8 * H}, {Field::cell, state * P * 2 * H},
-          {Field::y, P * 2 * H},      {Field::pooled, F},                {Field::logits, B * L},
-          {Field::dlogits, B * L},    {Field::sample_losses, B},         {Field::dpooled, F},
-          {Field::dy, P * 2 * H},     {Field::dx, P * D},                {Field::lstm_workspace, state * lstm_workspace},
+  return {{Field::x, P * D},
+          {Field::gates, state * P * 8 * H},
+          {Field::cell, state * P * 2 * H},
+          {Field::y, dense * P * 2 * H},
+          {Field::pooled, F},
+          {Field::logits, B * L},
+          {Field::dlogits, B * L},
+          {Field::sample_losses, B},
+          {Field::dpooled, F},
+          {Field::dy, dense * P * 2 * H},
+          {Field::dx, P * D},
+          {Field::lstm_workspace, state * lstm_workspace},
           {Field::dense_workspace, dense_workspace}};
 }
 

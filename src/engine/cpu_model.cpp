@@ -19,7 +19,8 @@ template <class Real>
 std::vector<ActivationSlot> cpu_activation_layout(const ModelConfig& config, int batch) {
   return activation_layout(config, batch,
                            bilstm_workspace_size<Real>(batch, config.seq_len, config.embedding_dim, config.hidden),
-                           dense_workspace_size<Real>(batch, config.pooled_features(), config.num_labels), false);
+                           dense_workspace_size<Real>(batch, config.pooled_features(), config.num_labels),
+                           LstmRows::fused_pool);
 }
 
 template <class Real>

@@ -160,7 +160,7 @@ void CudaEngine::allocate(const ModelConfig& c, int max_batch, const EngineOptio
   const size_t moments = moment_names(m.optimizer).size();
   if (moments > 0) m.first_moment.allocate(c, m.s());
   if (moments > 1) m.second_moment.allocate(c, m.s());
-  const std::vector<ActivationSlot> activations = activation_layout(c, pass_batch, 0, 0, true);
+  const std::vector<ActivationSlot> activations = activation_layout(c, pass_batch, 0, 0, LstmRows::dense_output);
   m.activation_data.resize(activation_count(activations));
   m.act.carve(m.activation_data.data(), activations);
   m.argmax_data.resize(F);
