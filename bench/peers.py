@@ -14,6 +14,7 @@ its AVX512-BF16 kernels (ENHANCED_BF16_KERNEL=avx512-bf16)."""
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -27,6 +28,17 @@ def bf16_loss_tolerance(engine_run):
     err by up to ~6u times the largest logit (u = 2^-8; tests/test_precision.cpp's bound), so the
     two by 12u times it; the mean cross-entropy moves by at most twice the largest logit change."""
     return 2 * 12 * BF16_UNIT_ROUNDOFF * engine_run["initial_max_abs_logit"] / abs(engine_run["initial_loss"])
+
+
+def command_path(name):
+    """The peers run from bench/, so a relative path must not change meaning: a bare command name
+    (`python3`) as the shell finds it on PATH, any other path made absolute."""
+    if os.sep in name:
+        return os.path.abspath(name)
+    found = shutil.which(name)
+    if found is None:
+        sys.exit(f"peers.py: {name}: no such command on PATH")
+    return found
 
 
 def run_json(command, env=None, refusal=None):
@@ -107,9 +119,9 @@ def main():
         p.error("--sweep times FP32 only")
     args.bench = os.path.abspath(args.bench)
     if args.tf_python:
-        args.tf_python = os.path.abspath(args.tf_python)
-    if args.torch_python:  # the peers run from bench/: a relative path must not change meaning
-        args.torch_python = os.path.abspath(args.torch_python)
+        args.tf_python = command_path(args.tf_python)
+    if args.torch_python:
+        args.torch_python = command_path(args.torch_python)
     else:
         candidates = [args.tf_python] if args.tf_python else []
         args.torch_python = next((c for c in candidates + [DEBIAN_PYTHON]

@@ -38,6 +38,7 @@
 #include "enhanced/engine.h"
 #include "enhanced/precision.h"
 #include "gradcheck.h"
+#include "layers/embedding_blend.h"
 #include "layers/lstm.h"
 
 #include "kernels/layers.h"
@@ -134,10 +135,18 @@ bool pooled_maxima_unambiguous(const ModelConfig& config, const ParameterBuffer<
   ParameterBuffer<double> params_d(config);
   std::transform(params.data.begin(), params.data.end(), params_d.data.begin(),
                  [](float p) { return static_cast<double>(round_to_bf16(p)); });
+  // y itself, which the CPU engine's forward never writes (its LSTM pools each h as it goes): the
+  // blend, then the plain BiLSTM.
   Activations<double> activations;
   activations.reserve(config, batch.size);
-  model_forward(activations, params_d, batch, 1, false);
+  embedding_blend_forward(activations.x, batch.identifier_offsets.data(), batch.identifier_ids.data(),
+                          batch.cur_word_ids.data(), params_d.embedding, batch.positions(), config.embedding_dim,
+                          config.blend);
   const int T = config.seq_len, C = 2 * config.hidden;
+  std::vector<double> y(static_cast<size_t>(batch.size) * T * C);
+  BiLstmState<double> nothing_kept{nullptr, nullptr, activations.lstm_workspace};
+  bilstm_forward(y.data(), nothing_kept, activations.x, params_d.weight_ih, params_d.weight_hh, params_d.bias_ih,
+                 params_d.bias_hh, batch.size, T, config.embedding_dim, config.hidden, 1);
   const bool over_features = config.pool == PoolMode::feature;
   const int windows = over_features ? T : C, window = over_features ? C : T;
   for (int b = 0; b < batch.size; ++b) {
@@ -145,7 +154,7 @@ bool pooled_maxima_unambiguous(const ModelConfig& config, const ParameterBuffer<
       double first = -HUGE_VAL, second = -HUGE_VAL;
       for (int k = 0; k < window; ++k) {
         const int t = over_features ? f : k, c = over_features ? k : f;
-        const double v = activations.y[(static_cast<size_t>(b) * T + t) * C + c];
+        const double v = y[(static_cast<size_t>(b) * T + t) * C + c];
         if (v > first) {
           second = first;
           first = v;

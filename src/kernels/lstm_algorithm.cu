@@ -115,12 +115,15 @@ void CudnnBiLstm::Impl::select(RnnAlgorithm asked, cudaStream_t stream) {
   if (bf16 && asked != RnnAlgorithm::automatic && asked != RnnAlgorithm::standard)
     fail("--precision bf16 runs cuDNN's standard LSTM algorithm only (cuDNN 9's persistent RNN kernels are FP16 "
          "and FP32); --rnn-algorithm ", to_string(asked), " cannot be used with it");
-  const bool automatic = asked == RnnAlgorithm::automatic && !bf16;
+  // bf16 has one algorithm, so automatic is standard there: never a candidate of its own, whose
+  // name would be recorded as the run's choice.
+  const RnnAlgorithm wanted = bf16 && asked == RnnAlgorithm::automatic ? RnnAlgorithm::standard : asked;
+  const bool automatic = wanted == RnnAlgorithm::automatic;
   std::vector<RnnAlgorithm> candidates{RnnAlgorithm::standard};
   // Not PERSIST_STATIC: PyTorch never runs it on a bidirectional FP32 LSTM, and a sticky fault
   // in a trial would end every default run with the context; it stays --rnn-algorithm persistent.
   if (automatic) candidates.push_back(RnnAlgorithm::persistent_small_h);
-  else if (asked != RnnAlgorithm::standard) candidates.push_back(asked);
+  else if (wanted != RnnAlgorithm::standard) candidates.push_back(wanted);
   Probe probe(*this);
   probe.fill_inputs(hidden, stream);
   // FMA math: the algorithms differ by rounding only; TF32 rounds inputs to 10 bits.
