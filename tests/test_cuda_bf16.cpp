@@ -200,6 +200,10 @@ TEST(CudaBf16, LossAndEveryGradientMatchCpuBf16Reference) {
       const ModelConfig config = small_config(blend, pool);
       ParameterBuffer<float> params(config);
       initialize_parameters(params, 7);
+      // Embeddings of a pretrained table's scale (the initial +-0.05 times 20): with the initial
+      // ones, h barely moves from one position to the next, and a time window's maxima are
+      // near-ties in nearly every batch (none of 256 had none).
+      for (size_t i = 0; i < params.embedding_size(); ++i) params.data[i] *= 20.0f;
       Random random(91);
       Batch batch;
       bool found = false;

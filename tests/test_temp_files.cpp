@@ -101,7 +101,7 @@ void expect_signal_removes_temporaries(int signal_number) {
   const std::string app = std::string(ENHANCED_APP_DIR) + "/enhanced-data", out = dir + "/out.ebin";
   const pid_t child = ::fork();
   if (child == 0) {
-    std::freopen("/dev/null", "w", stderr);
+    if (std::freopen("/dev/null", "w", stderr) == nullptr) ::_exit(126);
     ::execl(app.c_str(), app.c_str(), "convert", in.c_str(), out.c_str(), "--seq-len", "2", static_cast<char*>(nullptr));
     ::_exit(127);
   }

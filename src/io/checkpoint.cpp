@@ -171,9 +171,10 @@ ModelConfig bare_checkpoint_config(const SafetensorsReader& file, const BareMode
   if (!missing.empty() || !unknown.empty())
     fail(file.path(), ": no engine metadata, and the tensors are not the model's:", missing.empty() ? "" : " missing ",
          missing, !missing.empty() && !unknown.empty() ? ";" : "", unknown.empty() ? "" : " unknown ", excerpt(unknown, 300));
-  const std::vector<int64_t>& embedding = matrix_shape(file, "embedding.weight", "(V, D)");
-  const std::vector<int64_t>& recurrent = matrix_shape(file, "lstm.weight_hh_l0", "(4H, H)");
-  const std::vector<int64_t>& dense = matrix_shape(file, "dense.weight", "(L, F)");
+  // Copies of two numbers each: GCC 13 warns that a reference might dangle through the name's temporary.
+  const std::vector<int64_t> embedding = matrix_shape(file, "embedding.weight", "(V, D)");
+  const std::vector<int64_t> recurrent = matrix_shape(file, "lstm.weight_hh_l0", "(4H, H)");
+  const std::vector<int64_t> dense = matrix_shape(file, "dense.weight", "(L, F)");
   if (recurrent[0] != 4 * recurrent[1])
     fail(file.path(), ": tensor 'lstm.weight_hh_l0' is (", recurrent[0], ", ", recurrent[1], "): (4H, H) needs ",
          recurrent[0], " rows = 4 x ", recurrent[1], " = ", 4 * recurrent[1]);
