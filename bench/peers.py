@@ -38,7 +38,7 @@ def command_path(name):
     found = shutil.which(name)
     if found is None:
         sys.exit(f"peers.py: {name}: no such command on PATH")
-    return found
+    return os.path.abspath(found)  # PATH may hold a relative folder
 
 
 def run_json(command, env=None, refusal=None):
