@@ -10,6 +10,7 @@
 #include "enhanced/batch.h"
 #include "enhanced/batch_source.h"
 #include "enhanced/dataset.h"
+#include "enhanced/loader.h"
 #include "enhanced/model.h"
 
 namespace enhanced {
@@ -50,6 +51,10 @@ using InferenceBatchFn = std::function<void(const Batch& batch, double mean_loss
 // rank runs its part of every batch (shard_of) and sees only that part. `labels_used` false: the
 // set's labels never reach the engine (its loss is then meaningless), so any label is harmless.
 // before_batch (nullable): called with each batch's index before its forward pass.
+// How every evaluation reads a set: in file order, batch_size at a time (labels_used false: every
+// label 0, as in inference that ignores them).
+LoaderOptions file_order(int batch_size, bool labels_used = true);
+
 void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch,
                    Communicator* communicator = nullptr, bool labels_used = true,
                    const std::function<void(int64_t batch)>& before_batch = nullptr);

@@ -75,9 +75,6 @@ void reduce_over_ranks(EvalResult& result, Communicator& communicator) {
 
 }  // namespace
 
-namespace {
-
-// A set in file order, as every evaluation reads it.
 LoaderOptions file_order(int batch_size, bool labels_used) {
   LoaderOptions options;
   options.batch_size = batch_size;
@@ -85,8 +82,6 @@ LoaderOptions file_order(int batch_size, bool labels_used) {
   options.labels = labels_used;
   return options;
 }
-
-}  // namespace
 
 void run_inference(Engine& engine, const Dataset& dataset, int batch_size, const InferenceBatchFn& on_batch,
                    Communicator* communicator, bool labels_used, const std::function<void(int64_t)>& before_batch) {

@@ -102,18 +102,21 @@ void prepare_run(PreparedRun& run, TrainOptions options, Communicator& communica
   run.options = std::move(options);
 }
 
-// A validation stream for this training set: its batches are checked as they come against the
-// model's T, vocabulary and labels (its StreamShape); its first batch's T here, before any work.
-void check_validation_stream(const StreamedBatches& valid, const Dataset& train) {
-  if (valid.first().seq_len() != train.seq_len())
-    fail(valid.name(), ": batch 0: T = ", valid.first().seq_len(), " but ", train.path(), " has T = ", train.seq_len());
-}
-
 // A validation set for this training set (whose labels are checked already).
 void check_validation_set(const Dataset& valid, const Dataset& train) {
   check_has_labels(valid, "--valid (validation)");
   if (valid.seq_len() != train.seq_len())
     fail(valid.path(), ": T = ", valid.seq_len(), " but ", train.path(), " has T = ", train.seq_len());
+}
+
+// A run's validation data for this training set (or a stream's first batch). A stream's batches
+// are checked as they come against the model's T, vocabulary and labels (its StreamShape); its
+// first batch's T here, before any work.
+void check_validation(const ValidationData& valid, const Dataset& train) {
+  if (valid.set) check_validation_set(*valid.set, train);
+  if (valid.stream && valid.stream->first().seq_len() != train.seq_len())
+    fail(valid.stream->name(), ": batch 0: T = ", valid.stream->first().seq_len(), " but ", train.path(),
+         " has T = ", train.seq_len());
 }
 
 // The model built (or read back) and checked against the datasets.
@@ -215,8 +218,7 @@ int run_training(TrainOptions options, const Dataset& train, ValidationData vali
   PreparedRun prepared;
   prepare_run(prepared, std::move(options), communicator);
   check_has_labels(train, "--data (training)");
-  if (valid.set) check_validation_set(*valid.set, train);
-  if (valid.stream) check_validation_stream(*valid.stream, train);
+  check_validation(valid, train);
   return train_dataset(prepared, train, valid, communicator, observer);
 }
 
@@ -229,8 +231,7 @@ int run_training(TrainOptions options, StreamedBatches& train, ValidationData va
   Communicator alone;
   PreparedRun prepared;
   prepare_run(prepared, std::move(options), alone);
-  if (valid.set) check_validation_set(*valid.set, train.first());
-  if (valid.stream) check_validation_stream(*valid.stream, train.first());
+  check_validation(valid, train.first());
   return train_prepared(prepared, train, train.first(), nullptr, valid, alone, observer);
 }
 

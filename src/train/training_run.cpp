@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "enhanced/common.h"
+#include "enhanced/evaluate.h"
 #include "train/class_weights.h"
 #include "train/distributed.h"
 #include "train/run_signals.h"
@@ -49,7 +50,7 @@ TrainingRun::TrainingRun(TrainOptions options, ParameterBuffer<float> params, Ba
       batches_(source.batches_per_epoch()), total_steps_(run_length(o_, batches_)), controls_(o_, total_steps_),
       saves_(o_.out_dir, communicator, o_.label_names), progress_(o_.progress && speaks_) {
   if (valid_data_.set)  // one loader for the run's validations, each in file order at the run's batch size
-    valid_loader_ = std::make_unique<BatchLoader>(*valid_data_.set, LoaderOptions{o_.batch_size, false, 0, false});
+    valid_loader_ = std::make_unique<BatchLoader>(*valid_data_.set, file_order(o_.batch_size));
   valid_ = valid_data_.set ? static_cast<BatchSource*>(valid_loader_.get()) : valid_data_.stream;
 }
 
