@@ -65,16 +65,25 @@ def _samples_and_labels(x, y, name, steps=None):
     return samples, None if y is None else labels_for(y, samples.num_samples, name)
 
 
-def _file_seq_len(path):
-    """T of an .ebin file's header, or None where the header cannot be read or is no .ebin's (the
-    engine then says why)."""
-    try:
-        header = np.fromfile(path, ebin.HEADER_DTYPE, 1)
-    except (OSError, ValueError):
-        return None
+def _header(data):
+    """The .ebin header of an image in memory (data_image's) or of a file's path; None where a
+    file's cannot be read or is no .ebin's (the engine then says why)."""
+    if isinstance(data, str):
+        try:
+            header = np.fromfile(data, ebin.HEADER_DTYPE, 1)
+        except (OSError, ValueError):
+            return None
+    else:
+        header = np.frombuffer(data, ebin.HEADER_DTYPE, 1)
     if not header.size or bytes(header["magic"][0]) != ebin.MAGIC:
         return None
-    return int(header["seq_len"][0])
+    return header[0]
+
+
+def _file_seq_len(path):
+    """T of an .ebin file's header, or None (_header)."""
+    header = _header(path)
+    return None if header is None else int(header["seq_len"])
 
 
 def data_image(x, y=None, name="x", steps=None):
@@ -140,21 +149,15 @@ def _epoch_steps(train, run):
         return train.steps_per_epoch or None
     if isinstance(train, str):
         return None
-    samples = int(np.frombuffer(train, "<u8", 1, offset=16)[0])  # the header's num_samples
+    samples = int(_header(train)["num_samples"])
     return samples // run["batch_size"] if run["drop_last"] else -(-samples // run["batch_size"])
 
 
 def _num_samples(train):
     """The samples of fit's training set (its image in memory, or an .ebin path's header); None
     where they are not known here (a file the engine will refuse says why itself)."""
-    if isinstance(train, str):
-        try:
-            with open(train, "rb") as f:
-                header = f.read(24)
-        except OSError:
-            return None
-        return int(np.frombuffer(header, "<u8", 1, offset=16)[0]) if len(header) == 24 else None
-    return int(np.frombuffer(train, "<u8", 1, offset=16)[0])
+    header = _header(train)
+    return None if header is None else int(header["num_samples"])
 
 
 def _batch_size_for(given, recorded, train, controls):
