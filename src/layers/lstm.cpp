@@ -18,6 +18,7 @@
 #include "layers/cpu/lstm_steps.h"
 #include "layers/cpu/packing_clock.h"
 #include "layers/cpu/small_gemm.h"
+#include "layers/cpu/stream_store.h"
 
 namespace enhanced {
 namespace {
@@ -70,7 +71,7 @@ struct DirectionWorkspace {
   Real* product = nullptr;          // (4H, D + H) dW, or in the fast path its transpose (D + H, 4H)
   Real* dbias_sum = nullptr;        // (4H)
   uint16_t* bf16 = nullptr;         // lstm_bf16's buffers (the fast path)
-  Real* step_gates = nullptr;       // (B, 4H) a forward that saves nothing: one step's gates
+  Real* step_gates = nullptr;       // (B, 4H) one step's gates as the forward computes them
   Real* step_cells = nullptr;       // (2, B, H) and two steps' cells
   Real* pool_row = nullptr;         // (H) the fused max-pool's row: h where y is not written, dL/dh's pooled part
   Real* pool_max = nullptr;         // (B, T) feature mode's maxima of the reverse direction
@@ -267,33 +268,42 @@ namespace {
 // Where a direction's forward puts each row's gates (4H), cell (H) and its step's operand
 // [x_t | h_{t-1}] (D + H, of Op: float, double or bfloat16 bits): kept for the backward
 // (SavedRows: in saved.gates (B, T, 8H), saved.cell (B, T, 2H) and the workspace's operand
-// (B, T, D + H)), or not (StepRows: one step's gates and operand and the last two steps' cells in
-// the workspace, for inference, where the (B, T, 8H) buffer would only be traffic). The same
-// arithmetic either way.
+// (B, T, D + H)), or not (StepRows: one step's operand and the last two steps' cells in the
+// workspace, for inference, where the (B, T, 8H) buffer would only be traffic). Either way a
+// step's gates are computed in the workspace's step rows (B, 4H), which stay in cache from the
+// product to the pointwise pass; keep(b, t) then copies a row of activations where the backward
+// reads it. The same arithmetic either way.
 template <class Real, class Op>
 struct SavedRows {
-  Real *gates, *cell;
+  Real *step_gates, *step_cells, *gates, *cell;
   Op* operand;
-  int direction, seq_len, hidden, width;
-  Real* gates_at(int b, int t, int) const {
-    return gates + (static_cast<size_t>(b) * seq_len + t) * 8 * hidden + direction * 4 * hidden;
+  int batch, direction, seq_len, hidden, width;
+  Real* step_gates_at(int b) const { return step_gates + static_cast<size_t>(b) * 4 * hidden; }
+  Real* cell_at(int b, int, int step) const {
+    return step_cells + (static_cast<size_t>(step & 1) * batch + b) * hidden;
   }
-  size_t gates_ld() const { return static_cast<size_t>(seq_len) * 8 * hidden; }  // rows of one step
-  Real* cell_at(int b, int t, int) const {
-    return cell + (static_cast<size_t>(b) * seq_len + t) * 2 * hidden + direction * hidden;
+  // The rows lie T rows apart, each new to the caches: written past them (stream_store.h).
+  void keep(int b, int t, int step) const {
+    const size_t p = static_cast<size_t>(b) * seq_len + t, H = static_cast<size_t>(hidden);
+    stream_store::copy(gates + p * 8 * H + direction * 4 * H, step_gates_at(b), 4 * H);
+    stream_store::copy(cell + p * 2 * H + direction * H, cell_at(b, t, step), H);
   }
+  void finish() const { stream_store::fence(); }
   Op* operand_at(int t) const { return operand + static_cast<size_t>(t) * width; }  // row (0, t)
   size_t operand_ld() const { return static_cast<size_t>(seq_len) * width; }
 };
 
 template <class Real, class Op>
 struct StepRows {
-  Real *gates, *cells;
+  Real *step_gates, *step_cells;
   Op* operand;
   int batch, hidden, width;
-  Real* gates_at(int b, int, int) const { return gates + static_cast<size_t>(b) * 4 * hidden; }
-  size_t gates_ld() const { return 4 * static_cast<size_t>(hidden); }
-  Real* cell_at(int b, int, int step) const { return cells + (static_cast<size_t>(step & 1) * batch + b) * hidden; }
+  Real* step_gates_at(int b) const { return step_gates + static_cast<size_t>(b) * 4 * hidden; }
+  Real* cell_at(int b, int, int step) const {
+    return step_cells + (static_cast<size_t>(step & 1) * batch + b) * hidden;
+  }
+  void keep(int, int, int) const {}
+  void finish() const {}
   Op* operand_at(int) const { return operand; }
   size_t operand_ld() const { return static_cast<size_t>(width); }
 };
@@ -336,22 +346,23 @@ void forward_direction(Project& project, const Rows& rows, const lstm_pool::HOut
     project.gather_x(operand, ld, x + static_cast<size_t>(t) * input, static_cast<size_t>(seq_len) * input, batch);
     if (step == 0)
       for (int b = 0; b < batch; ++b) std::memset(operand + b * ld + input, 0, H * sizeof(*operand));
-    project(rows.gates_at(0, t, step), rows.gates_ld(), operand, ld, batch);
+    project(rows.step_gates_at(0), 4 * static_cast<size_t>(H), operand, ld, batch);
     auto* next = step + 1 < seq_len ? rows.operand_at(step_time(direction, step + 1, seq_len)) + input : nullptr;
     for (int b = 0; b < batch; ++b) {
       const size_t p = static_cast<size_t>(b) * seq_len + t;
       const Real* c_prev = step > 0 ? rows.cell_at(b, t_prev, step - 1) : nullptr;
       Real* h = out.at(p, direction, H);
-      pointwise_forward(rows.gates_at(b, t, step), rows.cell_at(b, t, step), h, next ? next + b * ld : nullptr,
-                        c_prev, bias_sum, H, round);
+      pointwise_forward(rows.step_gates_at(b), rows.cell_at(b, t, step), h, next ? next + b * ld : nullptr, c_prev,
+                        bias_sum, H, round);
+      rows.keep(b, t, step);
       if (out.pool.max) out.pool.take(b, t, step, h);
       if (step + 2 < seq_len) {  // the lines the next step's pass writes first (see prefetch_lines)
-        prefetch_lines(rows.cell_at(b, step_time(direction, step + 1, seq_len), step + 1), H * sizeof(Real), true);
         prefetch_lines(rows.operand_at(step_time(direction, step + 2, seq_len)) + b * ld + input,
                        H * sizeof(*operand), true);
       }
     }
   }
+  rows.finish();
 }
 
 // forward_direction with the rows the caller asked for (saved.gates null: none kept): the
@@ -366,7 +377,8 @@ void forward_direction(Project& project, const BiLstmState<Real>& saved, const D
     const StepRows<Real, Op> rows{workspace.step_gates, workspace.step_cells, step_operand, batch, hidden, width};
     forward_direction(project, rows, out, x, bias_sum, direction, batch, seq_len, input, hidden, round);
   } else {
-    const SavedRows<Real, Op> rows{saved.gates, saved.cell, saved_operand, direction, seq_len, hidden, width};
+    const SavedRows<Real, Op> rows{workspace.step_gates, workspace.step_cells, saved.gates, saved.cell, saved_operand,
+                                   batch, direction, seq_len, hidden, width};
     forward_direction(project, rows, out, x, bias_sum, direction, batch, seq_len, input, hidden, round);
   }
 }
