@@ -18,6 +18,7 @@
 #include "layers/cpu/lstm_steps.h"
 #include "layers/lstm.h"
 #include "layers/maxpool.h"
+#include "layers/maxpool_steps.h"
 
 namespace enhanced::testing {
 namespace {
@@ -112,6 +113,27 @@ TEST(FusedMaxPool, RulesMatchMaxPoolWithTiesZerosAndNaN) {
     check_rules<float>(seed);
     check_rules<double>(seed);
   }
+}
+
+// The rule both pools share (maxpool_steps::first_maximum, vectorised over 16 lanes) against the
+// strict scan it stands for, on rows of 1 to 70 elements (no whole block, blocks and a tail)
+// drawn from tied values, -0.0 and +0.0, -inf and NaN.
+template <class Real>
+void check_first_maximum() {
+  Random random(11);
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int n = 1 + trial % 70;
+    const std::vector<Real> row = tied_values<Real>(random, static_cast<size_t>(n));
+    int strict = 0;
+    for (int k = 1; k < n; ++k)
+      if (row[k] > row[strict]) strict = k;
+    ASSERT_EQ(maxpool_steps::first_maximum(row.data(), n), strict) << "n " << n << " trial " << trial;
+  }
+}
+
+TEST(FusedMaxPool, FirstMaximumIsTheStrictScans) {
+  check_first_maximum<float>();
+  check_first_maximum<double>();
 }
 
 // The cases the random ones may miss, spelled out: B = 1, T = 3, H = 2 (channels 0, 1 forward).

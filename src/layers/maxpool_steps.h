@@ -10,25 +10,39 @@
 namespace enhanced::maxpool_steps {
 
 // The first maximal element of row[0, n): what "if (row[k] > row[best]) best = k" over k finds,
-// in two vectorisable passes over a row that stays in L1. The lanes' running maxima take a new
-// element only where it is greater (a NaN never is, -0.0 and +0.0 keep the first), so the maximum
-// found is one the strict scan would keep; the first element equal to it is its index. A NaN
-// first element wins the strict scan outright (nothing compares greater): index 0.
+// in one vectorised pass over the row. Each of 16 lanes runs that scan over its own elements
+// (every 16th), keeping its maximum and where it first reached it: a new element wins only where
+// it is greater (a NaN never is, -0.0 and +0.0 keep the first). The first element equal to the
+// largest of the lanes' maxima is then the lowest of the indices of the lanes that hold it, unless
+// only the tail past the last whole block does. A NaN first element wins the strict scan outright
+// (nothing compares greater): index 0.
 template <class Real>
 ENHANCED_INLINE int first_maximum(const Real* row, int n) {
   constexpr int kLanes = 16;
-  Real lanes[kLanes];
-  std::fill(lanes, lanes + kLanes, row[0]);
+  // 16 values a vector (registers where the ISA has them; aligned(alignof(Real)): the row need not
+  // be aligned), and the comparisons' lanes of the same width, which hold the indices.
+  typedef Real Lanes __attribute__((vector_size(kLanes * sizeof(Real)), aligned(alignof(Real))));
+  typedef decltype(Lanes{} > Lanes{}) Indices;
+  Indices lane_of{};
+  for (int l = 0; l < kLanes; ++l) lane_of[l] = l;
+  Lanes lanes = Lanes{} + row[0];  // row[0] in every lane, at index 0
+  Indices first_at{};
   int k = 0;
-  for (; k + kLanes <= n; k += kLanes)
-    for (int l = 0; l < kLanes; ++l) lanes[l] = row[k + l] > lanes[l] ? row[k + l] : lanes[l];
-  for (; k < n; ++k) lanes[0] = row[k] > lanes[0] ? row[k] : lanes[0];
+  for (; k + kLanes <= n; k += kLanes) {
+    const Lanes values = *reinterpret_cast<const Lanes*>(row + k);
+    const Indices greater = values > lanes;
+    lanes = greater ? values : lanes;
+    first_at = greater ? lane_of + k : first_at;
+  }
   Real best = lanes[0];
-  for (int l = 1; l < kLanes; ++l) best = lanes[l] > best ? lanes[l] : best;
-  if (best != best) return 0;
-  int index = 0;
-  while (!(row[index] == best)) ++index;
-  return index;
+  int index = static_cast<int>(first_at[0]);
+  for (int l = 1; l < kLanes; ++l) {
+    if (lanes[l] > best) best = lanes[l], index = static_cast<int>(first_at[l]);
+    else if (lanes[l] == best && first_at[l] < index) index = static_cast<int>(first_at[l]);
+  }
+  for (; k < n; ++k)
+    if (row[k] > best) best = row[k], index = k;
+  return best != best ? 0 : index;
 }
 
 }  // namespace enhanced::maxpool_steps
