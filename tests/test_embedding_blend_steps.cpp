@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -215,6 +216,43 @@ TEST(EmbeddingBackwardSteps, EdgeCases) {
     one.labels = {0};
     check(one, 1, 1, mode, 3, "V = 1, P = 1");
   }
+}
+
+// The CPU layer on several threads (a batch of at least 4096 positions is shared): the forward
+// splits the positions, the backward the table's rows, and each row sums its terms in position
+// order, so every thread count gives one thread's bits. A small vocabulary makes rows collide
+// across the threads' position ranges; D = 3 puts 21 rows in a thread's block of the table, D =
+// 32 two.
+TEST(EmbeddingBlendThreads, EveryThreadCountGivesOneThreadsBits) {
+  for (BlendMode mode : {BlendMode::mean, BlendMode::scalar_mean})
+    for (const int D : {3, 32}) {
+      Random random(D + 5);
+      const int V = 97, P_min = 4096;
+      const Batch batch = testing::random_batch(16, 400, V, 3, random);
+      const int P = batch.positions();
+      ASSERT_GE(P, P_min);
+      std::vector<float> table(static_cast<size_t>(V) * D), dx(static_cast<size_t>(P) * D);
+      for (float& v : table) v = static_cast<float>(random.uniform(-1, 1));
+      for (float& v : dx) v = static_cast<float>(random.uniform(-1, 1));
+      auto run = [&](int threads, std::vector<float>& x, std::vector<float>& gradient) {
+        x.assign(static_cast<size_t>(P) * D, -7.0f);
+        gradient.assign(table.size(), 0.5f);  // += onto what is there
+        embedding_blend_forward(x.data(), batch.identifier_offsets.data(), batch.identifier_ids.data(),
+                                batch.cur_word_ids.data(), table.data(), P, D, mode, threads);
+        embedding_blend_backward(gradient.data(), dx.data(), batch.identifier_offsets.data(),
+                                 batch.identifier_ids.data(), batch.cur_word_ids.data(), P, D, mode, threads);
+      };
+      std::vector<float> x1, gradient1, x, gradient;
+      run(1, x1, gradient1);
+      for (const int threads : {2, 3}) {
+        run(threads, x, gradient);
+        const std::string what = std::string(to_string(mode)) + " D " + std::to_string(D) + ", " +
+                                 std::to_string(threads) + " threads";
+        EXPECT_EQ(0, std::memcmp(x.data(), x1.data(), x.size() * sizeof(float))) << what << ": x";
+        EXPECT_EQ(0, std::memcmp(gradient.data(), gradient1.data(), gradient.size() * sizeof(float)))
+            << what << ": the gradient";
+      }
+    }
 }
 
 }  // namespace

@@ -39,17 +39,17 @@ namespace {
 // The model's stages, each a forward or its backward: model_forward and model_backward are their
 // calls in order and in reverse, and the bench times each stage alone (CpuEngine::parts).
 template <class Real>
-void blend_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch) {
+void blend_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, const Batch& batch, int threads) {
   const ModelConfig& c = params.config;
   embedding_blend_forward(a.x, batch.identifier_offsets.data(), batch.identifier_ids.data(), batch.cur_word_ids.data(),
-                          params.embedding, batch.positions(), c.embedding_dim, c.blend);
+                          params.embedding, batch.positions(), c.embedding_dim, c.blend, threads);
 }
 
 template <class Real>
-void blend_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Batch& batch) {
+void blend_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Batch& batch, int threads) {
   const ModelConfig& c = grads.config;
   embedding_blend_backward(grads.embedding, a.dx, batch.identifier_offsets.data(), batch.identifier_ids.data(),
-                           batch.cur_word_ids.data(), batch.positions(), c.embedding_dim, c.blend);
+                           batch.cur_word_ids.data(), batch.positions(), c.embedding_dim, c.blend, threads);
 }
 
 // The BiLSTM with the max-pool fused into it: pooled and argmax straight from each step's h, y
@@ -110,7 +110,7 @@ double model_forward(Activations<Real>& a, const ParameterBuffer<Real>& params, 
   if (batch.size > a.capacity || batch.seq_len != c.seq_len)
     fail("internal: a pass of ", batch.size, " x ", batch.seq_len, " positions; the activations hold ", a.capacity,
          " x ", c.seq_len);
-  blend_forward(a, params, batch);
+  blend_forward(a, params, batch, threads);
   lstm_forward(a, params, batch.size, threads, precision, with_gradient);
   return head_forward(a, params, batch, with_gradient, class_weights, whole, precision, class_weight_mean);
 }
@@ -120,7 +120,7 @@ void model_backward(ParameterBuffer<Real>& grads, Activations<Real>& a, const Pa
                     const Batch& batch, int threads, Precision precision) {
   head_backward(grads, a, params, batch.size, precision);
   lstm_backward(grads, a, params, batch.size, threads, precision);
-  blend_backward(grads, a, batch);
+  blend_backward(grads, a, batch, threads);
 }
 
 // The model's stages alone, on the caller's buffers (the bench times each).
@@ -128,9 +128,9 @@ std::vector<EnginePart> model_parts(Activations<float>& a, ParameterBuffer<float
                                     const Batch& batch, int threads, Precision precision, const float* class_weights) {
   const int B = batch.size;
   std::vector<EnginePart> out;
-  out.push_back({step_part::blend, {}, [&] {
-    blend_forward(a, p, batch);
-    blend_backward(g, a, batch);
+  out.push_back({step_part::blend, {}, [&, threads] {
+    blend_forward(a, p, batch, threads);
+    blend_backward(g, a, batch, threads);
   }, {}});
   out.push_back({step_part::bilstm_forward, {}, [&, B, threads, precision] { lstm_forward(a, p, B, threads, precision); }, {}});
   out.push_back({step_part::bilstm, {}, [&, B, threads, precision] {

@@ -22,24 +22,22 @@ inline void prefetch_rows(const Real* table, const int32_t* identifier_offsets, 
   for (int j = identifier_offsets[position]; j < identifier_offsets[position + 1]; ++j) prefetch(identifier_ids[j]);
 }
 
-}  // namespace
-
+// Positions [first, end) of the forward.
 template <class Real>
-void embedding_blend_forward(Real* x, const int32_t* identifier_offsets, const int32_t* identifier_ids,
-                             const int32_t* cur_word_ids, const Real* embedding, int positions, int dim,
-                             BlendMode mode) {
-  for (int p = 0; p < positions; ++p) {
-    prefetch_rows(embedding, identifier_offsets, identifier_ids, cur_word_ids, p + kPrefetchAhead, positions, dim);
+void blend_positions(Real* x, const int32_t* identifier_offsets, const int32_t* identifier_ids,
+                     const int32_t* cur_word_ids, const Real* embedding, int first, int end, int dim, BlendMode mode) {
+  for (int p = first; p < end; ++p) {
+    prefetch_rows(embedding, identifier_offsets, identifier_ids, cur_word_ids, p + kPrefetchAhead, end, dim);
     Real* out = x + static_cast<size_t>(p) * dim;
     const Real* cur = embedding + static_cast<size_t>(cur_word_ids[p]) * dim;
-    const int begin = identifier_offsets[p], end = identifier_offsets[p + 1];
-    const int count = end - begin;
+    const int begin = identifier_offsets[p], stop = identifier_offsets[p + 1];
+    const int count = stop - begin;
     if (count == 0) {
       std::copy(cur, cur + dim, out);
       continue;
     }
     std::fill(out, out + dim, Real(0));
-    for (int j = begin; j < end; ++j) {
+    for (int j = begin; j < stop; ++j) {
       const Real* row = embedding + static_cast<size_t>(identifier_ids[j]) * dim;
       for (int d = 0; d < dim; ++d) out[d] += row[d];
     }
@@ -56,24 +54,58 @@ void embedding_blend_forward(Real* x, const int32_t* identifier_offsets, const i
   }
 }
 
+// The threads a pass over `positions` runs on: one for a batch too small to share.
+int blend_threads(int threads, int positions) { return positions >= 4096 ? std::max(1, threads) : 1; }
+
+// Whether part `part` of `parts` owns embedding row `row` in the backward: blocks of rows of about
+// 256 bytes, dealt in turn, so that two threads never write one cache line.
+inline bool owns(int32_t row, int part, int parts, int rows_per_block) {
+  return parts == 1 || (row / rows_per_block) % parts == part;
+}
+
+}  // namespace
+
+// Each position's row of x is its own: the positions split into contiguous parts, one a thread.
 template <class Real>
-void embedding_blend_backward(Real* dembedding, const Real* dx, const int32_t* identifier_offsets,
-                              const int32_t* identifier_ids, const int32_t* cur_word_ids, int positions, int dim,
-                              BlendMode mode) {
+void embedding_blend_forward(Real* x, const int32_t* identifier_offsets, const int32_t* identifier_ids,
+                             const int32_t* cur_word_ids, const Real* embedding, int positions, int dim,
+                             BlendMode mode, int threads) {
+  const int parts = blend_threads(threads, positions);
+#pragma omp parallel for schedule(static) num_threads(parts)
+  for (int part = 0; part < parts; ++part)
+    blend_positions(x, identifier_offsets, identifier_ids, cur_word_ids, embedding,
+                    static_cast<int>(static_cast<int64_t>(positions) * part / parts),
+                    static_cast<int>(static_cast<int64_t>(positions) * (part + 1) / parts), dim, mode);
+}
+
+namespace {
+
+// The backward's updates to the rows part `part` owns, every position in order: each row sums its
+// updates in the order one thread would, whatever the parts (the same bits).
+template <class Real>
+void blend_gradient_rows(Real* dembedding, const Real* dx, const int32_t* identifier_offsets,
+                         const int32_t* identifier_ids, const int32_t* cur_word_ids, int positions, int dim,
+                         BlendMode mode, int part, int parts) {
+  const int rows_per_block = std::max(1, 256 / static_cast<int>(dim * sizeof(Real)));
   for (int p = 0; p < positions; ++p) {
     prefetch_rows<Real>(dembedding, identifier_offsets, identifier_ids, cur_word_ids, p + kPrefetchAhead, positions, dim);
     const Real* grad = dx + static_cast<size_t>(p) * dim;
-    Real* dcur = dembedding + static_cast<size_t>(cur_word_ids[p]) * dim;
+    const int32_t cur_row = cur_word_ids[p];
+    Real* dcur = dembedding + static_cast<size_t>(cur_row) * dim;
+    const bool own_cur = owns(cur_row, part, parts, rows_per_block);
     const int begin = identifier_offsets[p], end = identifier_offsets[p + 1];
     const int count = end - begin;
     if (count == 0) {
-      for (int d = 0; d < dim; ++d) dcur[d] += grad[d];
+      if (own_cur)
+        for (int d = 0; d < dim; ++d) dcur[d] += grad[d];
       continue;
     }
-    for (int d = 0; d < dim; ++d) dcur[d] += Real(0.5) * grad[d];
+    if (own_cur)
+      for (int d = 0; d < dim; ++d) dcur[d] += Real(0.5) * grad[d];
     if (mode == BlendMode::mean) {
       const Real scale = Real(0.5) / Real(count);
       for (int j = begin; j < end; ++j) {
+        if (!owns(identifier_ids[j], part, parts, rows_per_block)) continue;
         Real* drow = dembedding + static_cast<size_t>(identifier_ids[j]) * dim;
         for (int d = 0; d < dim; ++d) drow[d] += scale * grad[d];
       }
@@ -83,11 +115,26 @@ void embedding_blend_backward(Real* dembedding, const Real* dx, const int32_t* i
       for (int d = 0; d < dim; ++d) total += grad[d];
       const Real share = Real(0.5) * total / (Real(count) * Real(dim));
       for (int j = begin; j < end; ++j) {
+        if (!owns(identifier_ids[j], part, parts, rows_per_block)) continue;
         Real* drow = dembedding + static_cast<size_t>(identifier_ids[j]) * dim;
         for (int d = 0; d < dim; ++d) drow[d] += share;
       }
     }
   }
+}
+
+}  // namespace
+
+// Rows collide across positions, so the threads split the table's rows, not the positions.
+template <class Real>
+void embedding_blend_backward(Real* dembedding, const Real* dx, const int32_t* identifier_offsets,
+                              const int32_t* identifier_ids, const int32_t* cur_word_ids, int positions, int dim,
+                              BlendMode mode, int threads) {
+  const int parts = blend_threads(threads, positions);
+#pragma omp parallel for schedule(static) num_threads(parts)
+  for (int part = 0; part < parts; ++part)
+    blend_gradient_rows(dembedding, dx, identifier_offsets, identifier_ids, cur_word_ids, positions, dim, mode, part,
+                        parts);
 }
 
 void embedding_touched_rows(std::vector<int32_t>& rows, const int32_t* identifier_ids, int64_t num_identifier_ids,
@@ -100,12 +147,12 @@ void embedding_touched_rows(std::vector<int32_t>& rows, const int32_t* identifie
 }
 
 template void embedding_blend_forward<float>(float*, const int32_t*, const int32_t*, const int32_t*, const float*,
-                                             int, int, BlendMode);
+                                             int, int, BlendMode, int);
 template void embedding_blend_forward<double>(double*, const int32_t*, const int32_t*, const int32_t*,
-                                              const double*, int, int, BlendMode);
+                                              const double*, int, int, BlendMode, int);
 template void embedding_blend_backward<float>(float*, const float*, const int32_t*, const int32_t*, const int32_t*,
-                                              int, int, BlendMode);
+                                              int, int, BlendMode, int);
 template void embedding_blend_backward<double>(double*, const double*, const int32_t*, const int32_t*,
-                                               const int32_t*, int, int, BlendMode);
+                                               const int32_t*, int, int, BlendMode, int);
 
 }  // namespace enhanced

@@ -11,17 +11,18 @@
 
 namespace enhanced {
 
-// x (P, D) with P = B*T positions.
+// x (P, D) with P = B*T positions. threads: at most this many (a small batch runs on one).
 template <class Real>
 void embedding_blend_forward(Real* x, const int32_t* identifier_offsets, const int32_t* identifier_ids,
                              const int32_t* cur_word_ids, const Real* embedding, int positions, int dim,
-                             BlendMode mode);
+                             BlendMode mode, int threads = 1);
 
-// dembedding (V, D) += d loss / d E; only rows named in the batch change.
+// dembedding (V, D) += d loss / d E; only rows named in the batch change. Each row sums its
+// updates in position order on any number of threads: the same bits.
 template <class Real>
 void embedding_blend_backward(Real* dembedding, const Real* dx, const int32_t* identifier_offsets,
                               const int32_t* identifier_ids, const int32_t* cur_word_ids, int positions,
-                              int dim, BlendMode mode);
+                              int dim, BlendMode mode, int threads = 1);
 
 // The sorted, distinct rows named in a batch (identifier and cur_word ids): the rows whose
 // gradient may be non-zero. `rows` is reused (no allocation once its capacity suffices).
