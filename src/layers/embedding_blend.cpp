@@ -54,8 +54,14 @@ void blend_positions(Real* x, const int32_t* identifier_offsets, const int32_t* 
   }
 }
 
-// The threads a pass over `positions` runs on: one for a batch too small to share.
-int blend_threads(int threads, int positions) { return positions >= 4096 ? std::max(1, threads) : 1; }
+// body(part, parts) for each part of a pass over `positions`, one a thread: up to `threads`
+// parts, one for a batch too small to share.
+template <class Body>
+void in_parts(int threads, int positions, Body body) {
+  const int parts = positions >= 4096 ? std::max(1, threads) : 1;
+#pragma omp parallel for schedule(static) num_threads(parts)
+  for (int part = 0; part < parts; ++part) body(part, parts);
+}
 
 // Whether part `part` of `parts` owns embedding row `row` in the backward: blocks of rows of about
 // 256 bytes, dealt in turn, so that two threads never write one cache line.
@@ -70,12 +76,11 @@ template <class Real>
 void embedding_blend_forward(Real* x, const int32_t* identifier_offsets, const int32_t* identifier_ids,
                              const int32_t* cur_word_ids, const Real* embedding, int positions, int dim,
                              BlendMode mode, int threads) {
-  const int parts = blend_threads(threads, positions);
-#pragma omp parallel for schedule(static) num_threads(parts)
-  for (int part = 0; part < parts; ++part)
+  in_parts(threads, positions, [&](int part, int parts) {
     blend_positions(x, identifier_offsets, identifier_ids, cur_word_ids, embedding,
                     static_cast<int>(static_cast<int64_t>(positions) * part / parts),
                     static_cast<int>(static_cast<int64_t>(positions) * (part + 1) / parts), dim, mode);
+  });
 }
 
 namespace {
@@ -130,11 +135,10 @@ template <class Real>
 void embedding_blend_backward(Real* dembedding, const Real* dx, const int32_t* identifier_offsets,
                               const int32_t* identifier_ids, const int32_t* cur_word_ids, int positions, int dim,
                               BlendMode mode, int threads) {
-  const int parts = blend_threads(threads, positions);
-#pragma omp parallel for schedule(static) num_threads(parts)
-  for (int part = 0; part < parts; ++part)
+  in_parts(threads, positions, [&](int part, int parts) {
     blend_gradient_rows(dembedding, dx, identifier_offsets, identifier_ids, cur_word_ids, positions, dim, mode, part,
                         parts);
+  });
 }
 
 void embedding_touched_rows(std::vector<int32_t>& rows, const int32_t* identifier_ids, int64_t num_identifier_ids,
