@@ -25,21 +25,11 @@ struct Unaligned<8> {
 // One tile: kRows rows of A against one 32-column panel, the tile of C in registers, as
 // kVectors vectors of kLanes floats per row. Each element of C sums its k products in order (one FMA
 // each where the ISA has FMA), whatever the vector width: the same bits from every tile shape.
-// next_c: the next tile's C (null: none), whose cache lines are asked for now, for writing, so
-// that the tile's stores find them there: the LSTM's C rows (a step's gates) lie T rows apart in
-// a (B, T, 8H) buffer, each step's new to the caches.
 template <int kLanes, int kRows>
 ENHANCED_INLINE void tile(float* c, int ldc, const float* a, int lda, const float* panel, int k, int columns,
-                          bool accumulate, float* next_c) {
+                          bool accumulate) {
   typedef typename Unaligned<kLanes>::Vector Vector;
   constexpr int kVectors = kPanelWidth / kLanes;
-  if (next_c != nullptr) {
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r)
-#pragma GCC unroll 2
-      for (int line = 0; line < kPanelWidth; line += 16)
-        __builtin_prefetch(next_c + static_cast<size_t>(r) * ldc + line, 1);
-  }
   Vector sum[kRows][kVectors];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r)
@@ -71,19 +61,17 @@ ENHANCED_INLINE void tile(float* c, int ldc, const float* a, int lda, const floa
   }
 }
 
-// C's panel p: tiles of kRows rows, then single rows; next_panel: the next panel's C (null: none).
+// C's panel p: tiles of kRows rows, then single rows.
 template <int kLanes, int kRows>
 ENHANCED_INLINE void multiply_panel(float* c_panel, int ldc, const float* a, int lda, const float* panel, int m,
-                                    int k, int columns, bool accumulate, float* next_panel) {
+                                    int k, int columns, bool accumulate) {
   int row = 0;
-  for (; row + kRows <= m; row += kRows) {
-    float* next = row + 2 * kRows <= m ? c_panel + static_cast<size_t>(row + kRows) * ldc : next_panel;
+  for (; row + kRows <= m; row += kRows)
     tile<kLanes, kRows>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda,
-                        panel, k, columns, accumulate, next);
-  }
+                        panel, k, columns, accumulate);
   for (; row < m; ++row)
     tile<kLanes, 1>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda, panel,
-                    k, columns, accumulate, nullptr);
+                    k, columns, accumulate);
 }
 
 // AVX-512's 32 registers hold an 8 x 32 tile of C in 16-float vectors; with AVX2's 16 (and the
@@ -130,9 +118,8 @@ void multiply(float* c, int ldc, const float* a, int lda, const float* packed, i
     const float* panel = packed + static_cast<size_t>(p) * kPanelWidth * k;
     const int columns = std::min(kPanelWidth, n - p * kPanelWidth);
     float* c_panel = c + static_cast<size_t>(p) * kPanelWidth;
-    float* next_panel = p + 1 < panels && m >= (wide ? 8 : 3) ? c_panel + kPanelWidth : nullptr;
-    if (wide) multiply_panel<16, 8>(c_panel, ldc, a, lda, panel, m, k, columns, accumulate, next_panel);
-    else multiply_panel<8, 3>(c_panel, ldc, a, lda, panel, m, k, columns, accumulate, next_panel);
+    if (wide) multiply_panel<16, 8>(c_panel, ldc, a, lda, panel, m, k, columns, accumulate);
+    else multiply_panel<8, 3>(c_panel, ldc, a, lda, panel, m, k, columns, accumulate);
   }
 }
 
