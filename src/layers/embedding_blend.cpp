@@ -9,12 +9,15 @@ namespace {
 // position some positions ahead keeps the loops from waiting on memory one row at a time.
 constexpr int kPrefetchAhead = 8;
 
-template <class Real>
+// wanted(row): whether this thread will touch the row (the backward's threads prefetch only their
+// own, not lines another thread is writing).
+template <class Real, class Wanted>
 inline void prefetch_rows(const Real* table, const int32_t* identifier_offsets, const int32_t* identifier_ids,
-                          const int32_t* cur_word_ids, int position, int positions, int dim) {
+                          const int32_t* cur_word_ids, int position, int positions, int dim, Wanted wanted) {
   if (position >= positions) return;
   const size_t row_bytes = static_cast<size_t>(dim) * sizeof(Real);
   auto prefetch = [&](int32_t row) {
+    if (!wanted(row)) return;
     const char* start = reinterpret_cast<const char*>(table + static_cast<size_t>(row) * dim);
     for (size_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(start + line);
   };
@@ -27,7 +30,8 @@ template <class Real>
 void blend_positions(Real* x, const int32_t* identifier_offsets, const int32_t* identifier_ids,
                      const int32_t* cur_word_ids, const Real* embedding, int first, int end, int dim, BlendMode mode) {
   for (int p = first; p < end; ++p) {
-    prefetch_rows(embedding, identifier_offsets, identifier_ids, cur_word_ids, p + kPrefetchAhead, end, dim);
+    prefetch_rows(embedding, identifier_offsets, identifier_ids, cur_word_ids, p + kPrefetchAhead, end, dim,
+                  [](int32_t) { return true; });
     Real* out = x + static_cast<size_t>(p) * dim;
     const Real* cur = embedding + static_cast<size_t>(cur_word_ids[p]) * dim;
     const int begin = identifier_offsets[p], stop = identifier_offsets[p + 1];
@@ -64,7 +68,8 @@ void in_parts(int threads, int positions, Body body) {
 }
 
 // Whether part `part` of `parts` owns embedding row `row` in the backward: blocks of rows of about
-// 256 bytes, dealt in turn, so that two threads never write one cache line.
+// 256 bytes, dealt in turn. Each row has one owner; two threads share a cache line at most where
+// a block's edge falls inside one (a row not a whole number of lines): false sharing, no race.
 inline bool owns(int32_t row, int part, int parts, int rows_per_block) {
   return parts == 1 || (row / rows_per_block) % parts == part;
 }
@@ -91,13 +96,15 @@ template <class Real>
 void blend_gradient_rows(Real* dembedding, const Real* dx, const int32_t* identifier_offsets,
                          const int32_t* identifier_ids, const int32_t* cur_word_ids, int positions, int dim,
                          BlendMode mode, int part, int parts) {
-  const int rows_per_block = std::max(1, 256 / static_cast<int>(dim * sizeof(Real)));
+  const int rows_per_block = std::max(1, 256 / std::max(1, static_cast<int>(dim * sizeof(Real))));
+  const auto own = [&](int32_t row) { return owns(row, part, parts, rows_per_block); };
   for (int p = 0; p < positions; ++p) {
-    prefetch_rows<Real>(dembedding, identifier_offsets, identifier_ids, cur_word_ids, p + kPrefetchAhead, positions, dim);
+    prefetch_rows<Real>(dembedding, identifier_offsets, identifier_ids, cur_word_ids, p + kPrefetchAhead, positions, dim,
+                        own);
     const Real* grad = dx + static_cast<size_t>(p) * dim;
     const int32_t cur_row = cur_word_ids[p];
     Real* dcur = dembedding + static_cast<size_t>(cur_row) * dim;
-    const bool own_cur = owns(cur_row, part, parts, rows_per_block);
+    const bool own_cur = own(cur_row);
     const int begin = identifier_offsets[p], end = identifier_offsets[p + 1];
     const int count = end - begin;
     if (count == 0) {
@@ -110,7 +117,7 @@ void blend_gradient_rows(Real* dembedding, const Real* dx, const int32_t* identi
     if (mode == BlendMode::mean) {
       const Real scale = Real(0.5) / Real(count);
       for (int j = begin; j < end; ++j) {
-        if (!owns(identifier_ids[j], part, parts, rows_per_block)) continue;
+        if (!own(identifier_ids[j])) continue;
         Real* drow = dembedding + static_cast<size_t>(identifier_ids[j]) * dim;
         for (int d = 0; d < dim; ++d) drow[d] += scale * grad[d];
       }
@@ -120,7 +127,7 @@ void blend_gradient_rows(Real* dembedding, const Real* dx, const int32_t* identi
       for (int d = 0; d < dim; ++d) total += grad[d];
       const Real share = Real(0.5) * total / (Real(count) * Real(dim));
       for (int j = begin; j < end; ++j) {
-        if (!owns(identifier_ids[j], part, parts, rows_per_block)) continue;
+        if (!own(identifier_ids[j])) continue;
         Real* drow = dembedding + static_cast<size_t>(identifier_ids[j]) * dim;
         for (int d = 0; d < dim; ++d) drow[d] += share;
       }

@@ -190,9 +190,9 @@ class RecurrentBackward<double> {
 };
 
 // The forward's per-step product gates_t (B, 4H) = [x_t | h_{t-1}] (B, D + H) [W_ih | W_hh]^T: the
-// input projection and the recurrent product in one GEMM of K = D + H, written straight into the
-// step's rows of gates, so the input projection needs no pass of its own over the (B, T, 8H)
-// buffer. The operand's rows are the caller's (forward_direction): gather_x copies x_t into them
+// input projection and the recurrent product in one GEMM of K = D + H, into the step's rows of
+// gates (the workspace's, in cache for the pointwise pass), so the input projection needs no
+// pass of its own over the (B, T, 8H) buffer. The operand's rows are the caller's (forward_direction): gather_x copies x_t into them
 // (rounded to bfloat16 in the reference path), the step before's pointwise pass writes h_{t-1}
 // (rounded in the reference path too). float: [W_ih | W_hh] packed once per call.
 template <class Real>
@@ -270,9 +270,10 @@ namespace {
 // (SavedRows: in saved.gates (B, T, 8H), saved.cell (B, T, 2H) and the workspace's operand
 // (B, T, D + H)), or not (StepRows: one step's operand and the last two steps' cells in the
 // workspace, for inference, where the (B, T, 8H) buffer would only be traffic). Either way a
-// step's gates are computed in the workspace's step rows (B, 4H), which stay in cache from the
-// product to the pointwise pass; keep(b, t) then copies a row of activations where the backward
-// reads it. The same arithmetic either way.
+// step's gates are computed in the workspace's step rows (B, 4H), and its cells in two step rows
+// (this step's and the one before's), which stay in cache from the product to the pointwise
+// pass; SavedRows::keep then copies a row's activations and cell where the backward reads them.
+// The same arithmetic either way.
 template <class Real, class Op>
 struct SavedRows {
   Real *step_gates, *step_cells, *gates, *cell;

@@ -17,7 +17,8 @@
 namespace enhanced {
 
 // Elements of Real in the layer's workspace, what forward and backward use beside their
-// tensors: per direction, the packed weights and a step's operand, b_ih + b_hh, the backward's
+// tensors: per direction, the packed weights and a step's operand, gates and two steps' cells
+// (where the forward computes them), b_ih + b_hh, the backward's
 // carried dh and dc, [x | h_{t-1}] (B, T, D + H), the weight gradients' product, the bias sum
 // and the bf16 kernels' buffers (room for every precision).
 template <class Real>
@@ -35,7 +36,8 @@ struct BiLstmState {
 };
 
 // y (B, T, 2H) = [h_fwd(t), h_rev(t)]; fills saved.gates and saved.cell, or, with both null (an
-// inference: nothing for a backward), keeps one step's gates and two cells in the workspace.
+// inference: nothing for a backward), keeps only the workspace's one step of gates and two of
+// cells, where every forward computes them.
 // precision: the GEMMs' (enhanced/precision.h; bf16 needs AVX512-BF16, the double path FP32).
 template <class Real>
 void bilstm_forward(Real* y, BiLstmState<Real>& saved, const Real* x, const Real* weight_ih, const Real* weight_hh,

@@ -25,7 +25,7 @@ ENHANCED_INLINE int first_maximum(const Real* row, int n) {
   typedef decltype(Lanes{} > Lanes{}) Indices;
   Indices lane_of{};
   for (int l = 0; l < kLanes; ++l) lane_of[l] = l;
-  Lanes lanes = Lanes{} + row[0];  // row[0] in every lane, at index 0
+  Lanes lanes = row[0] - Lanes{};  // row[0] in every lane (x - 0 keeps -0.0), at index 0
   Indices first_at{};
   int k = 0;
   for (; k + kLanes <= n; k += kLanes) {

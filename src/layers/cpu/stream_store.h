@@ -1,8 +1,9 @@
 // Copies that bypass the caches (non-temporal stores), for rows written once and read back only
-// much later: the forward's saved gates, which the backward reads after the 400 steps. A plain
-// store to such a row first reads its cache lines from memory (they are new to the caches) and
-// then evicts rows the step still uses; a non-temporal store writes the line whole. SSE2's, which
-// every x86-64 CPU has; a plain copy elsewhere. The values are copied, not changed.
+// much later: the forward's saved gates and cells, which the backward reads after the 400 steps.
+// A plain store to such a row first reads its cache lines from memory (they are new to the
+// caches) and then evicts rows the step still uses; non-temporal stores that fill a line write it
+// without reading it. SSE2's, which every x86-64 CPU has; a plain copy elsewhere. The values are
+// copied, not changed.
 #pragma once
 
 #include <cstddef>
