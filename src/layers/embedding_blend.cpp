@@ -99,8 +99,8 @@ void blend_gradient_rows(Real* dembedding, const Real* dx, const int32_t* identi
   const int rows_per_block = std::max(1, 256 / std::max(1, static_cast<int>(dim * sizeof(Real))));
   const auto own = [&](int32_t row) { return owns(row, part, parts, rows_per_block); };
   for (int p = 0; p < positions; ++p) {
-    prefetch_rows<Real>(dembedding, identifier_offsets, identifier_ids, cur_word_ids, p + kPrefetchAhead, positions, dim,
-                        own);
+    prefetch_rows(dembedding, identifier_offsets, identifier_ids, cur_word_ids, p + kPrefetchAhead, positions, dim,
+                  own);
     const Real* grad = dx + static_cast<size_t>(p) * dim;
     const int32_t cur_row = cur_word_ids[p];
     Real* dcur = dembedding + static_cast<size_t>(cur_row) * dim;

@@ -192,9 +192,9 @@ class RecurrentBackward<double> {
 // The forward's per-step product gates_t (B, 4H) = [x_t | h_{t-1}] (B, D + H) [W_ih | W_hh]^T: the
 // input projection and the recurrent product in one GEMM of K = D + H, into the step's rows of
 // gates (the workspace's, in cache for the pointwise pass), so the input projection needs no
-// pass of its own over the (B, T, 8H) buffer. The operand's rows are the caller's (forward_direction): gather_x copies x_t into them
-// (rounded to bfloat16 in the reference path), the step before's pointwise pass writes h_{t-1}
-// (rounded in the reference path too). float: [W_ih | W_hh] packed once per call.
+// pass of its own over the (B, T, 8H) buffer. The operand's rows are the caller's
+// (forward_direction): gather_x copies x_t into them (rounded to bfloat16 in the reference path),
+// the step before's pointwise pass writes h_{t-1} (rounded in the reference path too). float: [W_ih | W_hh] packed once per call.
 template <class Real>
 class StepProjection;
 
@@ -274,20 +274,26 @@ namespace {
 // (this step's and the one before's), which stay in cache from the product to the pointwise
 // pass; SavedRows::keep then copies a row's activations and cell where the backward reads them.
 // The same arithmetic either way.
-template <class Real, class Op>
-struct SavedRows {
-  Real *step_gates, *step_cells, *gates, *cell;
-  Op* operand;
-  int batch, direction, seq_len, hidden, width;
+template <class Real>
+struct StepBuffers {  // the workspace's step rows, the same in both
+  Real *step_gates, *step_cells;
+  int batch, hidden;
   Real* step_gates_at(int b) const { return step_gates + static_cast<size_t>(b) * 4 * hidden; }
   Real* cell_at(int b, int, int step) const {
     return step_cells + (static_cast<size_t>(step & 1) * batch + b) * hidden;
   }
+};
+
+template <class Real, class Op>
+struct SavedRows : StepBuffers<Real> {
+  Real *gates, *cell;
+  Op* operand;
+  int direction, seq_len, width;
   // The rows lie T rows apart, each new to the caches: written past them (stream_store.h).
   void keep(int b, int t, int step) const {
-    const size_t p = static_cast<size_t>(b) * seq_len + t, H = static_cast<size_t>(hidden);
-    stream_store::copy(gates + p * 8 * H + direction * 4 * H, step_gates_at(b), 4 * H);
-    stream_store::copy(cell + p * 2 * H + direction * H, cell_at(b, t, step), H);
+    const size_t p = static_cast<size_t>(b) * seq_len + t, H = static_cast<size_t>(this->hidden);
+    stream_store::copy(gates + p * 8 * H + direction * 4 * H, this->step_gates_at(b), 4 * H);
+    stream_store::copy(cell + p * 2 * H + direction * H, this->cell_at(b, t, step), H);
   }
   void finish() const { stream_store::fence(); }
   Op* operand_at(int t) const { return operand + static_cast<size_t>(t) * width; }  // row (0, t)
@@ -295,14 +301,9 @@ struct SavedRows {
 };
 
 template <class Real, class Op>
-struct StepRows {
-  Real *step_gates, *step_cells;
+struct StepRows : StepBuffers<Real> {
   Op* operand;
-  int batch, hidden, width;
-  Real* step_gates_at(int b) const { return step_gates + static_cast<size_t>(b) * 4 * hidden; }
-  Real* cell_at(int b, int, int step) const {
-    return step_cells + (static_cast<size_t>(step & 1) * batch + b) * hidden;
-  }
+  int width;
   void keep(int, int, int) const {}
   void finish() const {}
   Op* operand_at(int) const { return operand; }
@@ -375,11 +376,12 @@ void forward_direction(Project& project, const BiLstmState<Real>& saved, const D
                        bool round) {
   const int width = input + hidden;
   if (saved.gates == nullptr) {
-    const StepRows<Real, Op> rows{workspace.step_gates, workspace.step_cells, step_operand, batch, hidden, width};
+    const StepRows<Real, Op> rows{{workspace.step_gates, workspace.step_cells, batch, hidden}, step_operand, width};
     forward_direction(project, rows, out, x, bias_sum, direction, batch, seq_len, input, hidden, round);
   } else {
-    const SavedRows<Real, Op> rows{workspace.step_gates, workspace.step_cells, saved.gates, saved.cell, saved_operand,
-                                   batch, direction, seq_len, hidden, width};
+    const SavedRows<Real, Op> rows{
+        {workspace.step_gates, workspace.step_cells, batch, hidden}, saved.gates, saved.cell, saved_operand, direction,
+        seq_len, width};
     forward_direction(project, rows, out, x, bias_sum, direction, batch, seq_len, input, hidden, round);
   }
 }

@@ -18,9 +18,9 @@ namespace enhanced {
 
 // Elements of Real in the layer's workspace, what forward and backward use beside their
 // tensors: per direction, the packed weights and a step's operand, gates and two steps' cells
-// (where the forward computes them), b_ih + b_hh, the backward's
-// carried dh and dc, [x | h_{t-1}] (B, T, D + H), the weight gradients' product, the bias sum
-// and the bf16 kernels' buffers (room for every precision).
+// (where the forward computes them), b_ih + b_hh, the backward's carried dh and dc,
+// [x | h_{t-1}] (B, T, D + H), the weight gradients' product, the bias sum and the bf16 kernels'
+// buffers (room for every precision).
 template <class Real>
 size_t bilstm_workspace_size(int batch, int seq_len, int input, int hidden);
 

@@ -66,8 +66,8 @@ void for_each_range(const ParameterBuffer<float>& buffer, const std::vector<int3
 // drops the decay from it: a step without weight decay costs what it did before weight decay
 // existed.
 template <class Update>
-ENHANCED_MULTIVERSION void update_range(size_t begin, size_t end, const Update update, float* w, const steps::Moments moments,
-                  const float* g, float scale, float decay) {
+ENHANCED_MULTIVERSION void update_range(size_t begin, size_t end, const Update update, float* w,
+                                        const steps::Moments moments, const float* g, float scale, float decay) {
   if (decay == Update::no_decay) {
     for (size_t i = begin; i < end; ++i) update(static_cast<int64_t>(i), w, moments, g, scale, Update::no_decay);
   } else {
