@@ -1,7 +1,9 @@
 // The recurrent-step GEMM against cblas on shapes with partial panels and row blocks.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "enhanced/random.h"
@@ -34,6 +36,36 @@ TEST(SmallGemm, MatchesBlasForBothOperandLayouts) {
       std::vector<float> c2(static_cast<size_t>(m) * ldc, 0.5f);
       small_gemm::multiply(c2.data(), ldc, a.data(), lda, packed.data(), m, n, k, accumulate);
       for (size_t i = 0; i < c2.size(); ++i) ASSERT_NEAR(c2[i], expected[i], 1e-5 * k) << "transposed @" << i;
+    }
+  }
+}
+
+// Line requests (the LSTM backward's next step's rows) change nothing in C: bit for bit the
+// product without them, on K that is and is not a whole number of request turns, with fewer and
+// more lines than turns.
+TEST(SmallGemm, LineRequestsLeaveTheProductAlone) {
+  Random random(22);
+  std::vector<float> memory(4096);
+  std::vector<const char*> lines;
+  for (size_t i = 0; i < memory.size(); i += 16) lines.push_back(reinterpret_cast<const char*>(&memory[i]));
+  for (const auto& [m, n, k] : {std::tuple{64, 128, 512}, std::tuple{9, 33, 7}, std::tuple{13, 20, 17},
+                               std::tuple{3, 96, 40}, std::tuple{1, 1, 1}}) {
+    const int lda = k + 3, ldc = n + 5;
+    std::vector<float> a(static_cast<size_t>(m) * lda), w(static_cast<size_t>(k) * n);
+    for (float& v : a) v = static_cast<float>(random.uniform(-1, 1));
+    for (float& v : w) v = static_cast<float>(random.uniform(-1, 1));
+    std::vector<float> packed(small_gemm::packed_size(k, n));
+    small_gemm::pack(packed.data(), w.data(), k, n, 1, static_cast<size_t>(n));
+    for (const int count : {1, 5, static_cast<int>(lines.size())}) {
+      for (const bool accumulate : {false, true}) {
+        std::vector<float> plain(static_cast<size_t>(m) * ldc, 0.5f), requested = plain;
+        small_gemm::multiply(plain.data(), ldc, a.data(), lda, packed.data(), m, n, k, accumulate);
+        small_gemm::multiply(requested.data(), ldc, a.data(), lda, packed.data(), m, n, k, accumulate,
+                             small_gemm::LineRequests{lines.data(), count});
+        for (size_t i = 0; i < plain.size(); ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(requested[i]), std::bit_cast<uint32_t>(plain[i]))
+              << m << "x" << n << "x" << k << ", " << count << " lines, @" << i;
+      }
     }
   }
 }

@@ -76,7 +76,15 @@ struct DirectionWorkspace {
   Real* pool_row = nullptr;         // (H) the fused max-pool's row: h where y is not written, dL/dh's pooled part
   Real* pool_max = nullptr;         // (B, T) feature mode's maxima of the reverse direction
   int32_t* pool_index = nullptr;    // (B, T) and their channels
+  const char** next_lines = nullptr;  // the backward's next step's cache lines (next_step_lines)
 };
+
+// Cache lines of the rows the backward's next step reads from memory (next_step_lines), at most.
+template <class Real>
+size_t next_step_line_count(int batch, int hidden) {
+  auto lines = [](size_t bytes) { return bytes / 64 + 2; };  // a row not starting a line spans one more
+  return static_cast<size_t>(batch) * (lines(4 * sizeof(Real) * hidden) + lines(sizeof(Real) * hidden));
+}
 
 // Elements of Real per direction; with base, also carves direction `direction` of the workspace
 // at base. Each part 64-byte aligned; the float and uint16_t parts sized in Real elements.
@@ -94,7 +102,8 @@ size_t carve_direction(DirectionWorkspace<Real>* out, Real* base, int direction,
       G4, state, state, std::max(positions * W, positions * input + in_reals(positions * W, sizeof(uint16_t)) + 16),
       G4 * W, G4,
       in_reals(lstm_bf16::workspace_size(batch, input, hidden), sizeof(uint16_t)), static_cast<size_t>(batch) * G4,
-      2 * state, static_cast<size_t>(hidden), positions, in_reals(positions, sizeof(int32_t))};
+      2 * state, static_cast<size_t>(hidden), positions, in_reals(positions, sizeof(int32_t)),
+      in_reals(next_step_line_count<Real>(batch, hidden), sizeof(const char*))};
   const size_t per_direction = carve_parts(base, sizes, 16);
   if (out == nullptr) return per_direction;
   Real* parts[std::size(sizes)];
@@ -105,6 +114,7 @@ size_t carve_direction(DirectionWorkspace<Real>* out, Real* base, int direction,
   out->product = parts[6], out->dbias_sum = parts[7], out->bf16 = reinterpret_cast<uint16_t*>(parts[8]);
   out->step_gates = parts[9], out->step_cells = parts[10];
   out->pool_row = parts[11], out->pool_max = parts[12], out->pool_index = reinterpret_cast<int32_t*>(parts[13]);
+  out->next_lines = reinterpret_cast<const char**>(parts[14]);
   return per_direction;
 }
 
@@ -143,9 +153,9 @@ class PackedOperand {
     const packing_clock::Scope packing;
     small_gemm::pack_rows(packed_, k_, row_offset, source, k, n_, stride_n, stride_k, round_);
   }
-  // A in FP32, already rounded in the reference path.
-  void multiply(float* c, int ldc, const float* a, int lda, int m) const {
-    small_gemm::multiply(c, ldc, a, lda, packed_, m, n_, k_, false);
+  // A in FP32, already rounded in the reference path; requests: small_gemm::multiply's.
+  void multiply(float* c, int ldc, const float* a, int lda, int m, small_gemm::LineRequests requests = {}) const {
+    small_gemm::multiply(c, ldc, a, lda, packed_, m, n_, k_, false, requests);
   }
 
  private:
@@ -166,8 +176,9 @@ class RecurrentBackward<float> {
       : hidden_(hidden), w_hh_(arithmetic, workspace.packed_weights) {
     w_hh_.pack(w_hh, 4 * hidden, hidden, 1, static_cast<size_t>(hidden));
   }
-  void operator()(float* dh, const float* dgates, int ld_dgates, int batch) const {
-    w_hh_.multiply(dh, hidden_, dgates, ld_dgates, batch);
+  void operator()(float* dh, const float* dgates, int ld_dgates, int batch,
+                  small_gemm::LineRequests requests) const {
+    w_hh_.multiply(dh, hidden_, dgates, ld_dgates, batch, requests);
   }
 
  private:
@@ -180,7 +191,7 @@ class RecurrentBackward<double> {
  public:
   RecurrentBackward(const DirectionWorkspace<double>&, const double* w_hh, int hidden, Arithmetic)
       : w_hh_(w_hh), hidden_(hidden) {}
-  void operator()(double* dh, const double* dgates, int ld_dgates, int batch) const {
+  void operator()(double* dh, const double* dgates, int ld_dgates, int batch, small_gemm::LineRequests) const {
     gemm(false, false, batch, hidden_, 4 * hidden_, 1.0, dgates, ld_dgates, w_hh_, hidden_, 0.0, dh, hidden_);
   }
 
@@ -310,14 +321,10 @@ struct StepRows : StepBuffers<Real> {
   size_t operand_ld() const { return static_cast<size_t>(width); }
 };
 
-// Asks for the cache lines of [p, p + bytes). The backward reads each step's rows of the (B, T, 8H)
-// gates and (B, T, 2H) cells that the forward wrote long before (out of the caches by then), a row
-// of each b, T rows apart: no hardware prefetcher follows 64 such streams, and each row waited on
-// memory. Asked for a step ahead, they are there when the step comes.
-inline void prefetch_lines(const void* p, size_t bytes, bool for_writing = false) {
+// Asks for the cache lines of [p, p + bytes), for writing.
+inline void prefetch_lines_for_writing(const void* p, size_t bytes) {
   const char* line = static_cast<const char*>(p);
-  for (size_t offset = 0; offset < bytes; offset += 64)
-    for_writing ? __builtin_prefetch(line + offset, 1) : __builtin_prefetch(line + offset);
+  for (size_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(line + offset, 1);
 }
 
 // The forward's pointwise pass of one row, h also written to the next step's operand row (as the
@@ -358,9 +365,9 @@ void forward_direction(Project& project, const Rows& rows, const lstm_pool::HOut
                         bias_sum, H, round);
       rows.keep(b, t, step);
       if (out.pool.max) out.pool.take(b, t, step, h);
-      if (step + 2 < seq_len) {  // the lines the next step's pass writes first (see prefetch_lines)
-        prefetch_lines(rows.operand_at(step_time(direction, step + 2, seq_len)) + b * ld + input,
-                       H * sizeof(*operand), true);
+      if (step + 2 < seq_len) {  // the lines the next step's pass writes first
+        prefetch_lines_for_writing(rows.operand_at(step_time(direction, step + 2, seq_len)) + b * ld + input,
+                                   H * sizeof(*operand));
       }
     }
   }
@@ -462,31 +469,62 @@ void add_product(Real* dw_ih, Real* dw_hh, const Real* product, bool transposed,
   }
 }
 
+// Appends the cache lines of [p, p + bytes) to lines; returns their end.
+inline const char** add_lines(const char** lines, const void* p, size_t bytes) {
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p), end = start + bytes;
+  for (uintptr_t line = start & ~uintptr_t{63}; line < end; line += 64) *lines++ = reinterpret_cast<const char*>(line);
+  return lines;
+}
+
+// The cache lines that the backward's step `step` - 1 reads from memory, into lines (room for
+// next_step_line_count); their count. Per row b: its gates, and the cell before its c_prev (its
+// own cell is this step's c_prev, in cache by then). The forward wrote these rows long before,
+// past the caches; they lie T rows apart, 64 streams that no hardware prefetcher follows, and
+// each row read when its step came waited on memory. This step's product asks for them while it
+// computes (small_gemm::LineRequests).
+template <class Real>
+int next_step_lines(const char** lines, const Real* gates, const Real* cell, int direction, int step, int batch,
+                    int seq_len, int hidden) {
+  if (step < 1) return 0;
+  const size_t H = hidden;
+  const int t_next = previous_time(direction, step_time(direction, step, seq_len));
+  const char** end = lines;
+  for (int b = 0; b < batch; ++b) {
+    const size_t p = static_cast<size_t>(b) * seq_len + t_next;
+    end = add_lines(end, gates + p * 8 * H + direction * 4 * H, 4 * H * sizeof(Real));
+    if (step >= 2) {
+      const size_t p_before = static_cast<size_t>(b) * seq_len + previous_time(direction, t_next);
+      end = add_lines(end, cell + p_before * 2 * H + direction * H, H * sizeof(Real));
+    }
+  }
+  return static_cast<int>(end - lines);
+}
+
 // One direction's backward: per step (T-1 down to 0) the pointwise pass per row
 // (products.pointwise: writing the gate gradients over the gates and carrying dc and dh, where
-// dh = dh_out(b, t), the row (H) of dL/dy, + dh_recurrent); then products(step, dgates rows
-// (T * 8H apart), dh_recurrent), which must leave dh_recurrent for the step before.
+// dh = dh_out(b, t), the row (H) of dL/dy, + dh_recurrent; then products.row_done(b, the next
+// step's lines)); then products(step, dgates rows (T * 8H apart), dh_recurrent, the next step's
+// lines), which must leave dh_recurrent for the step before. next_lines: the workspace's, room
+// for next_step_line_count.
 template <class Real, class Products, class DhOut>
 void backward_direction(Products& products, Real* gates, Real* dc_carry, Real* dh_recurrent, Real* dbias_sum,
-                        const Real* cell, const DhOut& dh_out, int direction, int batch, int seq_len, int hidden) {
+                        const Real* cell, const char** next_lines, const DhOut& dh_out, int direction, int batch,
+                        int seq_len, int hidden) {
   const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
   for (int step = seq_len - 1; step >= 0; --step) {
     const int t = step_time(direction, step, seq_len), t_prev = previous_time(direction, t);
+    const small_gemm::LineRequests next{
+        next_lines, next_step_lines(next_lines, gates, cell, direction, step, batch, seq_len, hidden)};
     for (int b = 0; b < batch; ++b) {
       const size_t p = static_cast<size_t>(b) * seq_len + t;
       const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
       products.pointwise(b, gates + p * G8 + direction * G4, dc_carry + static_cast<size_t>(b) * H, dbias_sum,
                          cell + p * C + direction * H, c_prev, dh_out(b, t),
                          dh_recurrent + static_cast<size_t>(b) * H, H);
-      if (step > 1) {  // the row's gates and cell before c_prev, for the next step (see prefetch_lines)
-        const size_t p_prev = static_cast<size_t>(b) * seq_len + t_prev;
-        prefetch_lines(gates + p_prev * G8 + direction * G4, G4 * sizeof(Real));
-        prefetch_lines(cell + (static_cast<size_t>(b) * seq_len + previous_time(direction, t_prev)) * C + direction * H,
-                       H * sizeof(Real));
-      }
+      products.row_done(b, next);
     }
     products(step, gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<size_t>(seq_len) * G8,
-             dh_recurrent);
+             dh_recurrent, next);
   }
 }
 
@@ -503,8 +541,10 @@ struct RecurrentProducts {
                  const Real* dh_recurrent, int H) const {
     lstm_pointwise::backward(gates, dc, dbias, cell, cell_prev, dh_out, dh_recurrent, H, round);
   }
-  void operator()(int step, Real* dgates, size_t ld_dgates, Real* dh_recurrent) const {
-    if (step > 0) recurrent(dh_recurrent, dgates, static_cast<int>(ld_dgates), batch);
+  void row_done(int, small_gemm::LineRequests) const {}  // the product asks for the lines
+  void operator()(int step, Real* dgates, size_t ld_dgates, Real* dh_recurrent,
+                  small_gemm::LineRequests next_lines) const {
+    if (step > 0) recurrent(dh_recurrent, dgates, static_cast<int>(ld_dgates), batch, next_lines);
   }
 };
 
@@ -516,7 +556,15 @@ struct FastProducts {
                  const float* dh_out, const float* dh_recurrent, int H) const {
     lstm_pointwise::backward(gates, step_products.step_dgates(b), dc, dbias, cell, cell_prev, dh_out, dh_recurrent, H);
   }
-  void operator()(int step, float*, size_t, float* dh_recurrent) const { step_products(step, dh_recurrent); }
+  // The bfloat16 kernels take no line requests: each row's pass asks for its share of them.
+  void row_done(int b, small_gemm::LineRequests next_lines) const {
+    const int batch = step_products.batch();
+    for (int i = next_lines.count * b / batch; i < next_lines.count * (b + 1) / batch; ++i)
+      __builtin_prefetch(next_lines.lines[i]);
+  }
+  void operator()(int step, float*, size_t, float* dh_recurrent, small_gemm::LineRequests) const {
+    step_products(step, dh_recurrent);
+  }
 };
 
 // The backward of bilstm_backward and bilstm_maxpool_backward: dh_of(direction, workspace), the
@@ -555,15 +603,15 @@ void backward_layer(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih
                                               workspace.operand_bf16, direction == 0 ? dx : operand, product,
                                               direction, batch, seq_len, input, H);
         FastProducts products{step_products};
-        backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, dh_out, direction, batch,
-                           seq_len, H);
+        backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, workspace.next_lines,
+                           dh_out, direction, batch, seq_len, H);
       }
     }
     if (!fast) {
       const RecurrentBackward<Real> recurrent(workspace, w_hh, H, arithmetic);
       RecurrentProducts<Real> products{recurrent, batch, H, rounds(arithmetic)};
-      backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, dh_out, direction, batch,
-                         seq_len, H);
+      backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, workspace.next_lines, dh_out,
+                         direction, batch, seq_len, H);
       // dW (4H, D + H) = dgates^T (4H, P) [x | h_{t-1}] (P, D + H), the operand the forward saved: one GEMM, K = P.
       gemm(true, false, G4, W, positions, Real(1), gates + direction * G4, G8, operand, W, Real(0), product, W);
     }

@@ -60,6 +60,7 @@ class StepBackward {
   uint16_t* step_dgates(int b) const { return buffers_.step_dgates + static_cast<size_t>(b) * 4 * hidden_; }
   // step counts down from T - 1 to 0; dh_recurrent: written for the step before.
   void operator()(int step, float* dh_recurrent);
+  int batch() const { return batch_; }
 
  private:
   void add_to_chunk(int step, int t, int slot);

@@ -22,12 +22,25 @@ struct Unaligned<8> {
   typedef float Vector __attribute__((vector_size(32), aligned(4)));
 };
 
+// Steps along K between two turns of the line requests.
+constexpr int kRequestSpacing = 16;
+
+// The requests not yet made, and how many to make a turn.
+struct RequestCursor {
+  const char* const* next;
+  const char* const* end;
+  int per_turn;
+  ENHANCED_INLINE void turn() {
+    for (int i = 0; i < per_turn && next != end; ++i) __builtin_prefetch(*next++);
+  }
+};
+
 // One tile: kRows rows of A against one 32-column panel, the tile of C in registers, as
 // kVectors vectors of kLanes floats per row. Each element of C sums its k products in order (one FMA
 // each where the ISA has FMA), whatever the vector width: the same bits from every tile shape.
-template <int kLanes, int kRows>
+template <int kLanes, int kRows, bool kRequests>
 ENHANCED_INLINE void tile(float* c, int ldc, const float* a, int lda, const float* panel, int k, int columns,
-                          bool accumulate) {
+                          bool accumulate, RequestCursor& requests) {
   typedef typename Unaligned<kLanes>::Vector Vector;
   constexpr int kVectors = kPanelWidth / kLanes;
   Vector sum[kRows][kVectors];
@@ -35,13 +48,18 @@ ENHANCED_INLINE void tile(float* c, int ldc, const float* a, int lda, const floa
   for (int r = 0; r < kRows; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < kVectors; ++v) sum[r][v] = Vector{};
-  for (int i = 0; i < k; ++i) {
-    const float* b = panel + static_cast<size_t>(i) * kPanelWidth;
+  const int spacing = kRequests ? kRequestSpacing : k;  // without requests, one stretch of k steps
+  for (int start = 0; start < k; start += spacing) {
+    if (kRequests) requests.turn();
+    const int stop = std::min(k, start + spacing);
+    for (int i = start; i < stop; ++i) {
+      const float* b = panel + static_cast<size_t>(i) * kPanelWidth;
 #pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      const float value = a[static_cast<size_t>(r) * lda + i];
+      for (int r = 0; r < kRows; ++r) {
+        const float value = a[static_cast<size_t>(r) * lda + i];
 #pragma GCC unroll 4
-      for (int v = 0; v < kVectors; ++v) sum[r][v] += value * *reinterpret_cast<const Vector*>(b + v * kLanes);
+        for (int v = 0; v < kVectors; ++v) sum[r][v] += value * *reinterpret_cast<const Vector*>(b + v * kLanes);
+      }
     }
   }
 #pragma GCC unroll 8
@@ -62,21 +80,30 @@ ENHANCED_INLINE void tile(float* c, int ldc, const float* a, int lda, const floa
 }
 
 // C's panel p: tiles of kRows rows, then single rows.
-template <int kLanes, int kRows>
+template <int kLanes, int kRows, bool kRequests>
 ENHANCED_INLINE void multiply_panel(float* c_panel, int ldc, const float* a, int lda, const float* panel, int m,
-                                    int k, int columns, bool accumulate) {
+                                    int k, int columns, bool accumulate, RequestCursor& requests) {
   int row = 0;
   for (; row + kRows <= m; row += kRows)
-    tile<kLanes, kRows>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda,
-                        panel, k, columns, accumulate);
+    tile<kLanes, kRows, kRequests>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda,
+                                   lda, panel, k, columns, accumulate, requests);
   for (; row < m; ++row)
-    tile<kLanes, 1>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda, panel,
-                    k, columns, accumulate);
+    tile<kLanes, 1, kRequests>(c_panel + static_cast<size_t>(row) * ldc, ldc, a + static_cast<size_t>(row) * lda, lda,
+                               panel, k, columns, accumulate, requests);
+}
+
+// The requests spread evenly over the turns of every tile of the product (the rest, if any, at its
+// end: none are dropped here).
+RequestCursor spread(LineRequests requests, int panels, int tiles_per_panel, int k) {
+  const long turns = static_cast<long>(panels) * tiles_per_panel * ((k + kRequestSpacing - 1) / kRequestSpacing);
+  const int per_turn = turns > 0 ? static_cast<int>((requests.count + turns - 1) / turns) : 0;
+  return {requests.lines, requests.lines + requests.count, per_turn};
 }
 
 // AVX-512's 32 registers hold an 8 x 32 tile of C in 16-float vectors; with AVX2's 16 (and the
 // baseline's 16 halves of them) that tile spills on every product, so there it is 3 x 32 in
 // 8-float vectors.
+constexpr int kWideRows = 8, kNarrowRows = 3;
 bool has_wide_registers() {
   static const bool wide = __builtin_cpu_supports("avx512f");
   return wide;
@@ -111,16 +138,24 @@ void pack(float* packed, const float* source, int k, int n, size_t stride_n, siz
 }
 
 ENHANCED_MULTIVERSION
-void multiply(float* c, int ldc, const float* a, int lda, const float* packed, int m, int n, int k, bool accumulate) {
+void multiply(float* c, int ldc, const float* a, int lda, const float* packed, int m, int n, int k, bool accumulate,
+              LineRequests requests) {
   const bool wide = has_wide_registers();
-  const int panels = (n + kPanelWidth - 1) / kPanelWidth;
+  const int panels = (n + kPanelWidth - 1) / kPanelWidth, tile_rows = wide ? kWideRows : kNarrowRows;
+  RequestCursor cursor = spread(requests, panels, m / tile_rows + m % tile_rows, k);
   for (int p = 0; p < panels; ++p) {  // a panel of B stays in L1 across every row block
     const float* panel = packed + static_cast<size_t>(p) * kPanelWidth * k;
     const int columns = std::min(kPanelWidth, n - p * kPanelWidth);
     float* c_panel = c + static_cast<size_t>(p) * kPanelWidth;
-    if (wide) multiply_panel<16, 8>(c_panel, ldc, a, lda, panel, m, k, columns, accumulate);
-    else multiply_panel<8, 3>(c_panel, ldc, a, lda, panel, m, k, columns, accumulate);
+    if (requests.count > 0) {
+      if (wide) multiply_panel<16, kWideRows, true>(c_panel, ldc, a, lda, panel, m, k, columns, accumulate, cursor);
+      else multiply_panel<8, kNarrowRows, true>(c_panel, ldc, a, lda, panel, m, k, columns, accumulate, cursor);
+    } else {
+      if (wide) multiply_panel<16, kWideRows, false>(c_panel, ldc, a, lda, panel, m, k, columns, accumulate, cursor);
+      else multiply_panel<8, kNarrowRows, false>(c_panel, ldc, a, lda, panel, m, k, columns, accumulate, cursor);
+    }
   }
+  while (cursor.next != cursor.end) __builtin_prefetch(*cursor.next++);
 }
 
 }  // namespace enhanced::small_gemm
