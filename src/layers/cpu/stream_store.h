@@ -2,8 +2,9 @@
 // much later: the forward's saved gates and cells, which the backward reads after the 400 steps.
 // A plain store to such a row first reads its cache lines from memory (they are new to the
 // caches) and then evicts rows the step still uses; non-temporal stores that fill a line write it
-// without reading it. SSE2's, which every x86-64 CPU has; a plain copy elsewhere. The values are
-// copied, not changed.
+// without reading it. AVX-512's whole-line stores where the CPU has them (four of SSE2's, which
+// every x86-64 CPU has, leave the write-combining buffers fuller: 0.8 ms of a direction's forward on
+// Zen 4); a plain copy elsewhere. The values are copied, not changed.
 #pragma once
 
 #include <cstddef>
@@ -16,16 +17,10 @@
 
 namespace enhanced::stream_store {
 
-// dst[0, n) = source[0, n).
-inline void copy(float* dst, const float* source, size_t n) {
-#if defined(__SSE2__)
-  if (reinterpret_cast<uintptr_t>(dst) % 16 == 0 && n % 4 == 0) {
-    for (size_t i = 0; i < n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(source + i));
-    return;
-  }
-#endif
-  std::memcpy(dst, source, n * sizeof(float));
-}
+// dst[0, n) = source[0, n): by non-temporal stores where dst is 16-byte aligned and n a multiple
+// of 4 (a line a store with AVX-512 where dst starts a line and n fills lines, as the saved rows
+// do), a plain copy otherwise.
+void copy(float* dst, const float* source, size_t n);
 
 // The double path (the gradient checks): a plain copy.
 inline void copy(double* dst, const double* source, size_t n) { std::memcpy(dst, source, n * sizeof(double)); }
