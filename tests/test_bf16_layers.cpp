@@ -72,6 +72,38 @@ TEST_P(Bf16Kernels, ASessionGivesEachProductItsOwnBitsAndReleasesTheTiles) {
   }
 }
 
+// Line requests (the LSTM backward's next step's rows) change no bit of a product, on K with and
+// without a ragged turn or AMX tile, with fewer and more lines than the product has turns.
+TEST_P(Bf16Kernels, LineRequestsLeaveTheProductAlone) {
+  struct Shape {
+    int m, n, k;
+  };
+  Random random(30);
+  std::vector<float> memory(4096);
+  std::vector<const char*> lines;
+  for (size_t i = 0; i < memory.size(); i += 16) lines.push_back(reinterpret_cast<const char*>(&memory[i]));
+  std::vector<uint16_t> workspace(bf16_gemm::multiply_workspace_size(512));
+  for (const Shape& s : {Shape{64, 128, 512}, Shape{70, 32, 64}, Shape{5, 40, 37}, Shape{9, 33, 17}}) {
+    const std::vector<float> a_values = random_floats(random, static_cast<size_t>(s.m) * s.k, 1.0);
+    std::vector<uint16_t> a(a_values.size());
+    for (size_t i = 0; i < a.size(); ++i) a[i] = to_bf16_bits(a_values[i]);
+    const std::vector<float> b = random_floats(random, static_cast<size_t>(s.k) * s.n, 1.0);
+    std::vector<uint16_t> packed(bf16_gemm::packed_size(s.k, s.n));
+    bf16_gemm::pack_rows(packed.data(), s.k, 0, b.data(), s.k, s.n, 1, static_cast<size_t>(s.n));
+    for (const int count : {1, 7, static_cast<int>(lines.size())}) {
+      for (const bool accumulate : {false, true}) {
+        std::vector<float> plain(static_cast<size_t>(s.m) * s.n, 0.5f), requested = plain;
+        bf16_gemm::multiply(plain.data(), s.n, a.data(), s.k, packed.data(), s.m, s.n, s.k, accumulate,
+                            workspace.data());
+        bf16_gemm::multiply(requested.data(), s.n, a.data(), s.k, packed.data(), s.m, s.n, s.k, accumulate,
+                            workspace.data(), LineRequests{lines.data(), count});
+        ASSERT_EQ(std::memcmp(plain.data(), requested.data(), plain.size() * sizeof(float)), 0)
+            << s.m << "x" << s.n << "x" << s.k << ", " << count << " lines";
+      }
+    }
+  }
+}
+
 // A forward that keeps nothing for a backward (saved.gates and saved.cell null: an inference)
 // computes y with the same bits as one that keeps the gates and cells, in each precision.
 void expect_forward_without_saving_gives_the_same_bits(Precision precision) {

@@ -61,7 +61,7 @@ TEST(SmallGemm, LineRequestsLeaveTheProductAlone) {
         std::vector<float> plain(static_cast<size_t>(m) * ldc, 0.5f), requested = plain;
         small_gemm::multiply(plain.data(), ldc, a.data(), lda, packed.data(), m, n, k, accumulate);
         small_gemm::multiply(requested.data(), ldc, a.data(), lda, packed.data(), m, n, k, accumulate,
-                             small_gemm::LineRequests{lines.data(), count});
+                             LineRequests{lines.data(), count});
         for (size_t i = 0; i < plain.size(); ++i)
           ASSERT_EQ(std::bit_cast<uint32_t>(requested[i]), std::bit_cast<uint32_t>(plain[i]))
               << m << "x" << n << "x" << k << ", " << count << " lines, @" << i;

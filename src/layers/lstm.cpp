@@ -154,7 +154,7 @@ class PackedOperand {
     small_gemm::pack_rows(packed_, k_, row_offset, source, k, n_, stride_n, stride_k, round_);
   }
   // A in FP32, already rounded in the reference path; requests: small_gemm::multiply's.
-  void multiply(float* c, int ldc, const float* a, int lda, int m, small_gemm::LineRequests requests = {}) const {
+  void multiply(float* c, int ldc, const float* a, int lda, int m, LineRequests requests = {}) const {
     small_gemm::multiply(c, ldc, a, lda, packed_, m, n_, k_, false, requests);
   }
 
@@ -177,7 +177,7 @@ class RecurrentBackward<float> {
     w_hh_.pack(w_hh, 4 * hidden, hidden, 1, static_cast<size_t>(hidden));
   }
   void operator()(float* dh, const float* dgates, int ld_dgates, int batch,
-                  small_gemm::LineRequests requests) const {
+                  LineRequests requests) const {
     w_hh_.multiply(dh, hidden_, dgates, ld_dgates, batch, requests);
   }
 
@@ -191,7 +191,7 @@ class RecurrentBackward<double> {
  public:
   RecurrentBackward(const DirectionWorkspace<double>&, const double* w_hh, int hidden, Arithmetic)
       : w_hh_(w_hh), hidden_(hidden) {}
-  void operator()(double* dh, const double* dgates, int ld_dgates, int batch, small_gemm::LineRequests) const {
+  void operator()(double* dh, const double* dgates, int ld_dgates, int batch, LineRequests) const {
     gemm(false, false, batch, hidden_, 4 * hidden_, 1.0, dgates, ld_dgates, w_hh_, hidden_, 0.0, dh, hidden_);
   }
 
@@ -481,7 +481,7 @@ inline const char** add_lines(const char** lines, const void* p, size_t bytes) {
 // own cell is this step's c_prev, in cache by then). The forward wrote these rows long before,
 // past the caches; they lie T rows apart, 64 streams that no hardware prefetcher follows, and
 // each row read when its step came waited on memory. This step's product asks for them while it
-// computes (small_gemm::LineRequests).
+// computes (line_requests.h).
 template <class Real>
 int next_step_lines(const char** lines, const Real* gates, const Real* cell, int direction, int step, int batch,
                     int seq_len, int hidden) {
@@ -502,10 +502,9 @@ int next_step_lines(const char** lines, const Real* gates, const Real* cell, int
 
 // One direction's backward: per step (T-1 down to 0) the pointwise pass per row
 // (products.pointwise: writing the gate gradients over the gates and carrying dc and dh, where
-// dh = dh_out(b, t), the row (H) of dL/dy, + dh_recurrent; then products.row_done(b, the next
-// step's lines)); then products(step, dgates rows (T * 8H apart), dh_recurrent, the next step's
-// lines), which must leave dh_recurrent for the step before. next_lines: the workspace's, room
-// for next_step_line_count.
+// dh = dh_out(b, t), the row (H) of dL/dy, + dh_recurrent); then products(step, dgates rows
+// (T * 8H apart), dh_recurrent, the next step's lines), which must leave dh_recurrent for the
+// step before. next_lines: the workspace's, room for next_step_line_count.
 template <class Real, class Products, class DhOut>
 void backward_direction(Products& products, Real* gates, Real* dc_carry, Real* dh_recurrent, Real* dbias_sum,
                         const Real* cell, const char** next_lines, const DhOut& dh_out, int direction, int batch,
@@ -513,18 +512,16 @@ void backward_direction(Products& products, Real* gates, Real* dc_carry, Real* d
   const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
   for (int step = seq_len - 1; step >= 0; --step) {
     const int t = step_time(direction, step, seq_len), t_prev = previous_time(direction, t);
-    const small_gemm::LineRequests next{
-        next_lines, next_step_lines(next_lines, gates, cell, direction, step, batch, seq_len, hidden)};
     for (int b = 0; b < batch; ++b) {
       const size_t p = static_cast<size_t>(b) * seq_len + t;
       const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
       products.pointwise(b, gates + p * G8 + direction * G4, dc_carry + static_cast<size_t>(b) * H, dbias_sum,
                          cell + p * C + direction * H, c_prev, dh_out(b, t),
                          dh_recurrent + static_cast<size_t>(b) * H, H);
-      products.row_done(b, next);
     }
+    const int line_count = next_step_lines(next_lines, gates, cell, direction, step, batch, seq_len, hidden);
     products(step, gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<size_t>(seq_len) * G8,
-             dh_recurrent, next);
+             dh_recurrent, LineRequests{next_lines, line_count});
   }
 }
 
@@ -541,9 +538,8 @@ struct RecurrentProducts {
                  const Real* dh_recurrent, int H) const {
     lstm_pointwise::backward(gates, dc, dbias, cell, cell_prev, dh_out, dh_recurrent, H, round);
   }
-  void row_done(int, small_gemm::LineRequests) const {}  // the product asks for the lines
   void operator()(int step, Real* dgates, size_t ld_dgates, Real* dh_recurrent,
-                  small_gemm::LineRequests next_lines) const {
+                  LineRequests next_lines) const {
     if (step > 0) recurrent(dh_recurrent, dgates, static_cast<int>(ld_dgates), batch, next_lines);
   }
 };
@@ -556,14 +552,8 @@ struct FastProducts {
                  const float* dh_out, const float* dh_recurrent, int H) const {
     lstm_pointwise::backward(gates, step_products.step_dgates(b), dc, dbias, cell, cell_prev, dh_out, dh_recurrent, H);
   }
-  // The bfloat16 kernels take no line requests: each row's pass asks for its share of them.
-  void row_done(int b, small_gemm::LineRequests next_lines) const {
-    const int batch = step_products.batch();
-    for (int i = next_lines.count * b / batch; i < next_lines.count * (b + 1) / batch; ++i)
-      __builtin_prefetch(next_lines.lines[i]);
-  }
-  void operator()(int step, float*, size_t, float* dh_recurrent, small_gemm::LineRequests) const {
-    step_products(step, dh_recurrent);
+  void operator()(int step, float*, size_t, float* dh_recurrent, LineRequests next_lines) const {
+    step_products(step, dh_recurrent, next_lines);
   }
 };
 

@@ -286,12 +286,12 @@ void transpose(uint16_t* dst, size_t ld_dst, const uint16_t* source, size_t ld_s
 }
 
 void multiply(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m, int n, int k,
-              bool accumulate, uint16_t* workspace) {
+              bool accumulate, uint16_t* workspace, LineRequests requests) {
   Kernel kernel = test_kernel.load(std::memory_order_relaxed);
   if (kernel == nullptr) kernel = native_choice().kernel;
   if (kernel == nullptr) fail("internal: the bf16 kernels need AVX512-BF16 or AMX-BF16, which this CPU lacks");
   if (workspace == nullptr) fail("internal: bf16_gemm::multiply needs its workspace (multiply_workspace_size)");
-  kernel(c, ldc, a, lda, packed, m, n, k, accumulate, workspace);
+  kernel(c, ldc, a, lda, packed, m, n, k, accumulate, workspace, requests);
 }
 
 }  // namespace enhanced::bf16_gemm

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "layers/cpu/line_requests.h"
+
 namespace enhanced::bf16_gemm {
 
 inline constexpr int kPanelWidth = 32;
@@ -23,9 +25,9 @@ inline constexpr int kBlockRowsOfA = 32;
 inline size_t multiply_workspace_size(int k) { return kBlockRowsOfA * padded_depth(k); }
 
 // multiply's kernel: C (M x N, row stride ldc) (+)= A (M x K, row stride lda) * packed (K x N);
-// workspace: multiply_workspace_size(k) elements, the caller's.
+// workspace: multiply_workspace_size(k) elements, the caller's; requests: line_requests.h.
 using Kernel = void (*)(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m, int n, int k,
-                        bool accumulate, uint16_t* workspace);
+                        bool accumulate, uint16_t* workspace, LineRequests requests);
 
 // The instructions a kernel runs on.
 enum class Isa { avx512_bf16, amx_bf16 };
@@ -100,8 +102,9 @@ TileSessionState& tile_session();
 
 // C (M x N, row stride ldc) = A (M x K, row stride lda, bfloat16) * packed (K x N), or += when
 // accumulate, on the kernel available() names. Fails unless available(). workspace:
-// multiply_workspace_size(k) elements (the caller's: a multiply allocates nothing).
+// multiply_workspace_size(k) elements (the caller's: a multiply allocates nothing); requests:
+// line_requests.h.
 void multiply(float* c, int ldc, const uint16_t* a, int lda, const uint16_t* packed, int m, int n, int k,
-              bool accumulate, uint16_t* workspace);
+              bool accumulate, uint16_t* workspace, LineRequests requests = {});
 
 }  // namespace enhanced::bf16_gemm

@@ -85,11 +85,11 @@ StepBackward::StepBackward(const Workspace& workspace, const float* w_ih, const 
   if (seq_len == 0) std::memset(product, 0, static_cast<size_t>(input + hidden) * 4 * hidden * sizeof(float));
 }
 
-void StepBackward::operator()(int step, float* dh_recurrent) {
+void StepBackward::operator()(int step, float* dh_recurrent, LineRequests next_lines) {
   const int gates4 = 4 * hidden_, t = lstm_steps::step_time(direction_, step, seq_len_);
   if (step > 0)
     bf16_gemm::multiply(dh_recurrent, hidden_, buffers_.step_dgates, gates4, buffers_.weights, batch_, hidden_, gates4,
-                        false, buffers_.kernel);
+                        false, buffers_.kernel, next_lines);
   bf16_gemm::multiply(dx_part_ + static_cast<size_t>(t) * input_, seq_len_ * input_, buffers_.step_dgates, gates4,
                       buffers_.weights_ih, batch_, input_, gates4, false, buffers_.kernel);
   const int done = seq_len_ - 1 - step;  // steps before this one

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "layers/cpu/line_requests.h"
+
 namespace enhanced::lstm_bf16 {
 
 // One direction's buffers, carved by carve_workspace from the caller's workspace_size(...)
@@ -58,9 +60,9 @@ class StepBackward {
                float* dx_part, float* product, int direction, int batch, int seq_len, int input, int hidden);
   // Where the pointwise pass writes row b's gate gradients as bfloat16 (4H).
   uint16_t* step_dgates(int b) const { return buffers_.step_dgates + static_cast<size_t>(b) * 4 * hidden_; }
-  // step counts down from T - 1 to 0; dh_recurrent: written for the step before.
-  void operator()(int step, float* dh_recurrent);
-  int batch() const { return batch_; }
+  // step counts down from T - 1 to 0; dh_recurrent: written for the step before; next_lines: what
+  // the dh product requests while it runs (line_requests.h).
+  void operator()(int step, float* dh_recurrent, LineRequests next_lines);
 
  private:
   void add_to_chunk(int step, int t, int slot);

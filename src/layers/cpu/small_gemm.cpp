@@ -25,16 +25,6 @@ struct Unaligned<8> {
 // Steps along K between two turns of the line requests.
 constexpr int kRequestSpacing = 16;
 
-// The requests not yet made, and how many to make a turn.
-struct RequestCursor {
-  const char* const* next;
-  const char* const* end;
-  int per_turn;
-  ENHANCED_INLINE void turn() {
-    for (int i = 0; i < per_turn && next != end; ++i) __builtin_prefetch(*next++);
-  }
-};
-
 // One tile: kRows rows of A against one 32-column panel, the tile of C in registers, as
 // kVectors vectors of kLanes floats per row. Each element of C sums its k products in order (one FMA
 // each where the ISA has FMA), whatever the vector width: the same bits from every tile shape.
@@ -92,14 +82,6 @@ ENHANCED_INLINE void multiply_panel(float* c_panel, int ldc, const float* a, int
                                panel, k, columns, accumulate, requests);
 }
 
-// The requests spread evenly over the turns of every tile of the product (the rest, if any, at its
-// end: none are dropped here).
-RequestCursor spread(LineRequests requests, int panels, int tiles_per_panel, int k) {
-  const long turns = static_cast<long>(panels) * tiles_per_panel * ((k + kRequestSpacing - 1) / kRequestSpacing);
-  const int per_turn = turns > 0 ? static_cast<int>((requests.count + turns - 1) / turns) : 0;
-  return {requests.lines, requests.lines + requests.count, per_turn};
-}
-
 // AVX-512's 32 registers hold an 8 x 32 tile of C in 16-float vectors; with AVX2's 16 (and the
 // baseline's 16 halves of them) that tile spills on every product, so there it is 3 x 32 in
 // 8-float vectors.
@@ -142,7 +124,8 @@ void multiply(float* c, int ldc, const float* a, int lda, const float* packed, i
               LineRequests requests) {
   const bool wide = has_wide_registers();
   const int panels = (n + kPanelWidth - 1) / kPanelWidth, tile_rows = wide ? kWideRows : kNarrowRows;
-  RequestCursor cursor = spread(requests, panels, m / tile_rows + m % tile_rows, k);
+  const long tiles = static_cast<long>(panels) * (m / tile_rows + m % tile_rows);
+  RequestCursor cursor = spread(requests, tiles * ((k + kRequestSpacing - 1) / kRequestSpacing));
   for (int p = 0; p < panels; ++p) {  // a panel of B stays in L1 across every row block
     const float* panel = packed + static_cast<size_t>(p) * kPanelWidth * k;
     const int columns = std::min(kPanelWidth, n - p * kPanelWidth);
@@ -155,7 +138,7 @@ void multiply(float* c, int ldc, const float* a, int lda, const float* packed, i
       else multiply_panel<8, kNarrowRows, false>(c_panel, ldc, a, lda, panel, m, k, columns, accumulate, cursor);
     }
   }
-  while (cursor.next != cursor.end) __builtin_prefetch(*cursor.next++);
+  cursor.finish();
 }
 
 }  // namespace enhanced::small_gemm

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 
+#include "layers/cpu/line_requests.h"
+
 namespace enhanced::small_gemm {
 
 inline constexpr int kPanelWidth = 32;
@@ -25,17 +27,8 @@ void pack(float* packed, const float* source, int k, int n, size_t stride_n, siz
 void pack_rows(float* packed, int total_k, int row_offset, const float* source, int k, int n, size_t stride_n,
                size_t stride_k, bool round_to_bf16 = false);
 
-// Cache lines for the product to request while it runs, a few every 16 of its steps along K: the
-// `count` addresses at `lines`, in order. For memory the caller reads next (the LSTM backward's
-// next step's rows): requested in one burst, most would be dropped, since a core holds only a few
-// dozen misses at a time; spread over the product, they arrive while it computes.
-struct LineRequests {
-  const char* const* lines = nullptr;
-  int count = 0;
-};
-
 // C (M x N, row stride ldc) = A (M x K, row stride lda) * packed (K x N), or += when accumulate.
-// The requests change nothing in C.
+// requests: line_requests.h.
 void multiply(float* c, int ldc, const float* a, int lda, const float* packed, int m, int n, int k, bool accumulate,
               LineRequests requests = {});
 
