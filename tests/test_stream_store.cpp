@@ -1,6 +1,6 @@
 // The non-temporal row copy against the source, on every start within a line and on lengths that
-// do and do not fill lines: each of its three ways (AVX-512 lines, SSE2, memcpy) copies exactly
-// [0, n) and touches nothing around it.
+// do and do not fill lines: each of its ways (AVX-512 lines where the CPU has them, SSE2,
+// memcpy) copies exactly [0, n) and touches nothing around it.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -469,10 +469,11 @@ void add_product(Real* dw_ih, Real* dw_hh, const Real* product, bool transposed,
   }
 }
 
-// Appends the cache lines of [p, p + bytes) to lines; returns their end.
-inline const char** add_lines(const char** lines, const void* p, size_t bytes) {
+// Appends the cache lines of [p, p + bytes) to lines, up to room_end; returns their end.
+inline const char** add_lines(const char** lines, const char* const* room_end, const void* p, size_t bytes) {
   const uintptr_t start = reinterpret_cast<uintptr_t>(p), end = start + bytes;
-  for (uintptr_t line = start & ~uintptr_t{63}; line < end; line += 64) *lines++ = reinterpret_cast<const char*>(line);
+  for (uintptr_t line = start & ~uintptr_t{63}; line < end && lines != room_end; line += 64)
+    *lines++ = reinterpret_cast<const char*>(line);
   return lines;
 }
 
@@ -489,12 +490,13 @@ int next_step_lines(const char** lines, const Real* gates, const Real* cell, int
   const size_t H = hidden;
   const int t_next = previous_time(direction, step_time(direction, step, seq_len));
   const char** end = lines;
+  const char* const* room_end = lines + next_step_line_count<Real>(batch, hidden);  // never reached: a bound
   for (int b = 0; b < batch; ++b) {
     const size_t p = static_cast<size_t>(b) * seq_len + t_next;
-    end = add_lines(end, gates + p * 8 * H + direction * 4 * H, 4 * H * sizeof(Real));
+    end = add_lines(end, room_end, gates + p * 8 * H + direction * 4 * H, 4 * H * sizeof(Real));
     if (step >= 2) {
       const size_t p_before = static_cast<size_t>(b) * seq_len + previous_time(direction, t_next);
-      end = add_lines(end, cell + p_before * 2 * H + direction * H, H * sizeof(Real));
+      end = add_lines(end, room_end, cell + p_before * 2 * H + direction * H, H * sizeof(Real));
     }
   }
   return static_cast<int>(end - lines);
@@ -519,7 +521,9 @@ void backward_direction(Products& products, Real* gates, Real* dc_carry, Real* d
                          cell + p * C + direction * H, c_prev, dh_out(b, t),
                          dh_recurrent + static_cast<size_t>(b) * H, H);
     }
-    const int line_count = next_step_lines(next_lines, gates, cell, direction, step, batch, seq_len, hidden);
+    int line_count = 0;  // the double path's products (the gradient checks, BLAS) take none
+    if constexpr (std::is_same<Real, float>::value)
+      line_count = next_step_lines(next_lines, gates, cell, direction, step, batch, seq_len, hidden);
     products(step, gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<size_t>(seq_len) * G8,
              dh_recurrent, LineRequests{next_lines, line_count});
   }

@@ -13,24 +13,23 @@ struct LineRequests {
   int count = 0;
 };
 
-// A product's way through its requests: per_turn of them at each turn, the rest at its end (none
-// is dropped here).
+// A product's way through its requests, spread evenly over its `turns` turns: each turn earns
+// count credits and a request costs `turns` of them (so fewer requests than turns go out every
+// turns / count turns, not all in the first ones); finish() makes what is left (none is dropped).
 struct RequestCursor {
   const char* const* next;
   const char* const* end;
-  int per_turn;
+  long count, turns, credit = 0;
   inline __attribute__((always_inline)) void turn() {
-    for (int i = 0; i < per_turn && next != end; ++i) __builtin_prefetch(*next++);
+    for (credit += count; credit >= turns && next != end; credit -= turns) __builtin_prefetch(*next++);
   }
   void finish() {
     while (next != end) __builtin_prefetch(*next++);
   }
 };
 
-// The requests spread evenly over a product's `turns` turns.
 inline RequestCursor spread(LineRequests requests, long turns) {
-  const int per_turn = turns > 0 ? static_cast<int>((requests.count + turns - 1) / turns) : 0;
-  return {requests.lines, requests.lines + requests.count, per_turn};
+  return {requests.lines, requests.lines + requests.count, requests.count, turns > 0 ? turns : 1};
 }
 
 }  // namespace enhanced

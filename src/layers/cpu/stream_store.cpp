@@ -1,5 +1,6 @@
 #include "layers/cpu/stream_store.h"
 
+#include <cstdint>
 #include <cstring>
 
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -19,7 +19,7 @@ namespace enhanced::stream_store {
 
 // dst[0, n) = source[0, n): by non-temporal stores where dst is 16-byte aligned and n a multiple
 // of 4 (a line a store with AVX-512 where dst starts a line and n fills lines, as the saved rows
-// do), a plain copy otherwise.
+// do where H is a multiple of 16), a plain copy otherwise.
 void copy(float* dst, const float* source, size_t n);
 
 // The double path (the gradient checks): a plain copy.
