@@ -176,8 +176,7 @@ class RecurrentBackward<float> {
       : hidden_(hidden), w_hh_(arithmetic, workspace.packed_weights) {
     w_hh_.pack(w_hh, 4 * hidden, hidden, 1, static_cast<size_t>(hidden));
   }
-  void operator()(float* dh, const float* dgates, int ld_dgates, int batch,
-                  LineRequests requests) const {
+  void operator()(float* dh, const float* dgates, int ld_dgates, int batch, LineRequests requests) const {
     w_hh_.multiply(dh, hidden_, dgates, ld_dgates, batch, requests);
   }
 
@@ -205,7 +204,8 @@ class RecurrentBackward<double> {
 // gates (the workspace's, in cache for the pointwise pass), so the input projection needs no
 // pass of its own over the (B, T, 8H) buffer. The operand's rows are the caller's
 // (forward_direction): gather_x copies x_t into them (rounded to bfloat16 in the reference path),
-// the step before's pointwise pass writes h_{t-1} (rounded in the reference path too). float: [W_ih | W_hh] packed once per call.
+// the step before's pointwise pass writes h_{t-1} (rounded in the reference path too). float:
+// [W_ih | W_hh] packed once per call.
 template <class Real>
 class StepProjection;
 
@@ -542,8 +542,7 @@ struct RecurrentProducts {
                  const Real* dh_recurrent, int H) const {
     lstm_pointwise::backward(gates, dc, dbias, cell, cell_prev, dh_out, dh_recurrent, H, round);
   }
-  void operator()(int step, Real* dgates, size_t ld_dgates, Real* dh_recurrent,
-                  LineRequests next_lines) const {
+  void operator()(int step, Real* dgates, size_t ld_dgates, Real* dh_recurrent, LineRequests next_lines) const {
     if (step > 0) recurrent(dh_recurrent, dgates, static_cast<int>(ld_dgates), batch, next_lines);
   }
 };

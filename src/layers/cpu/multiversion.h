@@ -9,3 +9,14 @@
 #endif
 
 #define ENHANCED_INLINE inline __attribute__((always_inline))
+
+// Whether this CPU runs AVX-512 (F), asked once: for code that picks its tile shape or its stores
+// at run time (small_gemm, stream_store).
+inline bool cpu_has_avx512f() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx512f = __builtin_cpu_supports("avx512f");
+  return avx512f;
+#else
+  return false;
+#endif
+}

@@ -86,10 +86,6 @@ ENHANCED_INLINE void multiply_panel(float* c_panel, int ldc, const float* a, int
 // baseline's 16 halves of them) that tile spills on every product, so there it is 3 x 32 in
 // 8-float vectors.
 constexpr int kWideRows = 8, kNarrowRows = 3;
-bool has_wide_registers() {
-  static const bool wide = __builtin_cpu_supports("avx512f");
-  return wide;
-}
 
 }  // namespace
 
@@ -122,7 +118,7 @@ void pack(float* packed, const float* source, int k, int n, size_t stride_n, siz
 ENHANCED_MULTIVERSION
 void multiply(float* c, int ldc, const float* a, int lda, const float* packed, int m, int n, int k, bool accumulate,
               LineRequests requests) {
-  const bool wide = has_wide_registers();
+  const bool wide = cpu_has_avx512f();
   const int panels = (n + kPanelWidth - 1) / kPanelWidth, tile_rows = wide ? kWideRows : kNarrowRows;
   const long tiles = static_cast<long>(panels) * (m / tile_rows + m % tile_rows);
   RequestCursor cursor = spread(requests, tiles * ((k + kRequestSpacing - 1) / kRequestSpacing));

@@ -1,4 +1,5 @@
 #include "layers/cpu/stream_store.h"
+#include "layers/cpu/multiversion.h"
 
 #include <cstdint>
 #include <cstring>
@@ -20,11 +21,6 @@ __attribute__((target("avx512f"))) void copy_lines_avx512(float* dst, const floa
 void copy_sse2(float* dst, const float* source, size_t n) {
   for (size_t i = 0; i < n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(source + i));
 }
-
-bool has_avx512() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512;
-}
 #endif
 
 }  // namespace
@@ -32,7 +28,7 @@ bool has_avx512() {
 void copy(float* dst, const float* source, size_t n) {
 #if defined(ENHANCED_STREAM_X86)
   const uintptr_t at = reinterpret_cast<uintptr_t>(dst);
-  if (at % 64 == 0 && n % 16 == 0 && has_avx512()) return copy_lines_avx512(dst, source, n);
+  if (at % 64 == 0 && n % 16 == 0 && cpu_has_avx512f()) return copy_lines_avx512(dst, source, n);
   if (at % 16 == 0 && n % 4 == 0) return copy_sse2(dst, source, n);
 #endif
   std::memcpy(dst, source, n * sizeof(float));
