@@ -170,9 +170,9 @@ struct LayerCase {
 // symmetric in time, so that a direction's channels tie at every position and both directions'
 // at the middle time (T odd): a whole row of one value. nan_at >= 0: x[nan_at] is NaN.
 template <class Real>
-LayerCase<Real> layer_case(uint64_t seed, bool tied, long nan_at = -1) {
+LayerCase<Real> layer_case(uint64_t seed, bool tied, long nan_at = -1, int batch = 3, int seq_len = 5) {
   Random random(seed);
-  LayerCase<Real> c{3, 5, 4, 6, {}, {}, {}, {}, {}};
+  LayerCase<Real> c{batch, seq_len, 4, 6, {}, {}, {}, {}, {}};
   auto fill = [&](std::vector<Real>& v, size_t n, double scale) {
     v.resize(n);
     for (Real& e : v) e = static_cast<Real>(random.uniform(-scale, scale));
@@ -239,17 +239,18 @@ LayerRun<Real> run_layer(const LayerCase<Real>& c, PoolMode mode, Precision prec
 
 // An inference's forward (nothing saved), fused or apart: pooled and argmax.
 template <class Real>
-LayerRun<Real> run_inference(const LayerCase<Real>& c, PoolMode mode, Precision precision, bool fused) {
+LayerRun<Real> run_inference(const LayerCase<Real>& c, PoolMode mode, Precision precision, bool fused,
+                             int threads = 2) {
   LayerRun<Real> r = run_layer(c, mode, precision, 2, fused);  // sizes
   std::vector<Real> workspace(bilstm_workspace_size<Real>(c.B, c.T, c.D, c.H));
   BiLstmState<Real> nothing{nullptr, nullptr, workspace.data()};
   if (fused) {
     bilstm_maxpool_forward(r.pooled.data(), r.argmax.data(), static_cast<Real*>(nullptr), nothing, c.x.data(),
-                           c.w_ih.data(), c.w_hh.data(), c.b_ih.data(), c.b_hh.data(), c.B, c.T, c.D, c.H, mode, 2,
-                           precision);
+                           c.w_ih.data(), c.w_hh.data(), c.b_ih.data(), c.b_hh.data(), c.B, c.T, c.D, c.H, mode,
+                           threads, precision);
   } else {
     bilstm_forward(r.y.data(), nothing, c.x.data(), c.w_ih.data(), c.w_hh.data(), c.b_ih.data(), c.b_hh.data(), c.B,
-                   c.T, c.D, c.H, 2, precision);
+                   c.T, c.D, c.H, threads, precision);
     maxpool_forward(r.pooled.data(), r.argmax.data(), r.y.data(), c.B, c.T, 2 * c.H, mode);
   }
   return r;
@@ -302,6 +303,40 @@ TEST(FusedMaxPool, LayerMatchesApartInDouble) {
   check_layer(layer_case<double>(5, false), Precision::fp32, "random");
   check_layer(layer_case<double>(6, true), Precision::fp32, "tied");
   check_layer(layer_case<double>(7, false, 2 * 4 + 1), Precision::fp32, "NaN at b 0, t 2");
+}
+
+// On four threads and more each direction's rows run in slices (FP32 and double; the bf16 paths
+// keep one slice a direction), then the bias gradient in parts of the gates and dx in parts of
+// the positions: every result the same bits as on one thread. B = 37 cuts into up to 4 slices
+// (of 8, 8, 8 and 13 rows), 4H = 24 into up to 3 parts; the forward alone (an inference) too.
+// T = 5 and T = 136: the weight gradients' K = B T below and above OpenBLAS's blocks (where a
+// product of a part of the gates would sum otherwise than the whole's).
+template <class Real>
+void check_thread_counts(const LayerCase<Real>& c, Precision precision) {
+  for (PoolMode mode : {PoolMode::feature, PoolMode::time}) {
+    const LayerRun<Real> one = run_layer(c, mode, precision, 1, true, true);
+    const LayerRun<Real> one_apart = run_layer(c, mode, precision, 1, false);
+    for (int threads : {2, 3, 4, 6, 9}) {
+      const std::string where = std::string(name(mode)) + " " + to_string(precision) + " threads " +
+                                std::to_string(threads);
+      const LayerRun<Real> fused = run_layer(c, mode, precision, threads, true, true);
+      expect_same_run(one, fused, where);
+      EXPECT_EQ(bit_difference(one.y, fused.y), "") << where << ": y";
+      expect_same_run(one_apart, run_layer(c, mode, precision, threads, false), where + " apart");
+      const LayerRun<Real> inferred = run_inference(c, mode, precision, true, threads);
+      EXPECT_EQ(bit_difference(one.argmax, inferred.argmax), "") << where << " inference: argmax";
+      EXPECT_EQ(bit_difference(one.pooled, inferred.pooled), "") << where << " inference: pooled";
+    }
+  }
+}
+
+TEST(FusedMaxPool, EveryThreadCountGivesTheSameBitsInFloat) {
+  for (Precision precision : float_precisions())
+    for (int seq_len : {5, 136}) check_thread_counts(layer_case<float>(11, false, -1, 37, seq_len), precision);
+}
+
+TEST(FusedMaxPool, EveryThreadCountGivesTheSameBitsInDouble) {
+  for (int seq_len : {5, 136}) check_thread_counts(layer_case<double>(11, false, -1, 37, seq_len), Precision::fp32);
 }
 
 // The tied case really ties: a direction's channels are equal at every position, and at the

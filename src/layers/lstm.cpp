@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <type_traits>
 
 #include "enhanced/common.h"
@@ -13,28 +14,32 @@
 
 #include "layers/cpu/blas.h"
 #include "layers/cpu/lstm_bf16.h"
+#include "layers/cpu/lstm_fp32.h"
 #include "layers/cpu/lstm_pool.h"
+#include "layers/cpu/lstm_saved_rows.h"
 #include "layers/cpu/lstm_pointwise.h"
 #include "layers/cpu/lstm_steps.h"
-#include "layers/cpu/packing_clock.h"
+#include "layers/cpu/parts.h"
 #include "layers/cpu/small_gemm.h"
 #include "layers/cpu/stream_store.h"
 
 namespace enhanced {
 namespace {
 
-// Runs body(part) for parts 0 and 1 (the two directions, or two halves of a GEMM): on two
-// threads when allowed. BLAS runs single-threaded (configure_cpu_threads), so the engine's two
-// threads are the only ones competing for the cores.
-template <class Body>
-void in_two_parts(int threads, Body body) {
-  if (threads >= 2) {
-#pragma omp parallel for num_threads(2) schedule(static, 1)
-    for (int part = 0; part < 2; ++part) body(part);
-  } else {
-    for (int part = 0; part < 2; ++part) body(part);
-  }
-}
+// The layer's work in parts (parts.h), one a thread. The rows of a batch never meet in the
+// recurrence (a row's h and c depend on that row alone), so each direction's steps run in
+// slices of its rows, each slice on a thread of its own; after them, dx runs in parts of its
+// positions and the bias gradient in parts of the gates, beside the weight gradients' GEMMs.
+// Every element is the same sum in the same order however the work is cut, and no BLAS call's
+// shape depends on it, so the results are the same bits on any thread count.
+using parts::Part;
+using parts::part_count;
+using parts::part_of;
+using parts::in_parallel;
+using parts::kPartRows;
+using lstm_saved_rows::next_step_line_count;
+using lstm_saved_rows::next_step_lines;
+using lstm_saved_rows::sum_bias;
 
 using lstm_steps::previous_time;
 using lstm_steps::step_time;
@@ -56,8 +61,8 @@ Arithmetic arithmetic_for(Precision precision) {
 inline bool rounds(Arithmetic arithmetic) { return arithmetic != Arithmetic::fp32; }
 
 // One direction's part of the layer's workspace (bilstm_workspace_size), carved the same way by
-// the forward, the backward and the size function. The dx product after the backward's loop
-// runs in two halves, each on a direction's packed_other.
+// the forward, the backward and the size function. A slice of the rows (Part) takes its rows of
+// the (B, .) parts; dx's product packs W_ih once, into direction 0's packed_other.
 template <class Real>
 struct DirectionWorkspace {
   float* packed_weights = nullptr;  // [W_ih | W_hh] or W_hh in panels (FP32 and reference paths)
@@ -70,21 +75,18 @@ struct DirectionWorkspace {
   uint16_t* operand_bf16 = nullptr;  // the fast path's (P, D + H) [x_t | h_{t-1}] in bfloat16
   Real* product = nullptr;          // (4H, D + H) dW, or in the fast path its transpose (D + H, 4H)
   Real* dbias_sum = nullptr;        // (4H)
+  Real* slice_bias = nullptr;       // (max(1, B / kPartRows), 4H) the bias sums of a slice of several, unused
+                                    // (sum_bias sums the bias gradient in one slice's order after the steps)
   uint16_t* bf16 = nullptr;         // lstm_bf16's buffers (the fast path)
   Real* step_gates = nullptr;       // (B, 4H) one step's gates as the forward computes them
   Real* step_cells = nullptr;       // (2, B, H) and two steps' cells
-  Real* pool_row = nullptr;         // (H) the fused max-pool's row: h where y is not written, dL/dh's pooled part
+  Real* pool_row = nullptr;         // (B, H) the fused max-pool's rows, one a slice: h where y is not written, dL/dh's
+                                    // pooled part
   Real* pool_max = nullptr;         // (B, T) feature mode's maxima of the reverse direction
   int32_t* pool_index = nullptr;    // (B, T) and their channels
-  const char** next_lines = nullptr;  // the backward's next step's cache lines (next_step_lines)
+  const char** next_lines = nullptr;  // the backward's next step's cache lines (next_step_lines), a slice's at
+                                      // next_step_line_count(its first row) on
 };
-
-// Cache lines of the rows the backward's next step reads from memory (next_step_lines), at most.
-template <class Real>
-size_t next_step_line_count(int batch, int hidden) {
-  auto lines = [](size_t bytes) { return bytes / 64 + 2; };  // a row not starting a line spans one more
-  return static_cast<size_t>(batch) * (lines(4 * sizeof(Real) * hidden) + lines(sizeof(Real) * hidden));
-}
 
 // Elements of Real per direction; with base, also carves direction `direction` of the workspace
 // at base. Each part 64-byte aligned; the float and uint16_t parts sized in Real elements.
@@ -102,8 +104,9 @@ size_t carve_direction(DirectionWorkspace<Real>* out, Real* base, int direction,
       G4, state, state, std::max(positions * W, positions * input + in_reals(positions * W, sizeof(uint16_t)) + 16),
       G4 * W, G4,
       in_reals(lstm_bf16::workspace_size(batch, input, hidden), sizeof(uint16_t)), static_cast<size_t>(batch) * G4,
-      2 * state, static_cast<size_t>(hidden), positions, in_reals(positions, sizeof(int32_t)),
-      in_reals(next_step_line_count<Real>(batch, hidden), sizeof(const char*))};
+      2 * state, state, positions, in_reals(positions, sizeof(int32_t)),
+      in_reals(next_step_line_count<Real>(batch, hidden), sizeof(const char*)),
+      static_cast<size_t>(std::max(1, batch / kPartRows)) * G4};
   const size_t per_direction = carve_parts(base, sizes, 16);
   if (out == nullptr) return per_direction;
   Real* parts[std::size(sizes)];
@@ -115,6 +118,7 @@ size_t carve_direction(DirectionWorkspace<Real>* out, Real* base, int direction,
   out->step_gates = parts[9], out->step_cells = parts[10];
   out->pool_row = parts[11], out->pool_max = parts[12], out->pool_index = reinterpret_cast<int32_t*>(parts[13]);
   out->next_lines = reinterpret_cast<const char**>(parts[14]);
+  out->slice_bias = parts[15];
   return per_direction;
 }
 
@@ -125,146 +129,6 @@ DirectionWorkspace<Real> direction_workspace(Real* workspace, int direction, int
   DirectionWorkspace<Real> out;
   carve_direction(&out, workspace, direction, batch, seq_len, input, hidden);
   return out;
-}
-
-// dst[0, n) = source[0, n), rounded to bfloat16 when round.
-inline void copy_row(float* dst, const float* source, int n, bool round) {
-  if (!round) std::memcpy(dst, source, n * sizeof(float));
-  else bf16_gemm::round_floats(dst, source, static_cast<size_t>(n));
-}
-
-// The product C (M, N) = A (M, K, row stride lda) B for an operand B packed once (K x N, element
-// (k, n) = source[n * stride_n + k * stride_k]), its elements rounded to bfloat16 in the reference
-// path. float only: the double path (the gradient checks) calls BLAS.
-class PackedOperand {
- public:
-  // packed: room for small_gemm::packed_size(K, N) floats.
-  PackedOperand(Arithmetic arithmetic, float* packed) : round_(rounds(arithmetic)), packed_(packed) {}
-  void pack(const float* source, int k, int n, size_t stride_n, size_t stride_k) {
-    resize(k, n);
-    pack_rows(0, source, k, stride_n, stride_k);
-  }
-  void resize(int k, int n) {
-    k_ = k;
-    n_ = n;
-  }
-  // Rows [row_offset, row_offset + k) of the resized operand.
-  void pack_rows(int row_offset, const float* source, int k, size_t stride_n, size_t stride_k) {
-    const packing_clock::Scope packing;
-    small_gemm::pack_rows(packed_, k_, row_offset, source, k, n_, stride_n, stride_k, round_);
-  }
-  // A in FP32, already rounded in the reference path; requests: small_gemm::multiply's.
-  void multiply(float* c, int ldc, const float* a, int lda, int m, LineRequests requests = {}) const {
-    small_gemm::multiply(c, ldc, a, lda, packed_, m, n_, k_, false, requests);
-  }
-
- private:
-  bool round_;
-  float* packed_;
-  int k_ = 0, n_ = 0;
-};
-
-// The backward's per-step dh (B, H) = dgates (B, 4H) W_hh: W_hh packed once per call (element
-// (k, n) = W_hh[k][n]); double: BLAS.
-template <class Real>
-class RecurrentBackward;
-
-template <>
-class RecurrentBackward<float> {
- public:
-  RecurrentBackward(const DirectionWorkspace<float>& workspace, const float* w_hh, int hidden, Arithmetic arithmetic)
-      : hidden_(hidden), w_hh_(arithmetic, workspace.packed_weights) {
-    w_hh_.pack(w_hh, 4 * hidden, hidden, 1, static_cast<size_t>(hidden));
-  }
-  void operator()(float* dh, const float* dgates, int ld_dgates, int batch, LineRequests requests) const {
-    w_hh_.multiply(dh, hidden_, dgates, ld_dgates, batch, requests);
-  }
-
- private:
-  int hidden_;
-  PackedOperand w_hh_;
-};
-
-template <>
-class RecurrentBackward<double> {
- public:
-  RecurrentBackward(const DirectionWorkspace<double>&, const double* w_hh, int hidden, Arithmetic)
-      : w_hh_(w_hh), hidden_(hidden) {}
-  void operator()(double* dh, const double* dgates, int ld_dgates, int batch, LineRequests) const {
-    gemm(false, false, batch, hidden_, 4 * hidden_, 1.0, dgates, ld_dgates, w_hh_, hidden_, 0.0, dh, hidden_);
-  }
-
- private:
-  const double* w_hh_;
-  int hidden_;
-};
-
-// The forward's per-step product gates_t (B, 4H) = [x_t | h_{t-1}] (B, D + H) [W_ih | W_hh]^T: the
-// input projection and the recurrent product in one GEMM of K = D + H, into the step's rows of
-// gates (the workspace's, in cache for the pointwise pass), so the input projection needs no
-// pass of its own over the (B, T, 8H) buffer. The operand's rows are the caller's
-// (forward_direction): gather_x copies x_t into them (rounded to bfloat16 in the reference path),
-// the step before's pointwise pass writes h_{t-1} (rounded in the reference path too). float:
-// [W_ih | W_hh] packed once per call.
-template <class Real>
-class StepProjection;
-
-template <>
-class StepProjection<float> {
- public:
-  StepProjection(const DirectionWorkspace<float>& workspace, const float* w_ih, const float* w_hh, int input,
-                 int hidden, Arithmetic arithmetic)
-      : input_(input), hidden_(hidden), round_(rounds(arithmetic)), packed_(arithmetic, workspace.packed_weights) {
-    const int k = input + hidden, n = 4 * hidden;
-    packed_.resize(k, n);
-    packed_.pack_rows(0, w_ih, input, static_cast<size_t>(input), 1);
-    packed_.pack_rows(input, w_hh, hidden, static_cast<size_t>(hidden), 1);
-  }
-  void gather_x(float* operand, size_t ld_operand, const float* x, size_t ld_x, int batch) const {
-    const packing_clock::Scope packing;
-    for (int b = 0; b < batch; ++b) copy_row(operand + b * ld_operand, x + b * ld_x, input_, round_);
-  }
-  void operator()(float* gates, size_t ld_gates, const float* operand, size_t ld_operand, int batch) const {
-    packed_.multiply(gates, static_cast<int>(ld_gates), operand, static_cast<int>(ld_operand), batch);
-  }
-
- private:
-  int input_, hidden_;
-  bool round_;
-  PackedOperand packed_;
-};
-
-template <>
-class StepProjection<double> {
- public:
-  StepProjection(const DirectionWorkspace<double>&, const double* w_ih, const double* w_hh, int input, int hidden,
-                 Arithmetic)
-      : w_ih_(w_ih), w_hh_(w_hh), input_(input), hidden_(hidden) {}
-  void gather_x(double* operand, size_t ld_operand, const double* x, size_t ld_x, int batch) const {
-    for (int b = 0; b < batch; ++b) std::memcpy(operand + b * ld_operand, x + b * ld_x, input_ * sizeof(double));
-  }
-  void operator()(double* gates, size_t ld_gates, const double* operand, size_t ld_operand, int batch) const {
-    const int ldg = static_cast<int>(ld_gates), lda = static_cast<int>(ld_operand);
-    gemm(false, true, batch, 4 * hidden_, input_, 1.0, operand, lda, w_ih_, input_, 0.0, gates, ldg);
-    gemm(false, true, batch, 4 * hidden_, hidden_, 1.0, operand + input_, lda, w_hh_, hidden_, 1.0, gates, ldg);
-  }
-
- private:
-  const double* w_ih_;
-  const double* w_hh_;
-  int input_, hidden_;
-};
-
-// C (M, N) = A (M, K) B for B (K, N) row-major: dx = dgates W_ih, whose N = D is small.
-inline void multiply_plain(float* c, int ldc, const float* a, int lda, const float* b, int m, int n, int k,
-                           Arithmetic arithmetic, float* packed_b) {
-  PackedOperand packed(arithmetic, packed_b);
-  packed.pack(b, k, n, 1, static_cast<size_t>(n));
-  packed.multiply(c, ldc, a, lda, m);
-}
-inline void multiply_plain(double* c, int ldc, const double* a, int lda, const double* b, int m, int n, int k,
-                           Arithmetic, float*) {
-  gemm(false, false, m, n, k, 1.0, a, lda, b, n, 0.0, c, ldc);
 }
 
 }  // namespace
@@ -339,25 +203,26 @@ inline void pointwise_forward(float* gates, float* cell, float* h, uint16_t* h_n
   lstm_pointwise::forward(gates, cell, h, h_next, cell_prev, bias, hidden);
 }
 
-// One direction's forward: per step, x_t into its operand rows (whose h_{t-1} the step before
-// wrote; zero at the first step), its gates = project(operand), then the pointwise pass per row,
-// which writes h into the next step's operand rows and out's, whose pool takes it at once;
-// bias_sum (4H) = b_ih + b_hh.
+// One direction's forward over the rows `part` of the batch: per step, x_t into their operand
+// rows (whose h_{t-1} the step before wrote; zero at the first step), their gates =
+// project(operand), then the pointwise pass per row, which writes h into the next step's operand
+// rows and out's, whose pool takes it at once; bias_sum (4H) = b_ih + b_hh.
 template <class Real, class Project, class Rows>
 void forward_direction(Project& project, const Rows& rows, const lstm_pool::HOutput<Real>& out, const Real* x,
-                       const Real* bias_sum, int direction, int batch, int seq_len, int input, int hidden,
+                       const Real* bias_sum, int direction, Part part, int seq_len, int input, int hidden,
                        bool round) {
-  const int H = hidden;
-  const size_t ld = rows.operand_ld();
+  const int H = hidden, first = part.first, end = part.first + part.count;
+  const size_t ld = rows.operand_ld(), ld_x = static_cast<size_t>(seq_len) * input;
+  const Real* x_rows = x + first * ld_x;
   for (int step = 0; step < seq_len; ++step) {
     const int t = step_time(direction, step, seq_len), t_prev = previous_time(direction, t);
     auto* operand = rows.operand_at(t);
-    project.gather_x(operand, ld, x + static_cast<size_t>(t) * input, static_cast<size_t>(seq_len) * input, batch);
+    project.gather_x(operand + first * ld, ld, x_rows + static_cast<size_t>(t) * input, ld_x, part.count);
     if (step == 0)
-      for (int b = 0; b < batch; ++b) std::memset(operand + b * ld + input, 0, H * sizeof(*operand));
-    project(rows.step_gates_at(0), 4 * static_cast<size_t>(H), operand, ld, batch);
+      for (int b = first; b < end; ++b) std::memset(operand + b * ld + input, 0, H * sizeof(*operand));
+    project(rows.step_gates_at(first), 4 * static_cast<size_t>(H), operand + first * ld, ld, part.count);
     auto* next = step + 1 < seq_len ? rows.operand_at(step_time(direction, step + 1, seq_len)) + input : nullptr;
-    for (int b = 0; b < batch; ++b) {
+    for (int b = first; b < end; ++b) {
       const size_t p = static_cast<size_t>(b) * seq_len + t;
       const Real* c_prev = step > 0 ? rows.cell_at(b, t_prev, step - 1) : nullptr;
       Real* h = out.at(p, direction, H);
@@ -379,30 +244,40 @@ void forward_direction(Project& project, const Rows& rows, const lstm_pool::HOut
 template <class Real, class Op, class Project>
 void forward_direction(Project& project, const BiLstmState<Real>& saved, const DirectionWorkspace<Real>& workspace,
                        Op* saved_operand, Op* step_operand, const lstm_pool::HOutput<Real>& out, const Real* x,
-                       const Real* bias_sum, int direction, int batch, int seq_len, int input, int hidden,
-                       bool round) {
+                       const Real* bias_sum, int direction, Part part, int batch, int seq_len, int input,
+                       int hidden, bool round) {
   const int width = input + hidden;
   if (saved.gates == nullptr) {
     const StepRows<Real, Op> rows{{workspace.step_gates, workspace.step_cells, batch, hidden}, step_operand, width};
-    forward_direction(project, rows, out, x, bias_sum, direction, batch, seq_len, input, hidden, round);
+    forward_direction(project, rows, out, x, bias_sum, direction, part, seq_len, input, hidden, round);
   } else {
     const SavedRows<Real, Op> rows{
         {workspace.step_gates, workspace.step_cells, batch, hidden}, saved.gates, saved.cell, saved_operand, direction,
         seq_len, width};
-    forward_direction(project, rows, out, x, bias_sum, direction, batch, seq_len, input, hidden, round);
+    forward_direction(project, rows, out, x, bias_sum, direction, part, seq_len, input, hidden, round);
   }
 }
 
-// Where direction `direction` puts h and its maxima (pooled null: none): feature mode's forward
-// direction straight into pooled and argmax, the reverse one into its workspace until
-// combine_features.
+// Where direction `direction`'s rows `part` put h and its maxima (pooled null: none): feature
+// mode's forward direction straight into pooled and argmax, the reverse one into its workspace
+// until combine_features.
 template <class Real>
 lstm_pool::HOutput<Real> h_output(Real* y, Real* pooled, int32_t* argmax, PoolMode mode,
-                                  const DirectionWorkspace<Real>& workspace, int direction, int seq_len, int hidden) {
+                                  const DirectionWorkspace<Real>& workspace, int direction, Part part, int seq_len,
+                                  int hidden) {
   lstm_pool::DirectionPool<Real> pool{pooled, argmax, mode, direction, seq_len, hidden};
   if (pooled && mode == PoolMode::feature && direction == 1)
     pool.max = workspace.pool_max, pool.index = workspace.pool_index;
-  return {y, workspace.pool_row, pool};
+  return {y, workspace.pool_row + static_cast<size_t>(part.first) * hidden, pool};
+}
+
+// The slices of its rows each direction's steps run in: in FP32 (and the double gradient
+// checks), one a thread, two directions at once (one slice a direction on fewer than four
+// threads or fewer than 16 rows); in the bf16 paths one a direction (the kernels' scratch is a
+// direction's, and their bias gradient sums the unrounded gate gradients, which only the steps
+// see).
+inline int slice_count(Arithmetic arithmetic, int threads, int batch) {
+  return arithmetic == Arithmetic::fp32 ? part_count(threads / 2, batch) : 1;
 }
 
 }  // namespace
@@ -413,36 +288,50 @@ void bilstm_maxpool_forward(Real* pooled, int32_t* argmax, Real* y, BiLstmState<
                             int batch, int seq_len, int input, int hidden, PoolMode mode, int threads,
                             Precision precision) {
   const Arithmetic arithmetic = arithmetic_for<Real>(precision);
-  const int G4 = 4 * hidden;
-  in_two_parts(threads, [&](int direction) {
-    const DirectionWorkspace<Real> workspace =
-        direction_workspace(saved.workspace, direction, batch, seq_len, input, hidden);
-    const lstm_pool::HOutput<Real> out = h_output(y, pooled, argmax, mode, workspace, direction, seq_len, hidden);
-    Real* bias_sum = workspace.bias_sum;  // b_ih + b_hh, added in the pointwise pass
-    for (int j = 0; j < G4; ++j) bias_sum[j] = bias_ih[direction * G4 + j] + bias_hh[direction * G4 + j];
+  const int G4 = 4 * hidden, slices = slice_count(arithmetic, threads, batch);
+  const DirectionWorkspace<Real> workspaces[2] = {
+      direction_workspace(saved.workspace, 0, batch, seq_len, input, hidden),
+      direction_workspace(saved.workspace, 1, batch, seq_len, input, hidden)};
+  std::optional<lstm_fp32::StepProjection<Real>> projections[2];
+  std::optional<lstm_bf16::StepProjection> fast_projections[2];
+  auto prepare = [&](int direction) {  // b_ih + b_hh, added in the pointwise pass; the weights packed
+    const DirectionWorkspace<Real>& workspace = workspaces[direction];
+    for (int j = 0; j < G4; ++j) workspace.bias_sum[j] = bias_ih[direction * G4 + j] + bias_hh[direction * G4 + j];
     const Real* w_ih = weight_ih + static_cast<size_t>(direction) * G4 * input;
     const Real* w_hh = weight_hh + static_cast<size_t>(direction) * G4 * hidden;
     if constexpr (std::is_same<Real, float>::value) {
       if (arithmetic == Arithmetic::bf16_fast) {
-        const bf16_gemm::TileSession tiles;  // AMX: the tiles configured once for the 400 steps
-        const lstm_bf16::Workspace buffers = lstm_bf16::carve_workspace(workspace.bf16, batch, input, hidden);
-        lstm_bf16::StepProjection project(buffers, w_ih, w_hh, input, hidden);
-        forward_direction(project, saved, workspace, workspace.operand_bf16, buffers.step_operand, out, x, bias_sum,
-                          direction, batch, seq_len, input, hidden, true);
+        fast_projections[direction].emplace(lstm_bf16::carve_workspace(workspace.bf16, batch, input, hidden), w_ih,
+                                            w_hh, input, hidden);
         return;
       }
     }
-    StepProjection<Real> project(workspace, w_ih, w_hh, input, hidden, arithmetic);
+    projections[direction].emplace(workspace.packed_weights, w_ih, w_hh, input, hidden, rounds(arithmetic));
+  };
+  auto run_slice = [&](int task) {
+    const int direction = task % 2;
+    const Part part = part_of(task / 2, slices, batch);
+    const DirectionWorkspace<Real>& workspace = workspaces[direction];
+    const lstm_pool::HOutput<Real> out = h_output(y, pooled, argmax, mode, workspace, direction, part, seq_len, hidden);
+    if constexpr (std::is_same<Real, float>::value) {
+      if (arithmetic == Arithmetic::bf16_fast) {
+        const bf16_gemm::TileSession tiles;  // AMX: the tiles configured once for the 400 steps
+        const lstm_bf16::Workspace buffers = lstm_bf16::carve_workspace(workspace.bf16, batch, input, hidden);
+        forward_direction(*fast_projections[direction], saved, workspace, workspace.operand_bf16,
+                          buffers.step_operand, out, x, workspace.bias_sum, direction, part, batch, seq_len, input,
+                          hidden, true);
+        return;
+      }
+    }
     Real* step_operand = workspace.operand;  // the double path (the gradient checks) has no packed_other
     if constexpr (std::is_same<Real, float>::value) step_operand = workspace.packed_other;
-    forward_direction(project, saved, workspace, workspace.operand, step_operand, out, x, bias_sum, direction,
-                      batch, seq_len, input, hidden, rounds(arithmetic));
-  });
-  if (pooled && mode == PoolMode::feature) {
-    const DirectionWorkspace<Real> reverse = direction_workspace(saved.workspace, 1, batch, seq_len, input, hidden);
-    lstm_pool::combine_features(pooled, argmax, reverse.pool_max, reverse.pool_index,
+    forward_direction(*projections[direction], saved, workspace, workspace.operand, step_operand, out, x,
+                      workspace.bias_sum, direction, part, batch, seq_len, input, hidden, rounds(arithmetic));
+  };
+  in_parallel(threads, 2, 2 * slices, prepare, run_slice);
+  if (pooled && mode == PoolMode::feature)
+    lstm_pool::combine_features(pooled, argmax, workspaces[1].pool_max, workspaces[1].pool_index,
                                 static_cast<size_t>(batch) * seq_len, hidden);
-  }
 }
 
 template <class Real>
@@ -469,52 +358,21 @@ void add_product(Real* dw_ih, Real* dw_hh, const Real* product, bool transposed,
   }
 }
 
-// Appends the cache lines of [p, p + bytes) to lines, up to room_end; returns their end.
-inline const char** add_lines(const char** lines, const char* const* room_end, const void* p, size_t bytes) {
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p), end = start + bytes;
-  for (uintptr_t line = start & ~uintptr_t{63}; line < end && lines != room_end; line += 64)
-    *lines++ = reinterpret_cast<const char*>(line);
-  return lines;
-}
-
-// The cache lines that the backward's step `step` - 1 reads from memory, into lines (room for
-// next_step_line_count); their count. Per row b: its gates, and the cell before its c_prev (its
-// own cell is this step's c_prev, in cache by then). The forward wrote these rows long before,
-// past the caches; they lie T rows apart, 64 streams that no hardware prefetcher follows, and
-// each row read when its step came waited on memory. This step's product asks for them while it
-// computes (line_requests.h).
-template <class Real>
-int next_step_lines(const char** lines, const Real* gates, const Real* cell, int direction, int step, int batch,
-                    int seq_len, int hidden) {
-  if (step < 1) return 0;
-  const size_t H = hidden;
-  const int t_next = previous_time(direction, step_time(direction, step, seq_len));
-  const char** end = lines;
-  const char* const* room_end = lines + next_step_line_count<Real>(batch, hidden);  // never reached: a bound
-  for (int b = 0; b < batch; ++b) {
-    const size_t p = static_cast<size_t>(b) * seq_len + t_next;
-    end = add_lines(end, room_end, gates + p * 8 * H + direction * 4 * H, 4 * H * sizeof(Real));
-    if (step >= 2) {
-      const size_t p_before = static_cast<size_t>(b) * seq_len + previous_time(direction, t_next);
-      end = add_lines(end, room_end, cell + p_before * 2 * H + direction * H, H * sizeof(Real));
-    }
-  }
-  return static_cast<int>(end - lines);
-}
-
-// One direction's backward: per step (T-1 down to 0) the pointwise pass per row
-// (products.pointwise: writing the gate gradients over the gates and carrying dc and dh, where
-// dh = dh_out(b, t), the row (H) of dL/dy, + dh_recurrent); then products(step, dgates rows
-// (T * 8H apart), dh_recurrent, the next step's lines), which must leave dh_recurrent for the
-// step before. next_lines: the workspace's, room for next_step_line_count.
+// One direction's backward over the rows `part` of the batch: per step (T-1 down to 0) the
+// pointwise pass per row (products.pointwise: writing the gate gradients over the gates,
+// carrying dc and dh, where dh = dh_out(b, t), the row (H) of dL/dy, + dh_recurrent, and adding
+// them to dbias_sum); then products(step, the rows' dgates (T * 8H apart), their
+// dh_recurrent, their count, the next step's lines), which must leave dh_recurrent for the step
+// before. next_lines: the part's, room for next_step_line_count(part.count).
 template <class Real, class Products, class DhOut>
 void backward_direction(Products& products, Real* gates, Real* dc_carry, Real* dh_recurrent, Real* dbias_sum,
-                        const Real* cell, const char** next_lines, const DhOut& dh_out, int direction, int batch,
+                        const Real* cell, const char** next_lines, const DhOut& dh_out, int direction, Part part,
                         int seq_len, int hidden) {
   const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden, C = 2 * hidden;
+  const size_t ld_dgates = static_cast<size_t>(seq_len) * G8;
   for (int step = seq_len - 1; step >= 0; --step) {
     const int t = step_time(direction, step, seq_len), t_prev = previous_time(direction, t);
-    for (int b = 0; b < batch; ++b) {
+    for (int b = part.first; b < part.first + part.count; ++b) {
       const size_t p = static_cast<size_t>(b) * seq_len + t;
       const Real* c_prev = step > 0 ? cell + (static_cast<size_t>(b) * seq_len + t_prev) * C + direction * H : nullptr;
       products.pointwise(b, gates + p * G8 + direction * G4, dc_carry + static_cast<size_t>(b) * H, dbias_sum,
@@ -523,111 +381,177 @@ void backward_direction(Products& products, Real* gates, Real* dc_carry, Real* d
     }
     int line_count = 0;  // the double path's products (the gradient checks, BLAS) take none
     if constexpr (std::is_same<Real, float>::value)
-      line_count = next_step_lines(next_lines, gates, cell, direction, step, batch, seq_len, hidden);
-    products(step, gates + static_cast<size_t>(t) * G8 + direction * G4, static_cast<size_t>(seq_len) * G8,
-             dh_recurrent, LineRequests{next_lines, line_count});
+      line_count = next_step_lines(next_lines, gates, cell, direction, step, part, seq_len, hidden);
+    products(step, gates + part.first * ld_dgates + static_cast<size_t>(t) * G8 + direction * G4, ld_dgates,
+             dh_recurrent + static_cast<size_t>(part.first) * H, part.count, LineRequests{next_lines, line_count});
   }
 }
 
 // The FP32 and reference paths' per-step products: the pointwise pass rounds the gate gradients
 // in place in the reference path (every later use is a product; the bias gradient, summed
-// already, stays FP32), then dh = dgates W_hh. The weight gradients and dx follow the loop, as
-// whole-batch GEMMs.
+// already, stays FP32), then dh = dgates W_hh. The weight gradients and dx follow the steps
+// (backward_products).
 template <class Real>
 struct RecurrentProducts {
-  const RecurrentBackward<Real>& recurrent;
-  int batch, hidden;
+  const lstm_fp32::RecurrentBackward<Real>& recurrent;
   bool round;
   void pointwise(int, Real* gates, Real* dc, Real* dbias, const Real* cell, const Real* cell_prev, const Real* dh_out,
                  const Real* dh_recurrent, int H) const {
     lstm_pointwise::backward(gates, dc, dbias, cell, cell_prev, dh_out, dh_recurrent, H, round);
   }
-  void operator()(int step, Real* dgates, size_t ld_dgates, Real* dh_recurrent, LineRequests next_lines) const {
-    if (step > 0) recurrent(dh_recurrent, dgates, static_cast<int>(ld_dgates), batch, next_lines);
+  void operator()(int step, Real* dgates, size_t ld_dgates, Real* dh_recurrent, int rows,
+                  LineRequests next_lines) const {
+    if (step > 0) recurrent(dh_recurrent, dgates, static_cast<int>(ld_dgates), rows, next_lines);
   }
 };
 
-// The fast path's: the pointwise pass also writes the gate gradients' bfloat16 bits where the
-// step's products read them (lstm_bf16::StepBackward).
+// The fast path's (the whole batch, one slice): the pointwise pass also writes the gate
+// gradients' bfloat16 bits where the step's products read them (lstm_bf16::StepBackward).
 struct FastProducts {
   lstm_bf16::StepBackward& step_products;
   void pointwise(int b, float* gates, float* dc, float* dbias, const float* cell, const float* cell_prev,
                  const float* dh_out, const float* dh_recurrent, int H) const {
     lstm_pointwise::backward(gates, step_products.step_dgates(b), dc, dbias, cell, cell_prev, dh_out, dh_recurrent, H);
   }
-  void operator()(int step, float*, size_t, float* dh_recurrent, LineRequests next_lines) const {
+  void operator()(int step, float*, size_t, float* dh_recurrent, int, LineRequests next_lines) const {
     step_products(step, dh_recurrent, next_lines);
   }
 };
 
-// The backward of bilstm_backward and bilstm_maxpool_backward: dh_of(direction, workspace), the
-// direction's dh_out for backward_direction. The weight gradients read the step operands
-// [x_t | h_{t-1}] that the forward kept in saved.workspace (a forward that saves nothing, run in
-// between, leaves them alone).
+// What the backward's passes share: the state the forward saved, each direction's workspace,
+// the arithmetic, the shapes, the threads and the slices of rows each direction's steps run in.
+template <class Real>
+struct BackwardPass {
+  Real* gates;  // the forward's activations in, the gate gradients out (B, T, 8H)
+  const Real* cell;
+  DirectionWorkspace<Real> workspaces[2];
+  Arithmetic arithmetic;
+  int batch, seq_len, input, hidden, threads, slices;
+};
+
+// The backward's steps, each direction's rows in pass.slices slices: dh_of(direction, row), the
+// direction's dh_out for backward_direction, writing its rows in row (H, the slice's own). In
+// several slices, each slice's own bias sums go to its row of slice_bias, unused:
+// backward_products sums the bias gradient in a single slice's order. dx: the fast path's
+// forward direction's part of it.
+template <class Real, class DhOf>
+void backward_steps(const BackwardPass<Real>& pass, const DhOf& dh_of, Real* dx, const Real* weight_ih,
+                    const Real* weight_hh) {
+  const int H = pass.hidden, G4 = 4 * H, batch = pass.batch, input = pass.input, seq_len = pass.seq_len;
+  const bool fast = pass.arithmetic == Arithmetic::bf16_fast;
+  std::optional<lstm_fp32::RecurrentBackward<Real>> recurrent[2];
+  std::optional<lstm_bf16::StepBackward> fast_steps[2];
+  auto prepare = [&](int direction) {
+    const DirectionWorkspace<Real>& workspace = pass.workspaces[direction];
+    std::memset(workspace.dbias_sum, 0, G4 * sizeof(Real));
+    std::memset(workspace.dh_recurrent, 0, static_cast<size_t>(batch) * H * sizeof(Real));
+    std::memset(workspace.dc_carry, 0, static_cast<size_t>(batch) * H * sizeof(Real));
+    const Real* w_ih = weight_ih + static_cast<size_t>(direction) * G4 * input;
+    const Real* w_hh = weight_hh + static_cast<size_t>(direction) * G4 * H;
+    if constexpr (std::is_same<Real, float>::value) {
+      if (fast) {
+        fast_steps[direction].emplace(lstm_bf16::carve_workspace(workspace.bf16, batch, input, H), w_ih, w_hh,
+                                      workspace.operand_bf16, direction == 0 ? dx : workspace.operand,
+                                      workspace.product, direction, batch, seq_len, input, H);
+        return;
+      }
+    }
+    recurrent[direction].emplace(workspace.packed_weights, w_hh, H, rounds(pass.arithmetic));
+  };
+  auto run_slice = [&](int task) {
+    const int direction = task % 2;
+    const Part part = part_of(task / 2, pass.slices, batch);
+    const DirectionWorkspace<Real>& workspace = pass.workspaces[direction];
+    const auto dh_out = dh_of(direction, workspace.pool_row + static_cast<size_t>(part.first) * H);
+    Real* dbias_sum = workspace.dbias_sum;
+    if (pass.slices > 1) {
+      dbias_sum = workspace.slice_bias + static_cast<size_t>(task / 2) * G4;
+      std::memset(dbias_sum, 0, G4 * sizeof(Real));
+    }
+    const char** next_lines = workspace.next_lines + next_step_line_count<Real>(part.first, H);
+    if constexpr (std::is_same<Real, float>::value) {
+      if (fast) {
+        const bf16_gemm::TileSession tiles;
+        FastProducts products{*fast_steps[direction]};
+        backward_direction(products, pass.gates, workspace.dc_carry, workspace.dh_recurrent, dbias_sum, pass.cell,
+                           next_lines, dh_out, direction, part, seq_len, H);
+        return;
+      }
+    }
+    RecurrentProducts<Real> products{*recurrent[direction], rounds(pass.arithmetic)};
+    backward_direction(products, pass.gates, workspace.dc_carry, workspace.dh_recurrent, dbias_sum, pass.cell,
+                       next_lines, dh_out, direction, part, seq_len, H);
+  };
+  in_parallel(pass.threads, 2, 2 * pass.slices, prepare, run_slice);
+}
+
+// After the FP32 and reference paths' steps: each direction's weight gradients, one GEMM of
+// K = P each (never cut: how OpenBLAS sums depends on the shape it is given, and the bits must
+// not depend on the threads); beside them dx in parts of the positions and, after several
+// slices, the bias gradient in parts of the gates (sum_bias).
+template <class Real>
+void backward_products(const BackwardPass<Real>& pass, Real* dx, const Real* weight_ih) {
+  const int H = pass.hidden, G4 = 4 * H, G8 = 8 * H, W = pass.input + H, positions = pass.batch * pass.seq_len;
+  const int dx_parts = part_count(pass.threads, positions);
+  const int bias_parts = pass.slices > 1 ? part_count(pass.threads / 2, G4) : 0;  // a direction
+  std::optional<lstm_fp32::InputGradient<Real>> input_gradient;
+  auto pack = [&](int) {
+    input_gradient.emplace(pass.workspaces[0].packed_other, weight_ih, pass.input, G8, rounds(pass.arithmetic));
+  };
+  in_parallel(pass.threads, 1, 2 + 2 * bias_parts + dx_parts, pack, [&](int task) {
+    if (task < 2) {  // dW (4H, D + H) = dgates^T (4H, P) [x | h_{t-1}] (P, D + H), the operand the forward saved
+      const DirectionWorkspace<Real>& workspace = pass.workspaces[task];
+      gemm(true, false, G4, W, positions, Real(1), pass.gates + task * G4, G8, workspace.operand, W, Real(0),
+           workspace.product, W);
+    } else if (task < 2 + 2 * bias_parts) {
+      const int direction = (task - 2) % 2;
+      sum_bias(pass.workspaces[direction].dbias_sum, pass.gates, part_of((task - 2) / 2, bias_parts, G4), direction,
+               pass.batch, pass.seq_len, H);
+    } else {  // dx (P, D) = dgates (P, 8H) W_ih (8H, D), both directions at once
+      const Part part = part_of(task - 2 - 2 * bias_parts, dx_parts, positions);
+      (*input_gradient)(dx + static_cast<size_t>(part.first) * pass.input,
+                        pass.gates + static_cast<size_t>(part.first) * G8, G8, part.count);
+    }
+  });
+}
+
+// The backward of bilstm_backward and bilstm_maxpool_backward (dh_of: backward_steps'): the
+// steps, then the products that read every step's gate gradients. The weight gradients read the
+// step operands [x_t | h_{t-1}] that the forward kept in saved.workspace (a forward that saves
+// nothing, run in between, leaves them alone).
 template <class Real, class DhOf>
 void backward_layer(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh,
                     BiLstmState<Real>& saved, const DhOf& dh_of, const Real* weight_ih, const Real* weight_hh,
                     int batch, int seq_len, int input, int hidden, int threads, Precision precision) {
   const Arithmetic arithmetic = arithmetic_for<Real>(precision);
-  bool fast = false;
-  if constexpr (std::is_same<Real, float>::value) fast = arithmetic == Arithmetic::bf16_fast;
-  Real* gates = saved.gates;
-  const int H = hidden, G4 = 4 * hidden, G8 = 8 * hidden;
-  const int positions = batch * seq_len;
-  const size_t state = static_cast<size_t>(batch) * H;
-  const int W = input + H;  // columns of [x | h_{t-1}]
-  auto workspace_of = [&](int direction) {
-    return direction_workspace(saved.workspace, direction, batch, seq_len, input, hidden);
-  };
-  in_two_parts(threads, [&](int direction) {
-    const DirectionWorkspace<Real> workspace = workspace_of(direction);
-    Real *dh_recurrent = workspace.dh_recurrent, *dc_carry = workspace.dc_carry, *operand = workspace.operand;
-    Real *product = workspace.product, *dbias_sum = workspace.dbias_sum;
-    std::memset(dbias_sum, 0, G4 * sizeof(Real));
-    std::memset(dh_recurrent, 0, state * sizeof(Real));
-    std::memset(dc_carry, 0, state * sizeof(Real));
-    const Real* w_ih = weight_ih + static_cast<size_t>(direction) * G4 * input;
-    const Real* w_hh = weight_hh + static_cast<size_t>(direction) * G4 * H;
-    const auto dh_out = dh_of(direction, workspace);
-    if constexpr (std::is_same<Real, float>::value) {
-      if (fast) {
-        const bf16_gemm::TileSession tiles;
-        lstm_bf16::StepBackward step_products(lstm_bf16::carve_workspace(workspace.bf16, batch, input, H), w_ih, w_hh,
-                                              workspace.operand_bf16, direction == 0 ? dx : operand, product,
-                                              direction, batch, seq_len, input, H);
-        FastProducts products{step_products};
-        backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, workspace.next_lines,
-                           dh_out, direction, batch, seq_len, H);
-      }
-    }
-    if (!fast) {
-      const RecurrentBackward<Real> recurrent(workspace, w_hh, H, arithmetic);
-      RecurrentProducts<Real> products{recurrent, batch, H, rounds(arithmetic)};
-      backward_direction(products, gates, dc_carry, dh_recurrent, dbias_sum, saved.cell, workspace.next_lines, dh_out,
-                         direction, batch, seq_len, H);
-      // dW (4H, D + H) = dgates^T (4H, P) [x | h_{t-1}] (P, D + H), the operand the forward saved: one GEMM, K = P.
-      gemm(true, false, G4, W, positions, Real(1), gates + direction * G4, G8, operand, W, Real(0), product, W);
-    }
+  const bool fast = arithmetic == Arithmetic::bf16_fast;
+  const int H = hidden, G4 = 4 * hidden;
+  const BackwardPass<Real> pass{saved.gates,
+                                saved.cell,
+                                {direction_workspace(saved.workspace, 0, batch, seq_len, input, hidden),
+                                 direction_workspace(saved.workspace, 1, batch, seq_len, input, hidden)},
+                                arithmetic,
+                                batch,
+                                seq_len,
+                                input,
+                                hidden,
+                                threads,
+                                slice_count(arithmetic, threads, batch)};
+  backward_steps(pass, dh_of, dx, weight_ih, weight_hh);
+  if (!fast) backward_products(pass, dx, weight_ih);
+  for (int direction = 0; direction < 2; ++direction) {
+    const DirectionWorkspace<Real>& workspace = pass.workspaces[direction];
     add_product(dweight_ih + static_cast<size_t>(direction) * G4 * input,
-                dweight_hh + static_cast<size_t>(direction) * G4 * H, product, fast, input, H);
+                dweight_hh + static_cast<size_t>(direction) * G4 * H, workspace.product, fast, input, H);
     for (int j = 0; j < G4; ++j) {
-      dbias_ih[direction * G4 + j] += dbias_sum[j];
-      dbias_hh[direction * G4 + j] += dbias_sum[j];
+      dbias_ih[direction * G4 + j] += workspace.dbias_sum[j];
+      dbias_hh[direction * G4 + j] += workspace.dbias_sum[j];
     }
-  });
-  if (fast) {  // dx = the two directions' parts
-    const Real* reverse_dx = workspace_of(1).operand;
-    for (size_t i = 0; i < static_cast<size_t>(positions) * input; ++i) dx[i] += reverse_dx[i];
-    return;
   }
-  // dx (P, D) = dgates (P, 8H) W_ih (8H, D), both directions at once, rows split in two halves.
-  in_two_parts(threads, [&](int half) {
-    const int first = half == 0 ? 0 : positions / 2;
-    const int rows = half == 0 ? positions / 2 : positions - positions / 2;
-    if (rows > 0)
-      multiply_plain(dx + static_cast<size_t>(first) * input, input, gates + static_cast<size_t>(first) * G8, G8,
-                     weight_ih, rows, input, G8, arithmetic, workspace_of(half).packed_other);
-  });
+  if (fast) {  // dx = the two directions' parts
+    const Real* reverse_dx = pass.workspaces[1].operand;
+    for (size_t i = 0; i < static_cast<size_t>(batch) * seq_len * input; ++i) dx[i] += reverse_dx[i];
+  }
 }
 
 }  // namespace
@@ -639,7 +563,7 @@ void bilstm_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_i
                      BiLstmState<Real>& saved, [[maybe_unused]] const Real* y, const Real* dy,
                      [[maybe_unused]] const Real* x, const Real* weight_ih, const Real* weight_hh, int batch,
                      int seq_len, int input, int hidden, int threads, Precision precision) {
-  auto dense = [dy, seq_len, hidden](int direction, const DirectionWorkspace<Real>&) {
+  auto dense = [dy, seq_len, hidden](int direction, Real*) {
     return [dy, seq_len, hidden, direction](int b, int t) {
       return dy + ((static_cast<size_t>(b) * seq_len + t) * 2 + direction) * hidden;
     };
@@ -653,9 +577,8 @@ void bilstm_maxpool_backward(Real* dx, Real* dweight_ih, Real* dweight_hh, Real*
                              BiLstmState<Real>& saved, const int32_t* argmax, const Real* dpooled,
                              [[maybe_unused]] const Real* x, const Real* weight_ih, const Real* weight_hh, int batch,
                              int seq_len, int input, int hidden, PoolMode mode, int threads, Precision precision) {
-  auto pooled = [&](int direction, const DirectionWorkspace<Real>& workspace) {
-    const lstm_pool::DirectionGradient<Real> gradient{workspace.pool_row, argmax, dpooled, mode,
-                                                      direction,         seq_len, hidden};
+  auto pooled = [&](int direction, Real* row) {
+    const lstm_pool::DirectionGradient<Real> gradient{row, argmax, dpooled, mode, direction, seq_len, hidden};
     return [gradient](int b, int t) { return gradient.at(b, t); };
   };
   backward_layer(dx, dweight_ih, dweight_hh, dbias_ih, dbias_hh, saved, pooled, weight_ih, weight_hh, batch, seq_len,

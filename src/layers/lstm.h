@@ -1,7 +1,8 @@
 // Bidirectional single-layer LSTM (docs/model.md, forward step 2), gates i, f, g, o, zero initial state.
-// Structure after haste: one GEMM projects all B*T inputs for both directions at once, then
-// each step does one small recurrent GEMM and one fused pointwise pass. The two directions
-// are independent and run on separate threads when threads >= 2.
+// Structure after haste: each step does one small GEMM (the input projection and the recurrent
+// product together, K = D + H) and one fused pointwise pass. The two directions run at once on
+// two threads; in FP32 with more threads, each direction's rows in slices too (a row's recurrence
+// never reads another row), the results the same bits on any thread count.
 //
 // Weights of both directions are stacked (forward first): weight_ih (2, 4H, D),
 // weight_hh (2, 4H, H), bias_ih (2, 4H), bias_hh (2, 4H), i.e. the checkpoint's named tensors
