@@ -31,7 +31,7 @@ namespace {
 // slices of its rows, each slice on a thread of its own; after them, dx runs in parts of its
 // positions and the bias gradient in parts of the gates, beside the weight gradients' GEMMs.
 // Every element is the same sum in the same order however the work is cut, and no BLAS call's
-// shape depends on it, so the results are the same bits on any thread count.
+// shape depends on it (slice_count), so the results are the same bits on any thread count.
 using parts::Part;
 using parts::part_count;
 using parts::part_of;
@@ -271,13 +271,15 @@ lstm_pool::HOutput<Real> h_output(Real* y, Real* pooled, int32_t* argmax, PoolMo
   return {y, workspace.pool_row + static_cast<size_t>(part.first) * hidden, pool};
 }
 
-// The slices of its rows each direction's steps run in: in FP32 (and the double gradient
-// checks), one a thread, two directions at once (one slice a direction on fewer than four
-// threads or fewer than 16 rows); in the bf16 paths one a direction (the kernels' scratch is a
-// direction's, and their bias gradient sums the unrounded gate gradients, which only the steps
-// see).
-inline int slice_count(Arithmetic arithmetic, int threads, int batch) {
-  return arithmetic == Arithmetic::fp32 ? part_count(threads / 2, batch) : 1;
+// The slices of its rows each direction's steps run in: in FP32, one a thread, two directions at
+// once (one slice a direction on fewer than four threads or fewer than 16 rows). One a direction
+// elsewhere: the fast bf16 kernels' scratch is a direction's; the bf16 paths' bias gradient sums
+// the unrounded gate gradients, which only the steps see; and the double path (the gradient
+// checks) multiplies in BLAS, whose sums may depend on the rows it is given.
+template <class Real>
+int slice_count(Arithmetic arithmetic, int threads, int batch) {
+  const bool fp32 = std::is_same<Real, float>::value && arithmetic == Arithmetic::fp32;
+  return fp32 ? part_count(threads / 2, batch) : 1;
 }
 
 }  // namespace
@@ -288,7 +290,7 @@ void bilstm_maxpool_forward(Real* pooled, int32_t* argmax, Real* y, BiLstmState<
                             int batch, int seq_len, int input, int hidden, PoolMode mode, int threads,
                             Precision precision) {
   const Arithmetic arithmetic = arithmetic_for<Real>(precision);
-  const int G4 = 4 * hidden, slices = slice_count(arithmetic, threads, batch);
+  const int G4 = 4 * hidden, slices = slice_count<Real>(arithmetic, threads, batch);
   const DirectionWorkspace<Real> workspaces[2] = {
       direction_workspace(saved.workspace, 0, batch, seq_len, input, hidden),
       direction_workspace(saved.workspace, 1, batch, seq_len, input, hidden)};
@@ -488,11 +490,18 @@ void backward_steps(const BackwardPass<Real>& pass, const DhOf& dh_of, Real* dx,
 // After the FP32 and reference paths' steps: each direction's weight gradients, one GEMM of
 // K = P each (never cut: how OpenBLAS sums depends on the shape it is given, and the bits must
 // not depend on the threads); beside them dx in parts of the positions and, after several
-// slices, the bias gradient in parts of the gates (sum_bias).
+// slices, the bias gradient in parts of the gates (sum_bias). dx's rows are independent in
+// small_gemm, so FP32 cuts them one part a thread; the double path (BLAS) keeps the two halves
+// it always had.
 template <class Real>
 void backward_products(const BackwardPass<Real>& pass, Real* dx, const Real* weight_ih) {
   const int H = pass.hidden, G4 = 4 * H, G8 = 8 * H, W = pass.input + H, positions = pass.batch * pass.seq_len;
-  const int dx_parts = part_count(pass.threads, positions);
+  constexpr bool halves = !std::is_same<Real, float>::value;
+  const int dx_parts = halves ? 2 : part_count(pass.threads, positions);
+  auto dx_part = [&](int index) {
+    if (!halves) return part_of(index, dx_parts, positions);
+    return index == 0 ? Part{0, positions / 2} : Part{positions / 2, positions - positions / 2};
+  };
   const int bias_parts = pass.slices > 1 ? part_count(pass.threads / 2, G4) : 0;  // a direction
   std::optional<lstm_fp32::InputGradient<Real>> input_gradient;
   auto pack = [&](int) {
@@ -508,17 +517,18 @@ void backward_products(const BackwardPass<Real>& pass, Real* dx, const Real* wei
       sum_bias(pass.workspaces[direction].dbias_sum, pass.gates, part_of((task - 2) / 2, bias_parts, G4), direction,
                pass.batch, pass.seq_len, H);
     } else {  // dx (P, D) = dgates (P, 8H) W_ih (8H, D), both directions at once
-      const Part part = part_of(task - 2 - 2 * bias_parts, dx_parts, positions);
-      (*input_gradient)(dx + static_cast<size_t>(part.first) * pass.input,
-                        pass.gates + static_cast<size_t>(part.first) * G8, G8, part.count);
+      const Part part = dx_part(task - 2 - 2 * bias_parts);
+      if (part.count > 0)
+        (*input_gradient)(dx + static_cast<size_t>(part.first) * pass.input,
+                          pass.gates + static_cast<size_t>(part.first) * G8, G8, part.count);
     }
   });
 }
 
 // The backward of bilstm_backward and bilstm_maxpool_backward (dh_of: backward_steps'): the
 // steps, then the products that read every step's gate gradients. The weight gradients read the
-// step operands [x_t | h_{t-1}] that the forward kept in saved.workspace (a forward that saves
-// nothing, run in between, leaves them alone).
+// step operands [x_t | h_{t-1}] that the forward kept in saved.workspace (a float forward that
+// saves nothing, run in between, leaves them alone; the double path's uses their first rows).
 template <class Real, class DhOf>
 void backward_layer(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih, Real* dbias_hh,
                     BiLstmState<Real>& saved, const DhOf& dh_of, const Real* weight_ih, const Real* weight_hh,
@@ -536,7 +546,7 @@ void backward_layer(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih
                                 input,
                                 hidden,
                                 threads,
-                                slice_count(arithmetic, threads, batch)};
+                                slice_count<Real>(arithmetic, threads, batch)};
   backward_steps(pass, dh_of, dx, weight_ih, weight_hh);
   if (!fast) backward_products(pass, dx, weight_ih);
   for (int direction = 0; direction < 2; ++direction) {

@@ -2,8 +2,9 @@
 // operands are rounded to bfloat16 as they are packed or gathered: what layers/lstm.cpp's loops
 // call in place of lstm_bf16.h's. Each weight operand is packed once per call of the layer
 // (small_gemm.h), into a buffer of the caller's, so the 400 steps never re-pack it; the double
-// path (the gradient checks) calls BLAS. A product's rows are independent: a row's result is
-// the same bits whichever rows are multiplied with it.
+// path (the gradient checks) calls BLAS. A float product's rows are independent (small_gemm): a
+// row's result is the same bits whichever rows are multiplied with it; BLAS's may not be, so the
+// layer never cuts a double product by the threads.
 #pragma once
 
 #include <cstddef>
