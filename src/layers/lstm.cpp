@@ -1,6 +1,7 @@
 #include "layers/lstm.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -129,6 +130,14 @@ DirectionWorkspace<Real> direction_workspace(Real* workspace, int direction, int
   DirectionWorkspace<Real> out;
   carve_direction(&out, workspace, direction, batch, seq_len, input, hidden);
   return out;
+}
+
+// Both directions' workspaces, forward's first.
+template <class Real>
+std::array<DirectionWorkspace<Real>, 2> direction_workspaces(Real* workspace, int batch, int seq_len, int input,
+                                                             int hidden) {
+  return {direction_workspace(workspace, 0, batch, seq_len, input, hidden),
+          direction_workspace(workspace, 1, batch, seq_len, input, hidden)};
 }
 
 }  // namespace
@@ -291,9 +300,7 @@ void bilstm_maxpool_forward(Real* pooled, int32_t* argmax, Real* y, BiLstmState<
                             Precision precision) {
   const Arithmetic arithmetic = arithmetic_for<Real>(precision);
   const int G4 = 4 * hidden, slices = slice_count<Real>(arithmetic, threads, batch);
-  const DirectionWorkspace<Real> workspaces[2] = {
-      direction_workspace(saved.workspace, 0, batch, seq_len, input, hidden),
-      direction_workspace(saved.workspace, 1, batch, seq_len, input, hidden)};
+  const auto workspaces = direction_workspaces(saved.workspace, batch, seq_len, input, hidden);
   std::optional<lstm_fp32::StepProjection<Real>> projections[2];
   std::optional<lstm_bf16::StepProjection> fast_projections[2];
   auto prepare = [&](int direction) {  // b_ih + b_hh, added in the pointwise pass; the weights packed
@@ -426,7 +433,7 @@ template <class Real>
 struct BackwardPass {
   Real* gates;  // the forward's activations in, the gate gradients out (B, T, 8H)
   const Real* cell;
-  DirectionWorkspace<Real> workspaces[2];
+  std::array<DirectionWorkspace<Real>, 2> workspaces;
   Arithmetic arithmetic;
   int batch, seq_len, input, hidden, threads, slices;
 };
@@ -538,8 +545,7 @@ void backward_layer(Real* dx, Real* dweight_ih, Real* dweight_hh, Real* dbias_ih
   const int H = hidden, G4 = 4 * hidden;
   const BackwardPass<Real> pass{saved.gates,
                                 saved.cell,
-                                {direction_workspace(saved.workspace, 0, batch, seq_len, input, hidden),
-                                 direction_workspace(saved.workspace, 1, batch, seq_len, input, hidden)},
+                                direction_workspaces(saved.workspace, batch, seq_len, input, hidden),
                                 arithmetic,
                                 batch,
                                 seq_len,
