@@ -51,7 +51,7 @@ CLI::Validator in_range_below(T low, T high) {
   return detail::number_rule<T>({static_cast<double>(low), static_cast<double>(high), false, true});
 }
 
-// --threads: 0 (every core) up to kMaxThreads, far more than any machine has; a larger count
+// --threads: 0 (one per physical core: default_cpu_threads) up to kMaxThreads, far more than any machine has; a larger count
 // would only ask OpenMP for threads it cannot start.
 constexpr int kMaxThreads = 4096;
 
@@ -132,7 +132,7 @@ inline Device resolve_device(const std::string& flag, bool verbose) {
 // --precision (enhanced/precision.h) and the CUDA backend's --tf32, --cuda-graphs and
 // --rnn-algorithm. Each app resolves them once (resolve_engine_flags) into an EngineChoice.
 struct EngineFlags {
-  int threads = 0;              // 0: every core
+  int threads = 0;              // 0: one per physical core (default_cpu_threads)
   std::string device = "auto";  // enhanced-bench: cpu (a benchmark names what it measures)
   bool tf32 = false;
   std::string cuda_graphs = "on";
@@ -143,7 +143,7 @@ struct EngineFlags {
 // Adds the engine flags to `app`; `devices` is --device's help, flags.device its default.
 inline void add_engine_flags(CLI::App& app, EngineFlags& flags,
                              const std::string& devices = names_text(device_choices())) {
-  app.add_option("--threads", flags.threads, "CPU threads (default: every core)")->check(in_range(0, kMaxThreads));
+  app.add_option("--threads", flags.threads, "CPU threads (default: one per physical core this process may run on)")->check(in_range(0, kMaxThreads));
   app.add_option("--device", flags.device, devices)->capture_default_str();
   app.add_flag("--tf32", flags.tf32, "CUDA: allow TF32 tensor-core math (faster, looser than FP32)");
   app.add_option("--cuda-graphs", flags.cuda_graphs, "CUDA: replay the training step from a captured graph (on, off)")

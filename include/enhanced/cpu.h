@@ -7,9 +7,16 @@
 
 namespace enhanced {
 
-// Sets the engine's CPU threads: `requested`, or every core when 0; returns the count. BLAS is
-// kept single-threaded, since the layers split their work over these threads themselves.
+// Sets the engine's CPU threads: `requested`, or default_cpu_threads(1) when 0; returns the
+// count. BLAS is kept single-threaded, since the layers split their work over these threads
+// themselves.
 int configure_cpu_threads(int requested);
+
+// The CPU threads of `--threads 0` for one of `ranks_on_host` ranks on this host: one per
+// physical core, the host's cores shared among its ranks, at most the cores this process may run
+// on (its CPU affinity: taskset, a container's or a batch job's cpuset); SMT siblings are not
+// counted where the build has hwloc (src/engine/cpu_cores.h).
+int default_cpu_threads(int ranks_on_host);
 
 // probabilities (B, L) = softmax(logits (B, L)), on the host, as the loss layer computes it.
 void softmax_probabilities(float* probabilities, const float* logits, int batch, int num_labels);

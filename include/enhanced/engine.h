@@ -52,9 +52,10 @@ struct EngineOptions {
 };
 
 // The engine an app's flags chose (each app resolves them once: resolve_engine_flags in
-// apps/app.h): the device, the CPU threads asked for (0: every core; configure_cpu_threads in
-// enhanced/cpu.h gives the count), the CUDA options and the GEMMs' arithmetic. Whoever makes the
-// engine adds the rest of EngineOptions (max_batch, class weights, communicator).
+// apps/app.h): the device, the CPU threads asked for (0: one per physical core;
+// configure_cpu_threads in enhanced/cpu.h gives the count), the CUDA options and the GEMMs'
+// arithmetic. Whoever makes the engine adds the rest of EngineOptions (max_batch, class
+// weights, communicator).
 struct EngineChoice {
   Device device = Device::cpu;
   int threads = 0;

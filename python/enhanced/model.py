@@ -254,7 +254,7 @@ def _run_words(out, given, controls):
 
 
 def _check_engine_arguments(batch_size, threads, device, precision, verbose):
-    """predict's and evaluate's batch_size, threads (0: every core, as the apps'), device,
+    """predict's and evaluate's batch_size, threads (0: one per physical core, as the apps'), device,
     precision (their values the engine checks, by name) and Keras' verbose (they show nothing)."""
     _verbosity(verbose)
     _integer(batch_size, "batch_size", 1, 2**31 - 1)

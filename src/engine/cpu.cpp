@@ -7,16 +7,18 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
-#include <thread>
 #include <vector>
 
+#include "engine/cpu_cores.h"
 #include "layers/cpu/blas.h"
 #include "layers/softmax_xent.h"
 
 namespace enhanced {
 
+int default_cpu_threads(int ranks_on_host) { return default_threads(count_cpu_cores(), ranks_on_host); }
+
 int configure_cpu_threads(int requested) {
-  const int threads = requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = requested > 0 ? requested : default_cpu_threads(1);
   openblas_set_num_threads(1);
   omp_set_num_threads(threads);
   return threads;

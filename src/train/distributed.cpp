@@ -1,10 +1,10 @@
 #include "train/distributed.h"
 
 #include <algorithm>
-#include <thread>
 #include <utility>
 
 #include "enhanced/common.h"
+#include "enhanced/cpu.h"
 #include "train/run_options.h"
 #include "train/run_state.h"
 
@@ -73,9 +73,7 @@ void check_same_run(Communicator& communicator, const TrainOptions& options, con
 }
 
 int threads_for_rank(int requested, const Communicator& communicator) {
-  if (requested > 0 || communicator.size() == 1) return requested;  // 0 alone: every core (configure_cpu_threads)
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / communicator.local_size());
+  return requested > 0 ? requested : default_cpu_threads(communicator.local_size());
 }
 
 void check_same_files(Communicator& communicator, const std::vector<std::string>& paths) {

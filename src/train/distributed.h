@@ -13,7 +13,7 @@
 
 namespace enhanced {
 
-// The CPU threads of each rank: `requested`, else this host's cores shared by its ranks.
+// The CPU threads of each rank: `requested`, else default_cpu_threads for this host's ranks.
 int threads_for_rank(int requested, const Communicator& communicator);
 
 // Every rank has rank 0's options (shared_options, after a resume merged the recorded ones) and
