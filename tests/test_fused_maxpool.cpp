@@ -14,6 +14,7 @@
 
 #include "enhanced/random.h"
 #include "layers/cpu/bf16_gemm.h"
+#include "layers/cpu/lstm_fp32.h"
 #include "layers/cpu/lstm_pool.h"
 #include "layers/cpu/lstm_steps.h"
 #include "layers/lstm.h"
@@ -306,13 +307,14 @@ TEST(FusedMaxPool, LayerMatchesApartInDouble) {
   check_layer(layer_case<double>(7, false, 2 * 4 + 1), Precision::fp32, "NaN at b 0, t 2");
 }
 
-// On four threads and more each direction's rows run in slices (FP32 and double; the bf16 paths
+// On four threads and more each direction's rows run in slices (FP32; the double and bf16 paths
 // keep one slice a direction), then the bias gradient in parts of the gates and dx in parts of
 // the positions: every result the same bits as on one thread. B = 37 cuts into up to 4 slices
 // (of 8, 8, 8 and 13 rows), 4H = 24 into up to 3 parts; the forward alone (an inference) too.
-// T = 5 and T = 136: the weight gradients' K = B T below and above OpenBLAS's blocks (where a
-// product of a part of the gates would sum otherwise than the whole's); in double also H = 16,
-// whose dx (K = 8H = 128) BLAS sums otherwise when cut into other rows than the two halves.
+// T = 5 and T = 136: the weight gradients' K = B T below and above OpenBLAS's blocks (there dW
+// stays whole: OpenBLAS's small-matrix path would sum a part of its rows otherwise than the
+// whole, lstm_fp32::weight_gradient_parts); in double also H = 16, whose dx (K = 8H = 128) BLAS
+// sums otherwise when cut into other rows than the two halves.
 template <class Real>
 void check_thread_counts(const LayerCase<Real>& c, Precision precision) {
   for (PoolMode mode : {PoolMode::feature, PoolMode::time}) {
@@ -337,6 +339,19 @@ void check_thread_counts(const LayerCase<Real>& c, Precision precision) {
 TEST(FusedMaxPool, EveryThreadCountGivesTheSameBitsInFloat) {
   for (Precision precision : float_precisions())
     for (int seq_len : {5, 136}) check_thread_counts(layer_case<float>(11, false, -1, 37, seq_len), precision);
+}
+
+// The weight gradients in parts of their rows, one OpenBLAS GEMM each (FP32 and the bf16
+// reference): H = 32 and T = 500 put every part (4H = 128 rows in up to 4) far above OpenBLAS's
+// small-matrix path; the cases above keep dW whole (it would sum otherwise there).
+TEST(FusedMaxPool, EveryThreadCountGivesTheSameBitsWithTheWeightGradientsCut) {
+  const LayerCase<float> c = layer_case<float>(13, false, -1, 37, 500, 32);
+  const int gate_rows = 4 * c.H, columns = c.D + c.H, positions = c.B * c.T;
+  ASSERT_EQ(lstm_fp32::weight_gradient_parts(9, gate_rows, columns, positions), 4);
+  ASSERT_EQ(lstm_fp32::weight_gradient_parts(6, gate_rows, columns, positions), 3);
+  ASSERT_EQ(lstm_fp32::weight_gradient_parts(3, gate_rows, columns, positions), 1);
+  ASSERT_EQ(lstm_fp32::weight_gradient_parts(9, 4 * 6, 4 + 6, 37 * 136), 1);  // the cases above
+  for (Precision precision : {Precision::fp32, Precision::bf16_emulated}) check_thread_counts(c, precision);
 }
 
 TEST(FusedMaxPool, EveryThreadCountGivesTheSameBitsInDouble) {

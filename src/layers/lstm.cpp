@@ -494,12 +494,12 @@ void backward_steps(const BackwardPass<Real>& pass, const DhOf& dh_of, Real* dx,
   in_parallel(pass.threads, 2, 2 * pass.slices, prepare, run_slice);
 }
 
-// After the FP32 and reference paths' steps: each direction's weight gradients, one GEMM of
-// K = P each (never cut: how OpenBLAS sums depends on the shape it is given, and the bits must
-// not depend on the threads); beside them dx in parts of the positions and, after several
-// slices, the bias gradient in parts of the gates (sum_bias). dx's rows are independent in
-// small_gemm, so FP32 cuts them one part a thread; the double path (BLAS) keeps the two halves
-// it always had.
+// After the FP32 and reference paths' steps: each direction's weight gradients, GEMMs of
+// K = P in parts of dW's rows where OpenBLAS sums a part as the whole
+// (lstm_fp32::weight_gradient_parts; one in double); beside them dx in parts of the positions
+// and, after several slices, the bias gradient in parts of the gates (sum_bias). dx's rows are
+// independent in small_gemm, so FP32 cuts them one part a thread; the double path (BLAS) keeps
+// the two halves it always had.
 template <class Real>
 void backward_products(const BackwardPass<Real>& pass, Real* dx, const Real* weight_ih) {
   const int H = pass.hidden, G4 = 4 * H, G8 = 8 * H, W = pass.input + H, positions = pass.batch * pass.seq_len;
@@ -510,21 +510,25 @@ void backward_products(const BackwardPass<Real>& pass, Real* dx, const Real* wei
     return index == 0 ? Part{0, positions / 2} : Part{positions / 2, positions - positions / 2};
   };
   const int bias_parts = pass.slices > 1 ? part_count(pass.threads / 2, G4) : 0;  // a direction
+  const int weight_parts = halves ? 1 : lstm_fp32::weight_gradient_parts(pass.threads, G4, W, positions);
+  const int weight_tasks = 2 * weight_parts, bias_tasks = 2 * bias_parts;
   std::optional<lstm_fp32::InputGradient<Real>> input_gradient;
   auto pack = [&](int) {
     input_gradient.emplace(pass.workspaces[0].packed_other, weight_ih, pass.input, G8, rounds(pass.arithmetic));
   };
-  in_parallel(pass.threads, 1, 2 + 2 * bias_parts + dx_parts, pack, [&](int task) {
-    if (task < 2) {  // dW (4H, D + H) = dgates^T (4H, P) [x | h_{t-1}] (P, D + H), the operand the forward saved
-      const DirectionWorkspace<Real>& workspace = pass.workspaces[task];
-      gemm(true, false, G4, W, positions, Real(1), pass.gates + task * G4, G8, workspace.operand, W, Real(0),
-           workspace.product, W);
-    } else if (task < 2 + 2 * bias_parts) {
-      const int direction = (task - 2) % 2;
-      sum_bias(pass.workspaces[direction].dbias_sum, pass.gates, part_of((task - 2) / 2, bias_parts, G4), direction,
-               pass.batch, pass.seq_len, H);
+  in_parallel(pass.threads, 1, weight_tasks + bias_tasks + dx_parts, pack, [&](int task) {
+    if (task < weight_tasks) {  // dW's rows (4H, D + H) = dgates^T [x | h_{t-1}], the operand the forward saved
+      const int direction = task % 2;
+      const Part rows = part_of(task / 2, weight_parts, G4);
+      gemm(true, false, rows.count, W, positions, Real(1), pass.gates + direction * G4 + rows.first, G8,
+           pass.workspaces[direction].operand, W, Real(0),
+           pass.workspaces[direction].product + static_cast<size_t>(rows.first) * W, W);
+    } else if (task < weight_tasks + bias_tasks) {
+      const int direction = (task - weight_tasks) % 2;
+      sum_bias(pass.workspaces[direction].dbias_sum, pass.gates, part_of((task - weight_tasks) / 2, bias_parts, G4),
+               direction, pass.batch, pass.seq_len, H);
     } else {  // dx (P, D) = dgates (P, 8H) W_ih (8H, D), both directions at once
-      const Part part = dx_part(task - 2 - 2 * bias_parts);
+      const Part part = dx_part(task - weight_tasks - bias_tasks);
       if (part.count > 0)
         (*input_gradient)(dx + static_cast<size_t>(part.first) * pass.input,
                           pass.gates + static_cast<size_t>(part.first) * G8, G8, part.count);

@@ -2,7 +2,8 @@
 // Structure after haste: each step does one small GEMM (the input projection and the recurrent
 // product together, K = D + H) and one fused pointwise pass. The two directions run at once on
 // two threads; in FP32 with more threads, each direction's rows in slices too (a row's recurrence
-// never reads another row), the results the same bits on any thread count.
+// never reads another row) and its weight gradients in parts of their rows, the results the same
+// bits on any thread count.
 //
 // Weights of both directions are stacked (forward first): weight_ih (2, 4H, D),
 // weight_hh (2, 4H, H), bias_ih (2, 4H), bias_hh (2, 4H), i.e. the checkpoint's named tensors

@@ -7,6 +7,7 @@
 // layer never cuts a double product by the threads.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -14,6 +15,7 @@
 #include "layers/cpu/blas.h"
 #include "layers/cpu/line_requests.h"
 #include "layers/cpu/packing_clock.h"
+#include "layers/cpu/parts.h"
 #include "layers/cpu/small_gemm.h"
 
 namespace enhanced::lstm_fp32 {
@@ -174,5 +176,24 @@ class InputGradient<double> {
   const double* w_ih_;
   int input_, gates8_;
 };
+
+// The parts of a direction's weight gradients, dW (4H, D + H) = dgates^T (4H, P) [x | h_{t-1}]
+// (P, D + H): one OpenBLAS sgemm a part of dW's rows, up to one a thread of the direction's half.
+// OpenBLAS sums each element over the same blocks of K whatever rows it is given, except on its
+// small-matrix path (M N K <= 10^6, its AVX-512 cores), which sums otherwise; so the rows are cut
+// only where every part's M N K is at least kSmallestCutProduct, 16 times that bound, and the
+// parts are the whole's bits (FusedMaxPool.EveryThreadCount*, OpenBLAS 0.3.21). The double path
+// never cuts it.
+constexpr double kSmallestCutProduct = 1 << 24;
+
+inline int weight_gradient_parts(int threads, int gate_rows, int columns, int positions) {
+  for (int parts = parts::part_count(threads / 2, gate_rows); parts > 1; --parts) {
+    int smallest = gate_rows;
+    for (int index = 0; index < parts; ++index)
+      smallest = std::min(smallest, parts::part_of(index, parts, gate_rows).count);
+    if (static_cast<double>(smallest) * columns * positions >= kSmallestCutProduct) return parts;
+  }
+  return 1;
+}
 
 }  // namespace enhanced::lstm_fp32
