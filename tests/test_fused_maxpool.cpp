@@ -317,6 +317,7 @@ TEST(FusedMaxPool, LayerMatchesApartInDouble) {
 // sums otherwise when cut into other rows than the two halves.
 template <class Real>
 void check_thread_counts(const LayerCase<Real>& c, Precision precision) {
+  openblas_set_num_threads(1);  // as configure_cpu_threads runs it: a threaded OpenBLAS sums otherwise
   for (PoolMode mode : {PoolMode::feature, PoolMode::time}) {
     const LayerRun<Real> one = run_layer(c, mode, precision, 1, true, true);
     const LayerRun<Real> one_apart = run_layer(c, mode, precision, 1, false);

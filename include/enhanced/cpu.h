@@ -15,7 +15,7 @@ int configure_cpu_threads(int requested);
 // The CPU threads of `--threads 0` for one of `ranks_on_host` ranks on this host: one per
 // physical core, the host's cores shared among its ranks, at most the cores this process may run
 // on (its CPU affinity: taskset, a container's or a batch job's cpuset); SMT siblings are not
-// counted where the build has hwloc (src/engine/cpu_cores.h).
+// counted where the build has hwloc (src/engine/cpu_cores.h). Counted once, at the first call.
 int default_cpu_threads(int ranks_on_host);
 
 // probabilities (B, L) = softmax(logits (B, L)), on the host, as the loss layer computes it.

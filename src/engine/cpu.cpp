@@ -15,7 +15,12 @@
 
 namespace enhanced {
 
-int default_cpu_threads(int ranks_on_host) { return default_threads(count_cpu_cores(), ranks_on_host); }
+// Counted once, at the first call: before OpenMP's first parallel region, which may pin this
+// thread (OMP_PROC_BIND), and without loading hwloc's topology again for every predict.
+int default_cpu_threads(int ranks_on_host) {
+  static const CpuCores cores = count_cpu_cores();
+  return default_threads(cores, ranks_on_host);
+}
 
 int configure_cpu_threads(int requested) {
   const int threads = requested > 0 ? requested : default_cpu_threads(1);

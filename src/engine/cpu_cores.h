@@ -1,8 +1,9 @@
 // The cores behind `--threads 0` (default_cpu_threads in enhanced/cpu.h): the physical cores
 // this process may run on, not every logical CPU of the host. A process pinned to a few CPUs
 // (taskset, a container's or a batch job's cpuset) would otherwise time-share them among as many
-// threads as the host has CPUs, and the LSTM's FP32 work, bound by each core's FMA units, gains
-// nothing from a core's second hardware thread (SMT) while its row slices cost work of their own.
+// threads as the host has CPUs. A core's second hardware thread (SMT) shares its FMA units, which
+// bound the LSTM's FP32 work, while more row slices cost work of their own; so, as PyTorch's
+// default, hardware threads are not counted (their gain is not measured here: no SMT machine yet).
 #pragma once
 
 #include <vector>
@@ -11,7 +12,7 @@ namespace enhanced {
 
 struct CpuCores {
   int allowed = 1;  // physical cores this process may run on (its CPU affinity)
-  int host = 1;     // physical cores of the host (of its container where a cgroup narrows it)
+  int host = 1;     // physical cores of the host (with hwloc: of its cgroup's cpuset, if narrowed)
 };
 
 // This process's counts: from hwloc's view of the machine where the build has hwloc (cores), else
