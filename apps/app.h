@@ -51,8 +51,8 @@ CLI::Validator in_range_below(T low, T high) {
   return detail::number_rule<T>({static_cast<double>(low), static_cast<double>(high), false, true});
 }
 
-// --threads: 0 (one per physical core: default_cpu_threads) up to kMaxThreads, far more than any machine has; a larger count
-// would only ask OpenMP for threads it cannot start.
+// --threads: 0 (one per physical core: default_cpu_threads) up to kMaxThreads, far more than any
+// machine has; a larger count would only ask OpenMP for threads it cannot start.
 constexpr int kMaxThreads = 4096;
 
 // A 64-bit seed: digits only, at most 2^64 - 1 (CLI11's conversion wraps "-1" silently).
@@ -143,7 +143,8 @@ struct EngineFlags {
 // Adds the engine flags to `app`; `devices` is --device's help, flags.device its default.
 inline void add_engine_flags(CLI::App& app, EngineFlags& flags,
                              const std::string& devices = names_text(device_choices())) {
-  app.add_option("--threads", flags.threads, "CPU threads (default: one per physical core this process may run on)")->check(in_range(0, kMaxThreads));
+  app.add_option("--threads", flags.threads, "CPU threads (default: one per physical core this process may run on)")
+      ->check(in_range(0, kMaxThreads));
   app.add_option("--device", flags.device, devices)->capture_default_str();
   app.add_flag("--tf32", flags.tf32, "CUDA: allow TF32 tensor-core math (faster, looser than FP32)");
   app.add_option("--cuda-graphs", flags.cuda_graphs, "CUDA: replay the training step from a captured graph (on, off)")
